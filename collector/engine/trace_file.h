@@ -1,0 +1,57 @@
+// The trace file: the preamble "CMTRACE" + format version byte, then length-prefixed
+// TraceChunk messages (see proto/cumemtrace/v1/trace.proto). Encoding here, I/O by callers.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "collector/engine/framing.h"
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+
+// The 8 bytes every trace file starts with.
+std::string_view TraceFilePreamble();
+
+// Appends one length-prefixed chunk to *out.
+void AppendChunk(const v1::TraceChunk& chunk, std::string* out);
+// Appends a chunk that wraps a wire frame without building a TraceChunk (no copy of the
+// frame into a message first): the hot path of the collector.
+void AppendWireFrameChunk(uint32_t stream_id, std::string_view wire_frame, std::string* out);
+
+// Streams chunks out of a trace file with bounded memory. A file cut at any byte yields
+// every whole chunk before the cut, then kTruncated.
+class TraceFileReader {
+ public:
+  enum class Result {
+    kChunk,      // *chunk holds the next chunk
+    kEnd,        // clean end of file
+    kTruncated,  // the file ends inside a chunk (a crash or a copy in progress)
+    kError,      // unreadable, not a trace file, or corrupt; error() says which
+  };
+
+  TraceFileReader();
+  ~TraceFileReader();
+  TraceFileReader(const TraceFileReader&) = delete;
+  TraceFileReader& operator=(const TraceFileReader&) = delete;
+
+  // Opens the file and checks the preamble. False with error() set on failure.
+  bool Open(const std::string& path);
+  Result Next(v1::TraceChunk* chunk);
+
+  const std::string& error() const { return error_; }
+  // Bytes of the file consumed as whole chunks (preamble included).
+  uint64_t consumed_bytes() const;
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  FILE* file_ = nullptr;
+  FrameDecoder decoder_;
+  uint64_t file_bytes_ = 0;
+  bool eof_ = false;
+  std::string error_;
+};
+
+}  // namespace cumemtrace
