@@ -1,0 +1,52 @@
+// Turns a trace (a sequence of TraceChunks) into a Report: per process and device, the
+// memory timeline, the peak and what was live at it, per-phase figures, failed allocations.
+// No I/O policy here beyond reading the file it is given.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+
+struct Report;  // defined in collector/engine/report.h
+
+struct AnalysisOptions {
+  // How many of the largest allocations live at the peak to list per device.
+  size_t top_allocations = 10;
+};
+
+// Feed chunks in file order, then Finish() once.
+class TraceAnalyzer {
+ public:
+  explicit TraceAnalyzer(const AnalysisOptions& options);
+  ~TraceAnalyzer();
+  TraceAnalyzer(const TraceAnalyzer&) = delete;
+  TraceAnalyzer& operator=(const TraceAnalyzer&) = delete;
+
+  void AddChunk(const v1::TraceChunk& chunk);
+  // The input ended early (a cut file); the report says so with this reason.
+  void MarkTruncated(const std::string& reason);
+  std::unique_ptr<Report> Finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads and analyzes a trace file. Returns null with *error set only when the file cannot be
+// read at all or is not a trace file; a file that is cut or corrupt after a valid start
+// gives a report marked truncated, with everything before the damage.
+std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
+                                         std::string* error);
+
+// The content of summary.json (schema "cumemtrace.summary/1", documented in docs/summary.md).
+std::string SummaryJson(const Report& report);
+
+// The human-readable summary that `run` and `report` print.
+void PrintSummaryText(const Report& report, std::ostream& out);
+
+}  // namespace cumemtrace
