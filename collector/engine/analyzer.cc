@@ -1,0 +1,84 @@
+// TraceAnalyzer and AnalyzeTraceFile (analysis.h): chunks are decoded as they come; all
+// ordering-dependent work waits for Finish(), because nothing on the wire is time-ordered.
+#include <utility>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/process_sweep.h"
+#include "collector/engine/report.h"
+#include "collector/engine/stream_decoder.h"
+#include "collector/engine/trace_file.h"
+
+namespace cumemtrace {
+
+class TraceAnalyzer::Impl {
+ public:
+  explicit Impl(const AnalysisOptions& options) : options_(options) {}
+
+  void AddChunk(const v1::TraceChunk& chunk) { decoder_.AddChunk(chunk); }
+
+  void MarkTruncated(const std::string& reason) {
+    // The first reason is the cause; anything after it follows from it.
+    if (!truncated_) truncation_reason_ = reason;
+    truncated_ = true;
+  }
+
+  std::unique_ptr<Report> Finish() {
+    auto report = std::make_unique<Report>();
+    report->truncated = truncated_;
+    report->truncation_reason = truncation_reason_;
+    for (auto& [stream_id, stream] : decoder_.streams()) {
+      report->processes.push_back(internal::AnalyzeProcess(stream, options_));
+      // Free each stream's events as soon as it is summarized.
+      stream = internal::DecodedStream();
+    }
+    return report;
+  }
+
+ private:
+  AnalysisOptions options_;
+  internal::StreamDecoder decoder_;
+  bool truncated_ = false;
+  std::string truncation_reason_;
+};
+
+TraceAnalyzer::TraceAnalyzer(const AnalysisOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+TraceAnalyzer::~TraceAnalyzer() = default;
+void TraceAnalyzer::AddChunk(const v1::TraceChunk& chunk) { impl_->AddChunk(chunk); }
+void TraceAnalyzer::MarkTruncated(const std::string& reason) { impl_->MarkTruncated(reason); }
+std::unique_ptr<Report> TraceAnalyzer::Finish() { return impl_->Finish(); }
+
+std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
+                                         std::string* error) {
+  TraceFileReader reader;
+  if (!reader.Open(path)) {
+    if (error != nullptr) *error = reader.error();
+    return nullptr;
+  }
+  TraceAnalyzer analyzer(options);
+  v1::TraceChunk chunk;
+  for (bool done = false; !done;) {
+    switch (reader.Next(&chunk)) {
+      case TraceFileReader::Result::kChunk:
+        analyzer.AddChunk(chunk);
+        break;
+      case TraceFileReader::Result::kEnd:
+        done = true;
+        break;
+      case TraceFileReader::Result::kTruncated:
+        analyzer.MarkTruncated("file ends inside a chunk at byte " +
+                               std::to_string(reader.consumed_bytes()));
+        done = true;
+        break;
+      case TraceFileReader::Result::kError:
+        analyzer.MarkTruncated(reader.error());
+        done = true;
+        break;
+    }
+  }
+  std::unique_ptr<Report> report = analyzer.Finish();
+  report->trace_file = path;
+  return report;
+}
+
+}  // namespace cumemtrace

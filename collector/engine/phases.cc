@@ -1,0 +1,116 @@
+#include "collector/engine/phases.h"
+
+#include <algorithm>
+
+namespace cumemtrace::internal {
+
+int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts) {
+  // Interned ids are unique per string within a stream, so the id pair is the name.
+  const uint64_t key = (static_cast<uint64_t>(domain_id) << 32) | message_id;
+  auto [it, inserted] = name_index_.emplace(key, static_cast<int32_t>(names_.size()));
+  if (inserted) {
+    PhaseName name{domain_id, message_id};
+    name.first_open_ns = ts;
+    names_.push_back(name);
+    counters_.resize(names_.size() * slots_);
+  }
+  return it->second;
+}
+
+void PhaseTracker::Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order) {
+  const int32_t phase = PhaseIndex(event.aux_id, event.name_id, event.timestamp_ns);
+  open_.push_back(Occurrence{phase, event.thread_id, event.aux_id,
+                             event.nvtx_op == 1 /* PUSH */, event.a, order, event.timestamp_ns});
+  for (int half = 0; half < 2; ++half) {
+    windows_.insert(windows_.end(), in_use.begin(), in_use.end());
+  }
+}
+
+bool PhaseTracker::Close(const Event& event) {
+  const bool is_pop = event.nvtx_op == 2;  // POP; otherwise END
+  size_t best = open_.size();
+  for (size_t i = 0; i < open_.size(); ++i) {
+    const Occurrence& o = open_[i];
+    const bool match = is_pop ? (o.is_push && o.thread_id == event.thread_id &&
+                                 o.domain_id == event.aux_id)
+                              : (!o.is_push && o.range_id == event.a);
+    if (match && (best == open_.size() || o.order > open_[best].order)) best = i;
+  }
+  if (best == open_.size()) return false;
+  Finish(best, event.timestamp_ns, false);
+  return true;
+}
+
+void PhaseTracker::CloseAll(uint64_t end_ns) {
+  while (!open_.empty()) Finish(open_.size() - 1, end_ns, true);
+}
+
+void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open) {
+  const Occurrence o = open_[open_index];
+  PhaseName& name = names_[static_cast<size_t>(o.phase)];
+  ++name.occurrences;
+  name.total_ns += end_ns > o.start_ns ? end_ns - o.start_ns : 0;
+  if (still_open) ++name.still_open;
+  const uint64_t* entry = &windows_[open_index * 2 * slots_];
+  const uint64_t* peak = entry + slots_;
+  for (uint32_t s = 0; s < slots_; ++s) {
+    PhaseCounters& c = counters(o.phase, s);
+    c.bytes_at_entry = std::max(c.bytes_at_entry, entry[s]);
+    c.peak_bytes = std::max(c.peak_bytes, peak[s]);
+    c.peak_above_entry_bytes = std::max(c.peak_above_entry_bytes, peak[s] - entry[s]);
+  }
+  // Swap-remove: order is kept in Occurrence::order, not in the vector.
+  const size_t last = open_.size() - 1;
+  if (open_index != last) {
+    open_[open_index] = open_[last];
+    std::copy_n(windows_.begin() + static_cast<std::ptrdiff_t>(last * 2 * slots_), 2 * slots_,
+                windows_.begin() + static_cast<std::ptrdiff_t>(open_index * 2 * slots_));
+  }
+  open_.pop_back();
+  windows_.resize(open_.size() * 2 * slots_);
+}
+
+void PhaseTracker::OnInUse(uint32_t slot, uint64_t in_use) {
+  for (size_t i = 0; i < open_.size(); ++i) {
+    uint64_t& peak = windows_[i * 2 * slots_ + slots_ + slot];
+    peak = std::max(peak, in_use);
+  }
+}
+
+void PhaseTracker::Attribute(uint32_t thread_id, Attribution* out) const {
+  out->innermost = -1;
+  out->names.clear();
+  if (open_.empty()) return;
+  // Own thread first; else the thread of the most recently opened range anywhere.
+  uint32_t owner = 0;
+  bool found = false;
+  if (thread_id != 0) {
+    for (const Occurrence& o : open_) {
+      if (o.thread_id == thread_id) {
+        found = true;
+        owner = thread_id;
+        break;
+      }
+    }
+  }
+  if (!found) {
+    const Occurrence* latest = &open_[0];
+    for (const Occurrence& o : open_) {
+      if (o.order > latest->order) latest = &o;
+    }
+    owner = latest->thread_id;
+  }
+  uint64_t best_order = 0;
+  for (const Occurrence& o : open_) {
+    if (o.thread_id != owner) continue;
+    if (out->innermost < 0 || o.order > best_order) {
+      best_order = o.order;
+      out->innermost = o.phase;
+    }
+    if (std::find(out->names.begin(), out->names.end(), o.phase) == out->names.end()) {
+      out->names.push_back(o.phase);
+    }
+  }
+}
+
+}  // namespace cumemtrace::internal

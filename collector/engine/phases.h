@@ -1,0 +1,86 @@
+// Internal: NVTX range reconstruction and attribution (design.md "Phases"), driven by the
+// process sweep one event at a time in time order. Keeps only the open occurrences (the
+// nesting depth is small), so the cost is O(events x open ranges).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/engine/decoded.h"
+
+namespace cumemtrace::internal {
+
+// Per phase (range name) and device slot, summed or maxed over occurrences.
+struct PhaseCounters {
+  uint64_t bytes_at_entry = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t peak_above_entry_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t freed_bytes = 0;
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t failed_allocations = 0;
+  uint64_t kernels = 0;
+};
+
+struct PhaseName {
+  uint32_t domain_id;
+  uint32_t message_id;
+  uint64_t occurrences = 0;
+  uint64_t total_ns = 0;
+  uint64_t still_open = 0;
+  uint64_t first_open_ns = 0;  // absolute
+};
+
+// The phases an event is attributed to: `innermost` is its phase of origin, `names` every
+// phase name counted for it (innermost and enclosing ranges on the same thread, each once).
+struct Attribution {
+  int32_t innermost = -1;
+  std::vector<int32_t> names;
+};
+
+class PhaseTracker {
+ public:
+  explicit PhaseTracker(size_t device_slots) : slots_(device_slots) {}
+
+  // in_use: device memory in use per slot at this instant.
+  void Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order);
+  // False when nothing matched (pop on an empty stack, end of an unknown id).
+  bool Close(const Event& event);
+  // Closes everything still open at `end_ns`, flagging those occurrences.
+  void CloseAll(uint64_t end_ns);
+  // Device memory in use on `slot` rose to `in_use`: raise the peaks of open occurrences.
+  void OnInUse(uint32_t slot, uint64_t in_use);
+  // Fills *out for an event on `thread_id` (0: unknown thread) at the current instant.
+  void Attribute(uint32_t thread_id, Attribution* out) const;
+
+  PhaseCounters& counters(int32_t phase, uint32_t slot) {
+    return counters_[static_cast<size_t>(phase) * slots_ + slot];
+  }
+  const std::vector<PhaseName>& names() const { return names_; }
+
+ private:
+  struct Occurrence {
+    int32_t phase;
+    uint32_t thread_id;  // the thread that opened it: its stack, for nesting and attribution
+    uint32_t domain_id;
+    bool is_push;
+    uint64_t range_id;
+    uint64_t order;  // opening order, larger is more recent
+    uint64_t start_ns;
+  };
+
+  int32_t PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts);
+  void Finish(size_t open_index, uint64_t end_ns, bool still_open);
+
+  size_t slots_;
+  std::vector<PhaseName> names_;
+  std::unordered_map<uint64_t, int32_t> name_index_;
+  std::vector<PhaseCounters> counters_;  // [phase * slots_ + slot]
+  std::vector<Occurrence> open_;
+  // Entry and peak per open occurrence and slot: [open_index * 2 * slots_ + {0, slots_} + slot].
+  std::vector<uint64_t> windows_;
+};
+
+}  // namespace cumemtrace::internal

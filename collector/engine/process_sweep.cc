@@ -1,0 +1,395 @@
+#include "collector/engine/process_sweep.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "collector/engine/phases.h"
+#include "collector/engine/timeline.h"
+
+namespace cumemtrace::internal {
+namespace {
+
+// Dense slots for device ordinals; ordinals are small, so a table beats a hash in the loop.
+class DeviceSlots {
+ public:
+  explicit DeviceSlots(const std::set<uint32_t>& indices) : indices_(indices.begin(), indices.end()) {
+    for (uint32_t s = 0; s < indices_.size(); ++s) {
+      if (indices_[s] < kDirect) {
+        if (direct_.size() <= indices_[s]) direct_.resize(indices_[s] + 1, 0);
+        direct_[indices_[s]] = s;
+      } else {
+        far_[indices_[s]] = s;
+      }
+    }
+  }
+  uint32_t operator()(uint32_t device) const {
+    return device < kDirect ? direct_[device] : far_.at(device);
+  }
+  size_t size() const { return indices_.size(); }
+  uint32_t index(uint32_t slot) const { return indices_[slot]; }
+
+ private:
+  static constexpr uint32_t kDirect = 4096;
+  std::vector<uint32_t> indices_;
+  std::vector<uint32_t> direct_;
+  std::unordered_map<uint32_t, uint32_t> far_;
+};
+
+bool HasDevice(EventType type) {
+  return type == EventType::kAllocate || type == EventType::kRelease ||
+         type == EventType::kFailedAllocation || type == EventType::kKernel;
+}
+
+const char* ClockName(int clock) {
+  switch (clock) {
+    case v1::TIMESTAMP_CLOCK_MONOTONIC: return "monotonic";
+    case v1::TIMESTAMP_CLOCK_REALTIME: return "realtime";
+    default: return "unspecified";
+  }
+}
+
+const char* InjectionName(int mode) {
+  switch (mode) {
+    case v1::INJECTION_MODE_LD_PRELOAD: return "ld_preload";
+    case v1::INJECTION_MODE_CUDA_INJECTION: return "cuda_injection";
+    case v1::INJECTION_MODE_NVTX_INJECTION: return "nvtx_injection";
+    default: return "unspecified";
+  }
+}
+
+const char* DropSourceName(int source) {
+  switch (source) {
+    case v1::DROP_SOURCE_CUPTI: return "cupti";
+    case v1::DROP_SOURCE_TRACER_QUEUE: return "tracer_queue";
+    default: return "unspecified";
+  }
+}
+
+void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
+  p->stream_id = s.stream_id;
+  p->has_handshake = s.has_handshake;
+  p->pid = s.has_handshake ? s.pid : s.peer_pid;
+  p->ppid = s.ppid;
+  p->command_line = s.command_line;
+  p->hostname = s.hostname;
+  p->tracer_version = s.tracer_version;
+  p->timestamp_clock = ClockName(s.timestamp_clock);
+  p->allocator_mode = s.allocator_mode;
+  p->pytorch_alloc_conf = s.pytorch_alloc_conf;
+  p->injection_mode = InjectionName(s.injection_mode);
+  p->kernels_enabled = s.kernels_enabled;
+  p->notices = s.notices;
+  p->thread_names = s.thread_names;
+  p->sequence_gaps = s.gaps;
+  for (const SequenceGap& g : s.gaps) p->lost_batches += g.missing;
+  p->batches = s.batches;
+  p->events = s.events.size();
+  p->damage = s.damage;
+  p->damaged = !s.damage.empty();
+
+  // The launcher saw the real end (signals included); the tracer's record is second best.
+  if (s.launcher_exit) {
+    p->exit = *s.launcher_exit;
+  } else if (s.process_exit_code) {
+    p->exit.source = ExitStatus::Source::kTracer;
+    p->exit.code = *s.process_exit_code;
+  }
+  p->complete = s.launcher_exit.has_value() || s.process_exit_code.has_value();
+  if (!p->complete) p->incomplete_reasons.push_back("ended without an exit record");
+  if (s.closed) {
+    switch (s.close_reason) {
+      case v1::CLOSE_REASON_PROTOCOL_ERROR:
+        p->complete = false;
+        p->incomplete_reasons.push_back("the collector closed the stream after a protocol error" +
+                                        (s.close_error.empty() ? "" : ": " + s.close_error));
+        break;
+      case v1::CLOSE_REASON_IO_ERROR:
+        p->complete = false;
+        p->incomplete_reasons.push_back("the stream ended with a read error" +
+                                        (s.close_error.empty() ? "" : ": " + s.close_error));
+        break;
+      case v1::CLOSE_REASON_COLLECTOR_SHUTDOWN:
+        if (!p->complete) {
+          p->incomplete_reasons.push_back("the collector stopped while the process was connected");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
+}
+
+std::string PhaseDisplayName(const std::string& domain, const std::string& message) {
+  const std::string shown = message.empty() ? "(unnamed)" : message;
+  return domain.empty() ? shown : domain + ": " + shown;
+}
+
+}  // namespace
+
+const char* MemoryKindName(uint8_t kind) {
+  static const char* const kNames[kMemoryKinds] = {"UNKNOWN", "PAGEABLE",      "PINNED",
+                                                   "DEVICE",  "ARRAY",         "MANAGED",
+                                                   "DEVICE_STATIC", "MANAGED_STATIC"};
+  return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
+}
+
+ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
+  ProcessReport p;
+  FillStreamFacts(s, &p);
+
+  std::vector<Event>& events = s.events;
+  // CUPTI delivers per-thread buffers: nothing is ordered on arrival. Stable, so equal
+  // keys keep arrival order.
+  std::stable_sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
+    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
+    return TieRank(x.type) < TieRank(y.type);
+  });
+
+  std::set<uint32_t> device_indices;
+  for (const auto& [index, info] : s.device_info) device_indices.insert(index);
+  for (const auto& [index, t] : s.tracer_memory) device_indices.insert(index);
+  uint64_t first = 0, last = 0;
+  for (const Event& e : events) {
+    if (HasDevice(e.type)) device_indices.insert(e.device);
+    last = std::max(last, e.timestamp_ns);
+    if (e.type == EventType::kKernel) last = std::max(last, e.a);
+  }
+  if (!events.empty()) first = events.front().timestamp_ns;
+  for (const DropRecord& d : s.drops) {
+    if (d.first_ns != 0 && (events.empty() || d.first_ns < first)) first = d.first_ns;
+    last = std::max(last, d.last_ns);
+  }
+  p.first_timestamp_abs_ns = first;
+  p.last_timestamp_abs_ns = last;
+  p.duration_ns = last - first;
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+
+  const DeviceSlots slots(device_indices);
+  const size_t n_slots = slots.size();
+  MemoryTimeline timeline(n_slots);
+  PhaseTracker phases(n_slots);
+  std::vector<uint64_t> in_use(n_slots, 0);
+  Attribution attribution;
+  std::vector<int32_t> failed_phase;  // phase of each failed allocation, named after the sweep
+
+  for (uint64_t pos = 0; pos < events.size(); ++pos) {
+    const Event& e = events[pos];
+    switch (e.type) {
+      case EventType::kRangeOpen:
+        phases.Open(e, in_use, pos);
+        break;
+      case EventType::kRangeClose:
+        if (!phases.Close(e)) ++p.unmatched_range_closes;
+        break;
+      case EventType::kMark:
+        ++p.nvtx_marks;
+        break;
+      case EventType::kAllocate: {
+        const uint32_t slot = slots(e.device);
+        phases.Attribute(e.thread_id, &attribution);
+        timeline.Allocate(e, slot, pos, attribution.innermost);
+        if (IsDeviceMemory(e.kind)) {
+          in_use[slot] = timeline.InUse(slot);
+          phases.OnInUse(slot, in_use[slot]);
+          for (int32_t phase : attribution.names) {
+            PhaseCounters& c = phases.counters(phase, slot);
+            ++c.allocations;
+            c.allocated_bytes += e.b;
+          }
+        }
+        break;
+      }
+      case EventType::kRelease: {
+        const uint32_t slot = slots(e.device);
+        const int64_t index = timeline.Release(e, slot, pos);
+        if (index < 0) break;  // not the program's: released_unknown
+        const Allocation& a = timeline.allocations()[static_cast<size_t>(index)];
+        if (!IsDeviceMemory(a.kind)) break;
+        in_use[slot] = timeline.InUse(slot);
+        phases.Attribute(e.thread_id, &attribution);
+        for (int32_t phase : attribution.names) {
+          PhaseCounters& c = phases.counters(phase, slot);
+          ++c.frees;
+          c.freed_bytes += a.bytes;
+        }
+        break;
+      }
+      case EventType::kFailedAllocation: {
+        const uint32_t slot = slots(e.device);
+        phases.Attribute(e.thread_id, &attribution);
+        for (int32_t phase : attribution.names) ++phases.counters(phase, slot).failed_allocations;
+        FailedAllocationReport f;
+        f.time_ns = rel(e.timestamp_ns);
+        f.time_abs_ns = e.timestamp_ns;
+        f.api = s.Resolve(e.name_id);
+        f.requested_bytes = e.a;
+        f.error_code = e.code;
+        f.error_name = s.Resolve(e.aux_id);
+        f.kind = MemoryKindName(e.kind);
+        f.device = e.device;
+        f.device_free_bytes = e.b;
+        f.device_total_bytes = e.c;
+        f.thread_id = e.thread_id;
+        failed_phase.push_back(attribution.innermost);
+        f.device_in_use_bytes = in_use[slot];
+        p.failed_allocations.push_back(std::move(f));
+        break;
+      }
+      case EventType::kKernel: {
+        const uint32_t slot = slots(e.device);
+        DeviceCounters& d = timeline.device(slot);
+        ++d.kernel_count;
+        d.kernel_busy_ns += e.a > e.timestamp_ns ? e.a - e.timestamp_ns : 0;
+        phases.Attribute(e.thread_id, &attribution);
+        for (int32_t phase : attribution.names) ++phases.counters(phase, slot).kernels;
+        break;
+      }
+    }
+  }
+  timeline.CloseLive(events.size());
+  phases.CloseAll(last);
+
+  // Phase names, once.
+  std::vector<std::string> phase_names;
+  for (const PhaseName& n : phases.names()) {
+    phase_names.push_back(PhaseDisplayName(s.Resolve(n.domain_id), s.Resolve(n.message_id)));
+  }
+  auto phase_name = [&phase_names](int32_t phase) {
+    return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
+  };
+  for (size_t i = 0; i < p.failed_allocations.size(); ++i) {
+    p.failed_allocations[i].phase = phase_name(failed_phase[i]);
+  }
+
+  // Devices.
+  p.devices.resize(n_slots);
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    DeviceReport& d = p.devices[slot];
+    const DeviceCounters& c = timeline.device(slot);
+    d.index = slots.index(slot);
+    auto info = s.device_info.find(d.index);
+    if (info != s.device_info.end()) {
+      d.has_info = true;
+      d.name = info->second.name;
+      d.uuid = info->second.uuid;
+      d.total_memory_bytes = info->second.total_memory_bytes;
+    }
+    d.peak.seen = c.peak_pos != kNever;
+    if (d.peak.seen) {
+      d.peak.bytes = c.peak;
+      d.peak.time_abs_ns = c.peak_ns;
+      d.peak.time_ns = rel(c.peak_ns);
+    }
+    for (int k = 0; k < kMemoryKinds; ++k) {
+      if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
+    }
+    d.live_at_exit_count = c.kinds[3].live_at_exit_count + c.kinds[4].live_at_exit_count;
+    d.live_at_exit_bytes = c.kinds[3].live_at_exit_bytes + c.kinds[4].live_at_exit_bytes;
+    d.not_program.static_peak_bytes = c.static_peak;
+    d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
+    d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
+    d.not_program.released_unknown_count = c.released_unknown_count;
+    d.not_program.released_unknown_bytes = c.released_unknown_bytes;
+    auto tracer = s.tracer_memory.find(d.index);
+    if (tracer != s.tracer_memory.end()) {
+      d.not_program.tracer_bytes = tracer->second.bytes;
+      d.not_program.tracer_description = tracer->second.description;
+    }
+    d.kernel_count = c.kernel_count;
+    d.kernel_busy_ns = c.kernel_busy_ns;
+    d.reallocated_live_address = c.reallocated_live_address;
+  }
+
+  // What was live at each device's peak: a filter over the allocation table by position.
+  std::vector<std::map<std::pair<int32_t, uint8_t>, LiveGroup>> groups(n_slots);
+  std::vector<std::vector<uint32_t>> live(n_slots);
+  const std::vector<Allocation>& allocations = timeline.allocations();
+  for (uint32_t i = 0; i < allocations.size(); ++i) {
+    const Allocation& a = allocations[i];
+    const uint64_t peak_pos = timeline.device(a.slot).peak_pos;
+    if (!IsDeviceMemory(a.kind) || peak_pos == kNever) continue;
+    if (a.birth_pos > peak_pos || a.death_pos <= peak_pos) continue;
+    LiveGroup& g = groups[a.slot][{a.phase, a.kind}];
+    ++g.count;
+    g.bytes += a.bytes;
+    live[a.slot].push_back(i);
+  }
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    DevicePeak& peak = p.devices[slot].peak;
+    for (auto& [key, g] : groups[slot]) {
+      g.phase = phase_name(key.first);
+      g.kind = MemoryKindName(key.second);
+      peak.live_by_phase_and_kind.push_back(std::move(g));
+    }
+    std::stable_sort(peak.live_by_phase_and_kind.begin(), peak.live_by_phase_and_kind.end(),
+                     [](const LiveGroup& x, const LiveGroup& y) { return x.bytes > y.bytes; });
+    std::vector<uint32_t>& ids = live[slot];
+    peak.live_count = ids.size();
+    const size_t top = std::min(options.top_allocations, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(),
+                      [&allocations](uint32_t x, uint32_t y) {
+                        if (allocations[x].bytes != allocations[y].bytes) {
+                          return allocations[x].bytes > allocations[y].bytes;
+                        }
+                        return allocations[x].birth_pos < allocations[y].birth_pos;
+                      });
+    for (size_t i = 0; i < top; ++i) {
+      const Allocation& a = allocations[ids[i]];
+      peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
+                                            phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
+                                            rel(a.birth_ns)});
+    }
+  }
+
+  // Phases, in order of first opening.
+  for (size_t i = 0; i < phases.names().size(); ++i) {
+    const PhaseName& n = phases.names()[i];
+    PhaseReport r;
+    r.name = phase_names[i];
+    r.domain = s.Resolve(n.domain_id);
+    r.message = s.Resolve(n.message_id);
+    r.occurrences = n.occurrences;
+    r.total_ns = n.total_ns;
+    r.still_open = n.still_open;
+    r.first_open_ns = rel(n.first_open_ns);
+    for (uint32_t slot = 0; slot < n_slots; ++slot) {
+      const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
+      PhaseDeviceStats d;
+      d.index = slots.index(slot);
+      d.bytes_at_entry = c.bytes_at_entry;
+      d.peak_bytes = c.peak_bytes;
+      d.peak_above_entry_bytes = c.peak_above_entry_bytes;
+      d.allocated_bytes = c.allocated_bytes;
+      d.freed_bytes = c.freed_bytes;
+      d.allocations = c.allocations;
+      d.frees = c.frees;
+      d.failed_allocations = c.failed_allocations;
+      d.kernels = c.kernels;
+      r.devices.push_back(d);
+    }
+    p.phases.push_back(std::move(r));
+  }
+
+  // Drops by source, with their windows.
+  std::map<int, DropSummary> drops;
+  for (const DropRecord& d : s.drops) {
+    DropSummary& sum = drops[d.source];
+    sum.source = DropSourceName(d.source);
+    sum.total += d.count;
+    DropWindow w;
+    w.count = d.count;
+    w.has_window = d.first_ns != 0;
+    if (w.has_window) {
+      w.first_ns = rel(d.first_ns);
+      w.last_ns = rel(std::max(d.first_ns, d.last_ns));
+    }
+    sum.windows.push_back(w);
+  }
+  for (auto& [source, sum] : drops) p.dropped.push_back(std::move(sum));
+  return p;
+}
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,16 @@
+// Internal: one process's decoded stream -> its ProcessReport (sort, one sweep, tables).
+#pragma once
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/decoded.h"
+#include "collector/engine/report.h"
+
+namespace cumemtrace::internal {
+
+// Sorts stream.events in place (time, then the tie rule of design.md, then arrival).
+ProcessReport AnalyzeProcess(DecodedStream& stream, const AnalysisOptions& options);
+
+// "DEVICE", "PINNED", ... for a v1::MemoryKind value.
+const char* MemoryKindName(uint8_t kind);
+
+}  // namespace cumemtrace::internal

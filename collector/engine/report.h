@@ -1,0 +1,197 @@
+// The result of analyzing a trace: plain data, filled by TraceAnalyzer, read by SummaryJson,
+// PrintSummaryText and anything else that wants the figures (viewers, exports, tests).
+// Times named *_ns are relative to the process's first timestamp unless named *_abs_ns
+// (absolute, in the stream's timestamp clock). Byte counts are exact.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cumemtrace {
+
+// A thread id of 0 means "not seen" throughout (as on the wire).
+struct ExitStatus {
+  enum class Source { kUnknown, kLauncher, kTracer };
+  Source source = Source::kUnknown;
+  int32_t code = 0;
+  int32_t signal = 0;  // launcher only; 0 when the process exited
+  bool core_dumped = false;
+};
+
+struct Notice {
+  std::string level;  // "info", "warning" or "" (unspecified)
+  std::string code;
+  std::string text;
+};
+
+// One DroppedRecords report.
+struct DropWindow {
+  uint64_t count = 0;
+  uint64_t first_ns = 0;  // relative; 0 with has_window false when the tracer did not know
+  uint64_t last_ns = 0;
+  bool has_window = false;
+};
+
+struct DropSummary {
+  std::string source;  // "cupti", "tracer_queue", "unspecified"
+  uint64_t total = 0;
+  std::vector<DropWindow> windows;
+};
+
+// EventBatch.sequence jumped: `missing` batches between after_sequence and the next one seen.
+struct SequenceGap {
+  uint64_t after_sequence = 0;  // last sequence seen before the gap (meaningless if at_start)
+  uint64_t next_sequence = 0;
+  uint64_t missing = 0;
+  bool at_start = false;  // the first batch seen was not sequence 0
+};
+
+struct LiveGroup {
+  std::string phase;  // "" when no phase was open
+  std::string kind;   // "DEVICE", "ARRAY"
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+};
+
+struct LiveAllocation {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  std::string kind;
+  std::string phase;
+  std::string api;  // "" when the call was not seen
+  uint32_t thread_id = 0;
+  uint64_t birth_ns = 0;
+};
+
+struct KindStats {
+  uint64_t allocations = 0;
+  uint64_t releases = 0;  // releases matched to an allocation of this kind
+  uint64_t allocated_bytes = 0;
+  uint64_t released_bytes = 0;
+  uint64_t peak_bytes = 0;  // this kind alone
+  uint64_t live_at_exit_count = 0;
+  uint64_t live_at_exit_bytes = 0;
+};
+
+struct DevicePeak {
+  bool seen = false;  // false: no device memory was ever in use
+  uint64_t bytes = 0;
+  uint64_t time_ns = 0;
+  uint64_t time_abs_ns = 0;
+  std::vector<LiveGroup> live_by_phase_and_kind;  // largest bytes first
+  std::vector<LiveAllocation> largest;            // largest first, at most top_allocations
+  uint64_t live_count = 0;
+};
+
+// Memory that is on the device but not the program's own allocations.
+struct NotProgramMemory {
+  uint64_t static_peak_bytes = 0;  // DEVICE_STATIC + MANAGED_STATIC live together, highest
+  uint64_t static_allocations = 0;
+  uint64_t static_releases = 0;
+  uint64_t tracer_bytes = 0;  // largest TracerMemory figure reported for the device
+  std::string tracer_description;
+  uint64_t released_unknown_count = 0;  // releases of addresses never seen allocated
+  uint64_t released_unknown_bytes = 0;
+};
+
+struct DeviceReport {
+  uint32_t index = 0;
+  bool has_info = false;  // a DeviceInfo arrived; otherwise only the index is known
+  std::string name;
+  std::string uuid;
+  uint64_t total_memory_bytes = 0;
+  DevicePeak peak;
+  std::map<std::string, KindStats> by_kind;  // every kind seen, by name
+  NotProgramMemory not_program;
+  uint64_t live_at_exit_count = 0;  // DEVICE + ARRAY never released
+  uint64_t live_at_exit_bytes = 0;
+  uint64_t kernel_count = 0;
+  uint64_t kernel_busy_ns = 0;  // sum of end - start (overlaps counted twice)
+  uint64_t reallocated_live_address = 0;  // allocation at an address already live (anomaly)
+};
+
+struct PhaseDeviceStats {
+  uint32_t index = 0;
+  uint64_t bytes_at_entry = 0;          // max over occurrences
+  uint64_t peak_bytes = 0;              // max over occurrences
+  uint64_t peak_above_entry_bytes = 0;  // max over occurrences of (peak - entry)
+  uint64_t allocated_bytes = 0;         // sums over attributed events
+  uint64_t freed_bytes = 0;
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t failed_allocations = 0;
+  uint64_t kernels = 0;
+};
+
+struct PhaseReport {
+  std::string name;     // message for the default domain, else "domain: message"
+  std::string domain;   // "" for the default domain
+  std::string message;
+  uint64_t occurrences = 0;
+  uint64_t total_ns = 0;
+  uint64_t still_open = 0;  // occurrences open at the end, closed at the last timestamp
+  uint64_t first_open_ns = 0;
+  std::vector<PhaseDeviceStats> devices;  // devices the process used, by index
+};
+
+struct FailedAllocationReport {
+  uint64_t time_ns = 0;
+  uint64_t time_abs_ns = 0;
+  std::string api;
+  uint64_t requested_bytes = 0;
+  int32_t error_code = 0;
+  std::string error_name;
+  std::string kind;
+  uint32_t device = 0;
+  uint64_t device_free_bytes = 0;
+  uint64_t device_total_bytes = 0;
+  uint32_t thread_id = 0;
+  std::string phase;
+  uint64_t device_in_use_bytes = 0;  // program device memory in use on that device then
+};
+
+struct ProcessReport {
+  uint32_t stream_id = 0;
+  bool has_handshake = false;
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  std::vector<std::string> command_line;
+  std::string hostname;
+  std::string tracer_version;
+  std::string timestamp_clock;  // "monotonic", "realtime", "unspecified"
+  std::string allocator_mode;
+  std::string pytorch_alloc_conf;
+  std::string injection_mode;  // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
+  bool kernels_enabled = false;
+  ExitStatus exit;
+  bool complete = false;  // an exit record (tracer or launcher) was seen
+  std::vector<std::string> incomplete_reasons;
+  bool damaged = false;  // some wire frames could not be parsed and were skipped
+  std::vector<std::string> damage;
+  std::vector<Notice> notices;
+  std::vector<DropSummary> dropped;
+  std::vector<SequenceGap> sequence_gaps;
+  uint64_t lost_batches = 0;
+  uint64_t batches = 0;
+  uint64_t events = 0;
+  uint64_t first_timestamp_abs_ns = 0;
+  uint64_t last_timestamp_abs_ns = 0;
+  uint64_t duration_ns = 0;
+  std::map<uint32_t, std::string> thread_names;
+  std::vector<DeviceReport> devices;  // by index
+  std::vector<PhaseReport> phases;    // by first opening
+  uint64_t nvtx_marks = 0;
+  uint64_t unmatched_range_closes = 0;  // pop on an empty stack, end of an unknown id
+  std::vector<FailedAllocationReport> failed_allocations;  // in time order
+};
+
+struct Report {
+  std::string trace_file;  // "" when not analyzed from a file
+  bool truncated = false;
+  std::string truncation_reason;
+  std::vector<ProcessReport> processes;  // by stream id
+};
+
+}  // namespace cumemtrace

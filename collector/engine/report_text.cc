@@ -1,0 +1,266 @@
+// PrintSummaryText: the terminal summary. Human units everywhere, exact bytes where a
+// number will be compared (the peak), columns aligned.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/report.h"
+
+namespace cumemtrace {
+namespace {
+
+std::string Format(const char* fmt, double value) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), fmt, value);
+  return buf;
+}
+
+// 1234567 -> "1,234,567"
+std::string Grouped(uint64_t value) {
+  std::string digits = std::to_string(value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string Bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return Format(value < 10 ? "%.2f" : value < 100 ? "%.1f" : "%.0f", value) + " " + kUnits[unit];
+}
+
+std::string Duration(uint64_t ns) {
+  const double v = static_cast<double>(ns);
+  if (ns < 1000) return std::to_string(ns) + " ns";
+  if (ns < 1000000) return Format("%.1f us", v / 1e3);
+  if (ns < 1000000000) return Format("%.1f ms", v / 1e6);
+  if (ns < 600ull * 1000000000) return Format("%.3f s", v / 1e9);
+  return Format("%.1f min", v / 60e9);
+}
+
+std::string At(uint64_t ns) { return "+" + Duration(ns); }
+
+std::string Phase(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
+
+std::string Join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+// Columns: the first is left-aligned (names), the rest right-aligned (numbers).
+void PrintTable(std::ostream& out, const std::string& indent,
+                const std::vector<std::vector<std::string>>& rows) {
+  if (rows.empty()) return;
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      line += c == 0 ? row[c] + pad : "  " + pad + row[c];
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+}
+
+std::string ExitText(const ExitStatus& exit) {
+  switch (exit.source) {
+    case ExitStatus::Source::kLauncher:
+      if (exit.signal != 0) {
+        return "killed by signal " + std::to_string(exit.signal) +
+               (exit.core_dumped ? " (core dumped)" : "");
+      }
+      return "exit code " + std::to_string(exit.code);
+    case ExitStatus::Source::kTracer:
+      return "exit code " + std::to_string(exit.code) + " (seen by the tracer)";
+    default:
+      return "exit unknown";
+  }
+}
+
+void PrintDevice(std::ostream& out, const DeviceReport& d) {
+  out << "  GPU " << d.index;
+  if (d.has_info) {
+    out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
+  }
+  out << '\n';
+  if (d.peak.seen) {
+    out << "    peak device memory  " << Bytes(d.peak.bytes) << " (" << Grouped(d.peak.bytes)
+        << " B) at " << At(d.peak.time_ns) << ", " << d.peak.live_count
+        << " live allocations\n";
+  } else {
+    out << "    peak device memory  none allocated\n";
+  }
+  if (!d.peak.live_by_phase_and_kind.empty()) {
+    out << "    live at peak:\n";
+    std::vector<std::vector<std::string>> rows{{"phase", "kind", "count", "bytes"}};
+    for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
+      rows.push_back({Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)});
+    }
+    PrintTable(out, "      ", rows);
+  }
+  if (!d.peak.largest.empty()) {
+    out << "    largest at peak:\n";
+    std::vector<std::vector<std::string>> rows{{"bytes", "kind", "phase", "api", "born"}};
+    for (const LiveAllocation& a : d.peak.largest) {
+      rows.push_back({Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
+                      At(a.birth_ns)});
+    }
+    PrintTable(out, "      ", rows);
+  }
+  std::vector<std::string> other;
+  for (const auto& [kind, k] : d.by_kind) {
+    if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {
+      continue;
+    }
+    other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" + Grouped(k.allocations) +
+                    " allocations)");
+  }
+  if (!other.empty()) out << "    other memory        " << Join(other, ", ") << " (not in the peak)\n";
+  const NotProgramMemory& n = d.not_program;
+  out << "    not the program's   module statics " << Bytes(n.static_peak_bytes) << " ("
+      << Grouped(n.static_allocations) << "), tracer " << Bytes(n.tracer_bytes)
+      << ", released but never seen allocated " << Grouped(n.released_unknown_count) << " ("
+      << Bytes(n.released_unknown_bytes) << ")\n";
+  if (d.live_at_exit_count > 0) {
+    out << "    live at exit        " << Grouped(d.live_at_exit_count) << " allocations, "
+        << Bytes(d.live_at_exit_bytes) << '\n';
+  }
+  if (d.kernel_count > 0) {
+    out << "    kernels             " << Grouped(d.kernel_count) << ", busy "
+        << Duration(d.kernel_busy_ns) << '\n';
+  }
+  if (d.reallocated_live_address > 0) {
+    out << "    warning: " << d.reallocated_live_address
+        << " allocations reused a live address (a release was lost)\n";
+  }
+}
+
+void PrintPhases(std::ostream& out, const ProcessReport& p) {
+  if (p.phases.empty()) return;
+  const bool many_devices = p.devices.size() > 1;
+  out << "  phases:\n";
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"phase", "n", "time"};
+  if (many_devices) header.push_back("gpu");
+  for (const char* h : {"at entry", "peak", "+above entry", "allocated", "freed", "failed"}) {
+    header.push_back(h);
+  }
+  rows.push_back(header);
+  for (const PhaseReport& ph : p.phases) {
+    std::string name = ph.name + (ph.still_open > 0 ? " (open at end)" : "");
+    bool first = true;
+    for (const PhaseDeviceStats& d : ph.devices) {
+      // Devices a phase never touched would only add zero rows.
+      if (!first && d.peak_bytes == 0 && d.allocations == 0 && d.frees == 0 &&
+          d.failed_allocations == 0) {
+        continue;
+      }
+      std::vector<std::string> row;
+      row.push_back(first ? name : "");
+      row.push_back(first ? Grouped(ph.occurrences) : "");
+      row.push_back(first ? Duration(ph.total_ns) : "");
+      if (many_devices) row.push_back(std::to_string(d.index));
+      row.push_back(Bytes(d.bytes_at_entry));
+      row.push_back(Bytes(d.peak_bytes));
+      row.push_back("+" + Bytes(d.peak_above_entry_bytes));
+      row.push_back(Bytes(d.allocated_bytes));
+      row.push_back(Bytes(d.freed_bytes));
+      row.push_back(Grouped(d.failed_allocations));
+      rows.push_back(row);
+      first = false;
+    }
+    if (first) {  // no devices at all
+      std::vector<std::string> row{name, Grouped(ph.occurrences), Duration(ph.total_ns)};
+      rows.push_back(row);
+    }
+  }
+  PrintTable(out, "    ", rows);
+}
+
+void PrintProcess(std::ostream& out, const ProcessReport& p) {
+  out << "process " << p.pid;
+  if (!p.command_line.empty()) out << ": " << Join(p.command_line, " ");
+  out << '\n';
+  std::vector<std::string> facts{ExitText(p.exit)};
+  facts.push_back("allocator " + (p.allocator_mode.empty() ? std::string("not chosen by run")
+                                                           : p.allocator_mode));
+  if (!p.pytorch_alloc_conf.empty()) facts.back() += " (" + p.pytorch_alloc_conf + ")";
+  facts.push_back("traced for " + Duration(p.duration_ns));
+  if (!p.hostname.empty()) facts.push_back("on " + p.hostname);
+  out << "  " << Join(facts, ", ") << '\n';
+
+  for (const std::string& reason : p.incomplete_reasons) out << "  warning: incomplete: " << reason << '\n';
+  for (const std::string& damage : p.damage) out << "  warning: damaged stream: " << damage << '\n';
+  for (const DropSummary& d : p.dropped) {
+    out << "  warning: " << Grouped(d.total) << " records dropped (" << d.source << ")";
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const DropWindow& w : d.windows) {
+      if (!w.has_window) continue;
+      lo = std::min(lo, w.first_ns);
+      hi = std::max(hi, w.last_ns);
+    }
+    if (lo != UINT64_MAX) out << " between " << At(lo) << " and " << At(hi);
+    out << "; figures around then are incomplete\n";
+  }
+  if (p.lost_batches > 0 || !p.sequence_gaps.empty()) {
+    out << "  warning: " << Grouped(p.lost_batches) << " event batches lost ("
+        << p.sequence_gaps.size() << " sequence gaps)\n";
+  }
+  for (const Notice& n : p.notices) {
+    out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
+  }
+  if (!p.kernels_enabled && p.has_handshake) out << "  (kernel records were off)\n";
+
+  for (const DeviceReport& d : p.devices) PrintDevice(out, d);
+  PrintPhases(out, p);
+
+  if (!p.failed_allocations.empty()) {
+    out << "  failed allocations:\n";
+    std::vector<std::vector<std::string>> rows{
+        {"when", "api", "requested", "error", "gpu", "in use", "free/total", "phase"}};
+    for (const FailedAllocationReport& f : p.failed_allocations) {
+      rows.push_back({At(f.time_ns), f.api, Bytes(f.requested_bytes) + " (" + Grouped(f.requested_bytes) + " B)",
+                      f.error_name + " (" + std::to_string(f.error_code) + ")",
+                      std::to_string(f.device), Bytes(f.device_in_use_bytes),
+                      Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
+                      Phase(f.phase)});
+    }
+    PrintTable(out, "    ", rows);
+  }
+}
+
+}  // namespace
+
+void PrintSummaryText(const Report& report, std::ostream& out) {
+  if (!report.trace_file.empty()) out << "cumemtrace summary of " << report.trace_file << '\n';
+  if (report.truncated) {
+    out << "warning: the trace is truncated (" << report.truncation_reason
+        << "); everything before the damage is shown\n";
+  }
+  if (report.processes.empty()) out << "no traced processes\n";
+  for (const ProcessReport& p : report.processes) {
+    out << '\n';
+    PrintProcess(out, p);
+  }
+}
+
+}  // namespace cumemtrace
