@@ -104,6 +104,7 @@ struct DecodedStream {
   std::vector<SequenceGap> gaps;
 
   std::optional<int32_t> process_exit_code;
+  uint64_t process_exit_ns = 0;
   std::optional<ExitStatus> launcher_exit;
   bool closed = false;
   int close_reason = 0;

@@ -158,6 +158,10 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
     if (e.type == EventType::kKernel) last = std::max(last, e.a);
   }
   if (!events.empty()) first = events.front().timestamp_ns;
+  if (s.process_exit_ns != 0) {
+    if (events.empty() || s.process_exit_ns < first) first = s.process_exit_ns;
+    last = std::max(last, s.process_exit_ns);
+  }
   for (const DropRecord& d : s.drops) {
     if (d.first_ns != 0 && (events.empty() || d.first_ns < first)) first = d.first_ns;
     last = std::max(last, d.last_ns);

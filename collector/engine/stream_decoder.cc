@@ -175,6 +175,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kProcessExit:
       stream.process_exit_code = event.process_exit().exit_code();
+      stream.process_exit_ns = event.timestamp_ns();  // the process's last instant
       return;
     case v1::Event::kNotice: {
       const v1::TracerNotice& n = event.notice();
