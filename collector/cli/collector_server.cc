@@ -1,0 +1,338 @@
+#include "collector/cli/collector_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "collector/cli/log.h"
+#include "collector/engine/framing.h"
+#include "collector/engine/trace_file.h"
+
+namespace cumemtrace {
+namespace {
+
+constexpr size_t kReadBlock = 256 * 1024;
+
+const char* CloseReasonName(v1::CloseReason reason) {
+  switch (reason) {
+    case v1::CLOSE_REASON_EOF: return "end of stream";
+    case v1::CLOSE_REASON_PROTOCOL_ERROR: return "protocol error";
+    case v1::CLOSE_REASON_COLLECTOR_SHUTDOWN: return "collector shutdown";
+    case v1::CLOSE_REASON_IO_ERROR: return "I/O error";
+    default: return "unknown";
+  }
+}
+
+std::string Hex32(uint32_t value) {
+  char text[16];
+  snprintf(text, sizeof(text), "0x%08x", value);
+  return text;
+}
+
+}  // namespace
+
+struct CollectorServer::Connection {
+  explicit Connection(int socket_fd) : fd(socket_fd), decoder(v1::MAX_WIRE_FRAME_BYTES) {}
+
+  int fd;
+  uint32_t stream_id = 0;
+  PeerInfo peer;
+  FrameDecoder decoder;
+  bool handshake_done = false;
+  uint32_t handshake_pid = 0;
+  std::string program;          // argv[0] from the handshake, for log lines
+  TraceFileWriter* file = nullptr;  // null until the policy has decided
+  std::string held;             // chunks produced before the file was known
+  bool file_failed = false;     // the policy could not give the stream a file
+  uint64_t bytes_received = 0;
+  uint64_t frames = 0;
+  v1::StreamMessage message;    // reused to validate frames
+};
+
+int ListenOnUnixSocket(const std::string& path, std::string* error) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    *error = "socket path is too long (" + std::to_string(path.size()) + " bytes, at most " +
+             std::to_string(sizeof(addr.sun_path) - 1) + "): " + path;
+    return -1;
+  }
+  memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = "cannot create a Unix socket: " + ErrnoText();
+    return -1;
+  }
+  // The directory is private already; 0600 on the socket itself is a second lock.
+  const mode_t old_umask = umask(0177);
+  const int bound = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  umask(old_umask);
+  if (bound != 0) {
+    *error = "cannot bind " + path + ": " + strerror(bind_errno);
+    close(fd);
+    return -1;
+  }
+  if (listen(fd, SOMAXCONN) != 0) {
+    *error = "cannot listen on " + path + ": " + ErrnoText();
+    close(fd);
+    unlink(path.c_str());
+    return -1;
+  }
+  return fd;
+}
+
+CollectorServer::CollectorServer(int listen_fd, StreamPolicy* policy,
+                                 const CollectorServerOptions& options)
+    : listen_fd_(listen_fd), policy_(policy), options_(options), uid_(geteuid()) {}
+
+CollectorServer::~CollectorServer() {
+  for (auto& entry : connections_) close(entry.first);
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+uint32_t CollectorServer::StreamIdForHandshakePid(uint32_t pid) const {
+  auto it = stream_by_handshake_pid_.find(pid);
+  return it == stream_by_handshake_pid_.end() ? 0 : it->second;
+}
+
+std::string CollectorServer::Describe(const Connection& c) const {
+  std::string text = "stream " + std::to_string(c.stream_id) + " (pid " +
+                     std::to_string(c.handshake_done ? c.handshake_pid
+                                                     : static_cast<uint32_t>(c.peer.pid));
+  if (!c.program.empty()) text += " " + c.program;
+  return text + ")";
+}
+
+bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
+  std::vector<pollfd> fds;
+  fds.reserve(connections_.size() + 2);
+  fds.push_back({wake_fd, POLLIN, 0});
+  fds.push_back({listen_fd_, POLLIN, 0});
+  for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
+  const int ready = poll(fds.data(), fds.size(), timeout_ms);
+  if (ready < 0) {
+    if (errno != EINTR) LogLine("poll failed: " + ErrnoText());
+    return false;
+  }
+  for (size_t i = 2; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    auto it = connections_.find(fds[i].fd);
+    if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/false);
+  }
+  if (fds[1].revents != 0) Accept();
+  return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
+}
+
+void CollectorServer::Accept() {
+  for (;;) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) LogLine("accept failed: " + ErrnoText());
+      return;
+    }
+    ucred cred{};
+    socklen_t cred_size = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) != 0) {
+      LogLine("refused a connection: cannot read its credentials: " + ErrnoText());
+      close(fd);
+      continue;
+    }
+    if (cred.uid != uid_) {
+      LogLine("refused a connection from pid " + std::to_string(cred.pid) + ": it runs as uid " +
+              std::to_string(cred.uid) + ", this collector only records uid " +
+              std::to_string(uid_));
+      close(fd);
+      continue;
+    }
+    auto connection = std::make_unique<Connection>(fd);
+    Connection* c = connection.get();
+    c->stream_id = next_stream_id_++;
+    c->peer.pid = cred.pid;
+    c->peer.uid = cred.uid;
+    connections_[fd] = std::move(connection);
+
+    c->file = policy_->FileAtAccept(c->stream_id, c->peer);
+    v1::TraceChunk opened;
+    opened.set_stream_id(c->stream_id);
+    v1::StreamOpened* record = opened.mutable_collector()->mutable_opened();
+    record->set_peer_pid(static_cast<uint32_t>(cred.pid));
+    record->set_peer_uid(static_cast<uint32_t>(cred.uid));
+    record->set_accepted_realtime_ns(RealtimeNs());
+    std::string bytes;
+    AppendChunk(opened, &bytes);
+    Write(c, bytes);
+  }
+}
+
+bool CollectorServer::Write(Connection* c, std::string_view bytes) {
+  if (c->file == nullptr) {
+    c->held.append(bytes.data(), bytes.size());
+    return true;
+  }
+  std::string error;
+  if (c->file->Append(bytes, &error)) return true;
+  LogLine(Describe(*c) + ": " + error);
+  return false;
+}
+
+bool CollectorServer::ReadFrom(Connection* c, bool drain) {
+  read_buffer_.resize(kReadBlock);
+  do {
+    const ssize_t n = read(c->fd, read_buffer_.data(), read_buffer_.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      Close(c->fd, v1::CLOSE_REASON_IO_ERROR, "read failed: " + ErrnoText());
+      return false;
+    }
+    if (n == 0) {
+      const size_t partial = c->decoder.pending_bytes();
+      Close(c->fd, v1::CLOSE_REASON_EOF,
+            partial == 0 ? std::string()
+                         : "connection ended inside a frame (" + std::to_string(partial) +
+                               " bytes discarded)");
+      return false;
+    }
+    c->bytes_received += static_cast<uint64_t>(n);
+    c->decoder.Append(read_buffer_.data(), static_cast<size_t>(n));
+
+    // Everything decoded from this read goes to the file in one write(2), before the next
+    // read: nothing received is ever held back in memory.
+    std::string out;
+    std::string error;
+    bool broken = false;
+    for (;;) {
+      std::string_view frame;
+      const FrameDecoder::Status status = c->decoder.Next(&frame);
+      if (status == FrameDecoder::Status::kNeedMore) break;
+      if (status == FrameDecoder::Status::kError) {
+        error = c->decoder.error();
+        broken = true;
+        break;
+      }
+      if (!HandleFrame(c, frame, &out, &error)) {
+        broken = true;
+        break;
+      }
+    }
+    if (!out.empty() && !Write(c, out)) {
+      Close(c->fd, v1::CLOSE_REASON_IO_ERROR, "cannot write the trace file");
+      return false;
+    }
+    if (broken) {
+      Close(c->fd, c->file_failed ? v1::CLOSE_REASON_IO_ERROR : v1::CLOSE_REASON_PROTOCOL_ERROR,
+            error);
+      return false;
+    }
+  } while (drain);
+  return true;
+}
+
+bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::string* out,
+                                  std::string* error) {
+  const uint64_t index = c->frames++;
+  if (!c->message.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+    *error = "frame " + std::to_string(index) + " is not a StreamMessage";
+    return false;
+  }
+  if (!c->handshake_done) {
+    if (!c->message.has_handshake()) {
+      *error = "the first frame is not a handshake";
+      return false;
+    }
+    const v1::Handshake& handshake = c->message.handshake();
+    if (handshake.magic() != static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)) {
+      *error = "handshake magic " + Hex32(handshake.magic()) + " is not " +
+               Hex32(static_cast<uint32_t>(v1::HANDSHAKE_MAGIC));
+      return false;
+    }
+    if (handshake.protocol_version() != static_cast<uint32_t>(v1::PROTOCOL_VERSION)) {
+      *error = "protocol version " + std::to_string(handshake.protocol_version()) +
+               " is not supported (this collector speaks " +
+               std::to_string(v1::PROTOCOL_VERSION) + ")";
+      return false;
+    }
+    c->handshake_done = true;
+    c->handshake_pid = handshake.pid();
+    if (handshake.command_line_size() > 0) c->program = handshake.command_line(0);
+    stream_by_handshake_pid_.emplace(handshake.pid(), c->stream_id);
+    if (c->file == nullptr) {
+      c->file = policy_->FileAtHandshake(c->stream_id, c->peer, handshake, error);
+      if (c->file == nullptr) {
+        c->file_failed = true;
+        return false;
+      }
+      std::string held;
+      held.swap(c->held);
+      out->insert(0, held);
+    }
+    if (options_.log_streams) {
+      LogLine(Describe(*c) + " opened -> " + c->file->path());
+    }
+  } else if (!c->message.has_batch()) {
+    *error = "frame " + std::to_string(index) + " after the handshake is not an event batch";
+    return false;
+  }
+  AppendWireFrameChunk(c->stream_id, frame, out);
+  return true;
+}
+
+void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& error) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  std::unique_ptr<Connection> c = std::move(it->second);
+  connections_.erase(it);
+  close(fd);
+
+  if (c->file != nullptr) {
+    v1::TraceChunk closed;
+    closed.set_stream_id(c->stream_id);
+    v1::StreamClosed* record = closed.mutable_collector()->mutable_closed();
+    record->set_reason(reason);
+    record->set_error(error);
+    record->set_bytes_received(c->bytes_received);
+    record->set_closed_realtime_ns(RealtimeNs());
+    std::string bytes;
+    AppendChunk(closed, &bytes);
+    Write(c.get(), bytes);
+  }
+  const bool failure =
+      reason == v1::CLOSE_REASON_PROTOCOL_ERROR || reason == v1::CLOSE_REASON_IO_ERROR;
+  if (failure || options_.log_streams) {
+    std::string line = Describe(*c) + " closed: " + CloseReasonName(reason);
+    if (!error.empty()) line += ": " + error;
+    line += " (" + std::to_string(c->bytes_received) + " bytes received)";
+    if (failure && c->file == nullptr) line += "; nothing recorded";
+    LogLine(line);
+  }
+  policy_->StreamFinished(c->stream_id, c->file);
+}
+
+void CollectorServer::CatchUp() {
+  Accept();
+  std::vector<int> fds;
+  for (const auto& entry : connections_) fds.push_back(entry.first);
+  for (int fd : fds) {
+    auto it = connections_.find(fd);
+    if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/true);
+  }
+}
+
+void CollectorServer::Shutdown() {
+  CatchUp();
+  std::vector<int> fds;
+  for (const auto& entry : connections_) fds.push_back(entry.first);
+  for (int fd : fds) Close(fd, v1::CLOSE_REASON_COLLECTOR_SHUTDOWN, "");
+}
+
+}  // namespace cumemtrace

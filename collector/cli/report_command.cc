@@ -1,0 +1,133 @@
+// `cumemtrace report`: summarize a trace file written by `run` or `daemon`.
+#include <getopt.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "collector/cli/cli_support.h"
+#include "collector/cli/commands.h"
+#include "collector/cli/log.h"
+#include "collector/cli/trace_summary.h"
+
+namespace cumemtrace {
+namespace {
+
+constexpr char kReportHelp[] = R"(Usage: cumemtrace report [OPTIONS] TRACE
+
+Prints the summary of a trace: TRACE is a .cmtrace file, or an output folder of
+`cumemtrace run` (its trace.cmtrace is used). A file that ends early (a copy taken while it
+was being written, a full disk) is reported up to where it ends, with a warning.
+
+Options:
+      --json          print summary.json's content instead of the text summary
+  -o, --output=DIR    also write DIR/summary.json (DIR is created if missing)
+  -f, --force         replace an existing DIR/summary.json
+  -h, --help          show this help
+
+Exit status: 0 on success (also for a truncated trace), 1 when TRACE cannot be read or is
+not a trace, 2 for bad usage (including an existing summary.json without --force).
+)";
+
+bool IsDirectory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Writes DIR/summary.json; with `force`, replaces an existing one atomically.
+bool WriteSummary(const std::string& dir, const std::string& json, bool force,
+                  std::string* error) {
+  if (!IsDirectory(dir) && mkdir(dir.c_str(), 0777) != 0) {
+    *error = "cannot create " + dir + ": " + strerror(errno);
+    return false;
+  }
+  const std::string path = dir + "/summary.json";
+  if (!force) {
+    if (PathExists(path)) {
+      *error = path + " already exists (use --force to replace it)";
+      return false;
+    }
+    return WriteNewFile(path, json, error);
+  }
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  if (!WriteNewFile(temporary, json, error)) return false;
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    *error = "cannot replace " + path + ": " + strerror(errno);
+    unlink(temporary.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int ReportCommand(int argc, char** argv) {
+  static const option kOptions[] = {
+      {"json", no_argument, nullptr, 'j'},
+      {"output", required_argument, nullptr, 'o'},
+      {"force", no_argument, nullptr, 'f'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  bool json = false;
+  bool force = false;
+  std::string output_dir;
+  opterr = 0;
+  optind = 1;
+  for (int opt; (opt = getopt_long(argc, argv, ":o:fh", kOptions, nullptr)) != -1;) {
+    switch (opt) {
+      case 'j': json = true; break;
+      case 'o': output_dir = optarg; break;
+      case 'f': force = true; break;
+      case 'h': fputs(kReportHelp, stdout); return 0;
+      case ':': return UsageError("report", std::string("option '") + argv[optind - 1] +
+                                                "' needs a value");
+      default:
+        return UsageError("report", std::string("unknown option '") + argv[optind - 1] + "'");
+    }
+  }
+  if (optind >= argc) return UsageError("report", "no trace file given");
+  if (optind + 1 < argc) {
+    return UsageError("report", std::string("one trace at a time (unexpected '") +
+                                    argv[optind + 1] + "')");
+  }
+  std::string path = argv[optind];
+  if (IsDirectory(path)) {
+    const std::string inside = path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
+    if (!PathExists(inside)) {
+      LogLine(path + " is a folder without a trace.cmtrace");
+      return 1;
+    }
+    path = inside;
+  }
+
+  if (!output_dir.empty() && !force && PathExists(output_dir + "/summary.json")) {
+    LogLine(output_dir + "/summary.json already exists (use --force to replace it)");
+    return kExitUsage;
+  }
+
+  TraceSummary summary;
+  std::string error;
+  if (!SummarizeTraceFile(path, &summary, &error)) {
+    LogLine(error);
+    return 1;
+  }
+  if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
+  if (!output_dir.empty() && !WriteSummary(output_dir, summary.json, force, &error)) {
+    LogLine(error);
+    return 1;
+  }
+  const std::string& out = json ? summary.json : summary.text;
+  fwrite(out.data(), 1, out.size(), stdout);
+  if (json && !out.empty() && out.back() != '\n') fputc('\n', stdout);
+  if (fflush(stdout) != 0) {
+    LogLine("cannot write the report: " + ErrnoText());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cumemtrace

@@ -1,0 +1,437 @@
+// `cumemtrace run`: launch a program with the tracer injected, collect its streams (and
+// those of its children) on a private socket into one trace file, then summarize it.
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collector/cli/cli_support.h"
+#include "collector/cli/collector_server.h"
+#include "collector/cli/commands.h"
+#include "collector/cli/log.h"
+#include "collector/cli/trace_summary.h"
+#include "collector/cli/trace_writer.h"
+
+extern char** environ;
+
+namespace cumemtrace {
+namespace {
+
+constexpr char kRunHelp[] = R"(Usage: cumemtrace run [OPTIONS] [--] PROGRAM [ARGS...]
+
+Runs PROGRAM with the cumemtrace tracer injected, records the GPU memory activity of it and
+of every process it starts into one trace file, then prints a summary on stderr (the
+program's own stdout is left untouched).
+
+Options:
+  -o, --output=DIR        write the trace into DIR (created if missing; refused when
+                          DIR/trace.cmtrace or DIR/summary.json already exists). Default: a
+                          new folder cumemtrace-<program>-<n>/ in the current directory.
+      --allocator=MODE    async (default): PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,
+                          so CUPTI sees every allocation; native: leave PyTorch's caching
+                          allocator alone. A PYTORCH_CUDA_ALLOC_CONF already set in the
+                          environment is always kept.
+      --no-kernels        do not record kernel executions (less overhead)
+      --quiet             silence the tracer's notices and do not print the summary
+  -h, --help              show this help
+
+The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
+summary.json. Exit status: the program's own, 128+N when it was killed by signal N,
+127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage.
+)";
+
+// How the traced program ended.
+struct ChildStatus {
+  int exit_code = 0;
+  int signal = 0;
+  bool core_dumped = false;
+  int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code; }
+};
+
+// Resolves PROGRAM the way execvp would, before anything is created, so that a typo leaves
+// no output folder behind. Returns 0 or the errno execvp would report.
+int ResolveProgram(const std::string& program, std::string* resolved) {
+  auto check = [](const std::string& path) -> int {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return errno;
+    if (S_ISDIR(st.st_mode)) return EISDIR;
+    if (!S_ISREG(st.st_mode) || access(path.c_str(), X_OK) != 0) return EACCES;
+    return 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    *resolved = program;
+    return check(program);
+  }
+  const char* path_env = getenv("PATH");
+  const std::string search = path_env != nullptr ? path_env : "/bin:/usr/bin";
+  int first_error = ENOENT;
+  size_t start = 0;
+  for (;;) {
+    const size_t colon = search.find(':', start);
+    std::string dir = search.substr(start, colon == std::string::npos ? std::string::npos
+                                                                      : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + program;
+    const int error = check(candidate);
+    if (error == 0) {
+      *resolved = candidate;
+      return 0;
+    }
+    // Like execvp: a file found but not executable is reported unless a later one works.
+    if ((error == EACCES || error == EISDIR) && first_error == ENOENT) first_error = error;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return first_error;
+}
+
+// Creates DIR and its missing parents; records the ones it created (deepest last).
+bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::string* error) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return true;
+    *error = dir + " exists and is not a directory";
+    return false;
+  }
+  const size_t slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > 0 &&
+      !MakeDirs(dir.substr(0, slash), created, error)) {
+    return false;
+  }
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    *error = "cannot create " + dir + ": " + strerror(errno);
+    return false;
+  }
+  created->push_back(dir);
+  return true;
+}
+
+// The environment of the traced program: ours plus the injection variables.
+std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
+                                          const std::string& allocator, bool no_kernels,
+                                          bool quiet) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  auto find = [&env](const std::string& name) -> std::string* {
+    for (std::string& entry : env) {
+      if (entry.compare(0, name.size() + 1, name + "=") == 0) return &entry;
+    }
+    return nullptr;
+  };
+  auto set = [&](const std::string& name, const std::string& value) {
+    std::string* entry = find(name);
+    if (entry != nullptr) {
+      *entry = name + "=" + value;
+    } else {
+      env.push_back(name + "=" + value);
+    }
+  };
+  auto value_of = [&](const std::string& name) -> const char* {
+    const std::string* entry = find(name);
+    return entry == nullptr ? nullptr : entry->c_str() + name.size() + 1;
+  };
+
+  // ld.so splits LD_PRELOAD on ':' and spaces; ':' is the separator that survives paths.
+  const char* preload = value_of("LD_PRELOAD");
+  set("LD_PRELOAD", preload != nullptr && *preload != '\0' ? tracer + ":" + preload : tracer);
+  for (const char* name : {"CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH"}) {
+    const char* current = value_of(name);
+    if (current == nullptr || *current == '\0') set(name, tracer);
+  }
+  set("CUMEMTRACE_SOCKET", socket);
+  if (no_kernels) set("CUMEMTRACE_KERNELS", "0");
+  if (quiet) set("CUMEMTRACE_QUIET", "1");
+  if (value_of("PYTORCH_CUDA_ALLOC_CONF") != nullptr) {
+    set("CUMEMTRACE_ALLOCATOR_MODE", "user");
+  } else if (allocator == "async") {
+    set("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync");
+    set("CUMEMTRACE_ALLOCATOR_MODE", "async");
+  } else {
+    set("CUMEMTRACE_ALLOCATOR_MODE", "native");
+  }
+  return env;
+}
+
+// The run's one trace file receives every stream.
+class SharedFilePolicy : public StreamPolicy {
+ public:
+  explicit SharedFilePolicy(TraceFileWriter* file) : file_(file) {}
+  TraceFileWriter* FileAtAccept(uint32_t, const PeerInfo&) override { return file_; }
+  TraceFileWriter* FileAtHandshake(uint32_t, const PeerInfo&, const v1::Handshake&,
+                                   std::string* error) override {
+    *error = "no trace file";  // unreachable: FileAtAccept always answers
+    return nullptr;
+  }
+  void StreamFinished(uint32_t, TraceFileWriter*) override {}
+
+ private:
+  TraceFileWriter* file_;
+};
+
+int64_t MonotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Removes what `run` created when the program could not be started.
+void RemoveCreated(const std::string& trace_path, const std::vector<std::string>& dirs) {
+  if (!trace_path.empty()) unlink(trace_path.c_str());
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) rmdir(it->c_str());
+}
+
+}  // namespace
+
+int RunCommand(int argc, char** argv) {
+  static const option kOptions[] = {
+      {"output", required_argument, nullptr, 'o'},
+      {"allocator", required_argument, nullptr, 'a'},
+      {"no-kernels", no_argument, nullptr, 'k'},
+      {"quiet", no_argument, nullptr, 'q'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  std::string output_dir;
+  std::string allocator = "async";
+  bool no_kernels = false;
+  bool quiet = false;
+  opterr = 0;
+  optind = 1;
+  // '+': stop at the program name, so its own options are left alone.
+  for (int opt; (opt = getopt_long(argc, argv, "+:o:h", kOptions, nullptr)) != -1;) {
+    switch (opt) {
+      case 'o': output_dir = optarg; break;
+      case 'a':
+        allocator = optarg;
+        if (allocator != "async" && allocator != "native") {
+          return UsageError("run", "--allocator must be 'async' or 'native', not '" +
+                                       allocator + "'");
+        }
+        break;
+      case 'k': no_kernels = true; break;
+      case 'q': quiet = true; break;
+      case 'h': fputs(kRunHelp, stdout); return 0;
+      case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
+                                             "' needs a value");
+      default: return UsageError("run", std::string("unknown option '") + argv[optind - 1] + "'");
+    }
+  }
+  if (optind >= argc) return UsageError("run", "no program to run");
+  if (output_dir.empty() && !PathExists(".")) return UsageError("run", "no current directory");
+  char** program_argv = argv + optind;
+  const std::string program = program_argv[0];
+
+  const std::string tracer = TracerLibraryPath();
+  if (access(tracer.c_str(), R_OK) != 0) {
+    LogLine("cannot find the tracer library " + tracer + ": " + ErrnoText() +
+            " (set CUMEMTRACE_TRACER_LIB, or reinstall cumemtrace)");
+    return kExitUsage;
+  }
+  std::string executable;
+  if (const int error = ResolveProgram(program, &executable); error != 0) {
+    LogLine("cannot run '" + program + "': " + strerror(error));
+    return error == ENOENT ? 127 : 126;
+  }
+
+  // The output folder: created only now that the program is known to exist.
+  std::vector<std::string> created_dirs;
+  std::string error;
+  if (!output_dir.empty()) {
+    while (output_dir.size() > 1 && output_dir.back() == '/') output_dir.pop_back();
+    for (const char* name : {"trace.cmtrace", "summary.json"}) {
+      if (PathExists(output_dir + "/" + name)) {
+        LogLine(output_dir + "/" + name +
+                " already exists; choose another folder with -o (nothing was changed)");
+        return kExitUsage;
+      }
+    }
+    if (!MakeDirs(output_dir, &created_dirs, &error)) {
+      LogLine(error);
+      return kExitUsage;
+    }
+  } else {
+    const std::string prefix = "cumemtrace-" + BaseName(program) + "-";
+    for (int n = 1;; ++n) {
+      const std::string candidate = prefix + std::to_string(n);
+      if (mkdir(candidate.c_str(), 0777) == 0) {
+        output_dir = candidate;
+        created_dirs.push_back(candidate);
+        break;
+      }
+      if (errno != EEXIST) {
+        LogLine("cannot create " + candidate + ": " + ErrnoText());
+        return 1;
+      }
+    }
+  }
+  const std::string trace_path = output_dir + "/trace.cmtrace";
+  std::unique_ptr<TraceFileWriter> trace = TraceFileWriter::Create(trace_path, &error);
+  if (trace == nullptr) {
+    LogLine(error);
+    RemoveCreated("", created_dirs);
+    return 1;
+  }
+
+  // The private collector socket, in a fresh 0700 directory.
+  std::string socket_dir = RuntimeBaseDir() + "/cumemtrace-run-XXXXXX";
+  if (mkdtemp(socket_dir.data()) == nullptr) {
+    LogLine("cannot create a private directory for the collector socket under " +
+            RuntimeBaseDir() + ": " + ErrnoText());
+    RemoveCreated(trace_path, created_dirs);
+    return 1;
+  }
+  const std::string socket_path = socket_dir + "/collector.sock";
+  auto remove_socket = [&]() {
+    unlink(socket_path.c_str());
+    rmdir(socket_dir.c_str());
+  };
+  const int listen_fd = ListenOnUnixSocket(socket_path, &error);
+  if (listen_fd < 0) {
+    LogLine(error);
+    remove_socket();
+    RemoveCreated(trace_path, created_dirs);
+    return 1;
+  }
+  SharedFilePolicy policy(trace.get());
+  CollectorServer server(listen_fd, &policy, CollectorServerOptions());
+
+  // Signals arrive through a signalfd. SIGINT/SIGQUIT are read and dropped while the
+  // program runs (the terminal sends them to its whole process group, so the program gets
+  // them itself, as with `time`); SIGTERM/SIGHUP are passed on to it.
+  sigset_t original_mask;
+  const int signal_fd =
+      BlockSignalsIntoFd({SIGCHLD, SIGINT, SIGQUIT, SIGTERM, SIGHUP}, &original_mask);
+  if (signal_fd < 0) {
+    LogLine("cannot set up signal handling: " + ErrnoText());
+    remove_socket();
+    RemoveCreated(trace_path, created_dirs);
+    return 1;
+  }
+
+  const std::vector<std::string> env_strings =
+      ChildEnvironment(tracer, socket_path, allocator, no_kernels, quiet);
+  std::vector<char*> child_env;
+  for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
+  child_env.push_back(nullptr);
+
+  // exec failures come back through a close-on-exec pipe: EOF means exec succeeded.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    LogLine("cannot create a pipe: " + ErrnoText());
+    remove_socket();
+    RemoveCreated(trace_path, created_dirs);
+    return 1;
+  }
+  const pid_t child = fork();
+  if (child < 0) {
+    LogLine("cannot fork: " + ErrnoText());
+    remove_socket();
+    RemoveCreated(trace_path, created_dirs);
+    return 1;
+  }
+  if (child == 0) {
+    // Only async-signal-safe calls from here on.
+    close(exec_pipe[0]);
+    sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+    execve(executable.c_str(), program_argv, child_env.data());
+    const int exec_errno = errno;
+    ssize_t ignored = write(exec_pipe[1], &exec_errno, sizeof(exec_errno));
+    (void)ignored;
+    _exit(exec_errno == ENOENT ? 127 : 126);
+  }
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t got;
+  do {
+    got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
+  } while (got < 0 && errno == EINTR);
+  close(exec_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
+    waitpid(child, nullptr, 0);
+    LogLine("cannot run '" + program + "': " + strerror(exec_errno));
+    trace.reset();
+    remove_socket();
+    RemoveCreated(trace_path, created_dirs);
+    return exec_errno == ENOENT ? 127 : 126;
+  }
+
+  // Serve until the program ends.
+  ChildStatus status;
+  bool child_done = false;
+  while (!child_done) {
+    if (!server.PollOnce(-1, signal_fd)) continue;
+    signalfd_siginfo info;
+    while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGTERM || sig == SIGHUP) kill(child, sig);
+    }
+    int wstatus = 0;
+    const pid_t done = waitpid(child, &wstatus, WNOHANG);
+    if (done == child) {
+      child_done = true;
+      if (WIFSIGNALED(wstatus)) {
+        status.signal = WTERMSIG(wstatus);
+        status.core_dumped = WCOREDUMP(wstatus);
+      } else {
+        status.exit_code = WEXITSTATUS(wstatus);
+      }
+    }
+  }
+
+  // Everything the program sent before it ended is in the socket buffers: take it in, so
+  // its handshake (and so its stream id) is known, then record how it ended.
+  server.CatchUp();
+  v1::TraceChunk exit_chunk;
+  exit_chunk.set_stream_id(server.StreamIdForHandshakePid(static_cast<uint32_t>(child)));
+  v1::LauncherExit* launcher_exit = exit_chunk.mutable_collector()->mutable_launcher_exit();
+  launcher_exit->set_pid(static_cast<uint32_t>(child));
+  launcher_exit->set_exit_code(status.exit_code);
+  launcher_exit->set_signal(status.signal);
+  launcher_exit->set_core_dumped(status.core_dumped);
+  if (!trace->AppendChunk(exit_chunk, &error)) LogLine(error);
+
+  // Children the program left behind may still be sending; give them a grace period.
+  const int64_t deadline = MonotonicMs() + 2000;
+  while (server.open_streams() > 0) {
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) break;
+    if (server.PollOnce(static_cast<int>(left), signal_fd)) {
+      signalfd_siginfo info;
+      bool stop = false;
+      while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+        if (info.ssi_signo != SIGCHLD) stop = true;  // the user wants out: stop waiting
+      }
+      if (stop) break;
+    }
+  }
+  server.Shutdown();
+  remove_socket();
+  if (!trace->Close(&error)) LogLine(error);
+  trace.reset();
+  close(signal_fd);
+  sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+
+  TraceSummary summary;
+  if (!SummarizeTraceFile(trace_path, &summary, &error)) {
+    LogLine("cannot analyze " + trace_path + ": " + error);
+  } else {
+    if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
+    if (!WriteNewFile(output_dir + "/summary.json", summary.json, &error)) LogLine(error);
+    if (!quiet) fputs(summary.text.c_str(), stderr);
+  }
+  LogLine("trace written to " + output_dir + "/ \xe2\x80\x94 look again with: cumemtrace report " +
+          trace_path);
+  return status.ShellStatus();
+}
+
+}  // namespace cumemtrace

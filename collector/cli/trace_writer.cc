@@ -1,0 +1,95 @@
+#include "collector/cli/trace_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "collector/engine/trace_file.h"
+
+#ifndef CUMEMTRACE_VERSION
+#define CUMEMTRACE_VERSION "unknown"
+#endif
+
+namespace cumemtrace {
+
+uint64_t RealtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+std::unique_ptr<TraceFileWriter> TraceFileWriter::Create(const std::string& path,
+                                                         std::string* error) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "cannot create " + path + ": " + strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<TraceFileWriter> writer(new TraceFileWriter(fd, path));
+  std::string start(TraceFilePreamble());
+  v1::TraceChunk header;
+  header.set_stream_id(0);
+  v1::FileHeader* file_header = header.mutable_file_header();
+  file_header->set_writer_version(CUMEMTRACE_VERSION);
+  file_header->set_created_realtime_ns(RealtimeNs());
+  file_header->set_hostname(HostName());
+  cumemtrace::AppendChunk(header, &start);
+  if (!writer->Append(start, error)) return nullptr;
+  return writer;
+}
+
+TraceFileWriter::~TraceFileWriter() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool TraceFileWriter::Append(std::string_view bytes, std::string* error) {
+  if (!failure_.empty() || fd_ < 0) {
+    *error = failure_.empty() ? path_ + " is closed" : failure_;
+    return false;
+  }
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t n = write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      failure_ = "cannot write " + path_ + ": " + strerror(errno);
+      *error = failure_;
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+    bytes_written_ += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+bool TraceFileWriter::AppendChunk(const v1::TraceChunk& chunk, std::string* error) {
+  std::string bytes;
+  cumemtrace::AppendChunk(chunk, &bytes);
+  return Append(bytes, error);
+}
+
+bool TraceFileWriter::Close(std::string* error) {
+  if (fd_ < 0) return true;
+  const int rc = close(fd_);
+  fd_ = -1;
+  if (rc != 0 && errno != EINTR) {
+    *error = "cannot write " + path_ + ": " + strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace cumemtrace

@@ -1,0 +1,47 @@
+// A trace file being written: created exclusively (never overwrites), mode 0600, and every
+// append goes straight to write(2) so a crash of anyone loses nothing already received.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+
+class TraceFileWriter {
+ public:
+  // Creates `path` with O_CREAT|O_EXCL (mode 0600) and writes the preamble and a
+  // FileHeader chunk. Null with *error set when the file exists or cannot be written.
+  static std::unique_ptr<TraceFileWriter> Create(const std::string& path, std::string* error);
+  ~TraceFileWriter();
+  TraceFileWriter(const TraceFileWriter&) = delete;
+  TraceFileWriter& operator=(const TraceFileWriter&) = delete;
+
+  // Appends already-framed bytes. After a failed write the file may end inside a chunk, so
+  // the writer refuses every later append (a reader then sees a cleanly truncated file).
+  bool Append(std::string_view bytes, std::string* error);
+  bool AppendChunk(const v1::TraceChunk& chunk, std::string* error);
+  // Closes the file; false when close(2) reports a deferred write error.
+  bool Close(std::string* error);
+
+  const std::string& path() const { return path_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  TraceFileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_;
+  std::string path_;
+  uint64_t bytes_written_ = 0;
+  std::string failure_;  // first write error; non-empty means the writer is dead
+};
+
+// CLOCK_REALTIME in nanoseconds.
+uint64_t RealtimeNs();
+// gethostname(), "" when unavailable.
+std::string HostName();
+
+}  // namespace cumemtrace

@@ -1,0 +1,638 @@
+// End-to-end tests of the `cumemtrace` executable without a GPU: the real binary is spawned,
+// with a fake tracer client (fake_tracer) in place of the traced program, and what it writes
+// is read back with the engine's TraceFileReader.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collector/engine/trace_file.h"
+#include "cumemtrace/v1/trace.pb.h"
+
+extern char** environ;
+
+namespace cumemtrace {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kCli = CUMEMTRACE_BIN;
+const std::string kFake = FAKE_TRACER_BIN;
+const std::string kStub = PRELOAD_STUB_LIB;
+
+using EnvOverrides = std::vector<std::pair<std::string, std::optional<std::string>>>;
+
+// The environment every spawned cumemtrace gets: ours, with the preload stub as "tracer" and
+// nothing inherited that would change what the tests check.
+std::vector<std::string> ChildEnv(const EnvOverrides& overrides) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const char* name : {"CUMEMTRACE_SOCKET", "LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF",
+                           "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH",
+                           "CUMEMTRACE_KERNELS", "CUMEMTRACE_QUIET"}) {
+    env.erase(name);
+  }
+  env["CUMEMTRACE_TRACER_LIB"] = kStub;
+  for (const auto& [name, value] : overrides) {
+    if (value.has_value()) {
+      env[name] = *value;
+    } else {
+      env.erase(name);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+  return out;
+}
+
+// A spawned process with its stdout and stderr on pipes.
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+};
+
+Child Spawn(const std::vector<std::string>& args, const std::string& cwd,
+            const EnvOverrides& overrides) {
+  std::vector<std::string> env_strings = ChildEnv(overrides);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) abort();
+  Child child;
+  child.pid = fork();
+  if (child.pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(120);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(121);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  child.out_fd = out_pipe[0];
+  child.err_fd = err_pipe[0];
+  return child;
+}
+
+struct Result {
+  int exit_code = -1;  // 128+N when killed by signal N
+  std::string out;
+  std::string err;
+};
+
+int ExitCodeOf(int wait_status) {
+  return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+}
+
+// Reads both pipes to EOF, then reaps the child.
+Result Finish(Child child) {
+  Result result;
+  pollfd fds[2] = {{child.out_fd, POLLIN, 0}, {child.err_fd, POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[65536];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  int status = 0;
+  waitpid(child.pid, &status, 0);
+  result.exit_code = ExitCodeOf(status);
+  return result;
+}
+
+Result RunCli(const std::vector<std::string>& args, const std::string& cwd = "",
+              const EnvOverrides& overrides = {}) {
+  std::vector<std::string> full = {kCli};
+  full.insert(full.end(), args.begin(), args.end());
+  return Finish(Spawn(full, cwd, overrides));
+}
+
+// What a trace file holds, per stream.
+struct TraceContents {
+  TraceFileReader::Result end = TraceFileReader::Result::kError;
+  std::string error;
+  bool has_file_header = false;
+  std::map<uint32_t, v1::StreamOpened> opened;
+  std::map<uint32_t, v1::Handshake> handshakes;
+  std::map<uint32_t, int> batches;
+  std::map<uint32_t, int> events;
+  std::map<uint32_t, v1::StreamClosed> closed;
+  std::vector<std::pair<uint32_t, v1::LauncherExit>> launcher_exits;
+};
+
+TraceContents ReadTrace(const std::string& path) {
+  TraceContents t;
+  TraceFileReader reader;
+  if (!reader.Open(path)) {
+    t.error = reader.error();
+    return t;
+  }
+  v1::TraceChunk chunk;
+  for (;;) {
+    const TraceFileReader::Result r = reader.Next(&chunk);
+    if (r != TraceFileReader::Result::kChunk) {
+      t.end = r;
+      t.error = reader.error();
+      return t;
+    }
+    const uint32_t id = chunk.stream_id();
+    if (chunk.has_file_header()) t.has_file_header = true;
+    if (chunk.has_collector()) {
+      const v1::CollectorRecord& record = chunk.collector();
+      if (record.has_opened()) t.opened[id] = record.opened();
+      if (record.has_closed()) t.closed[id] = record.closed();
+      if (record.has_launcher_exit()) t.launcher_exits.emplace_back(id, record.launcher_exit());
+    }
+    if (chunk.content_case() == v1::TraceChunk::kWireFrame) {
+      v1::StreamMessage message;
+      EXPECT_TRUE(message.ParseFromString(chunk.wire_frame()));
+      if (message.has_handshake()) t.handshakes[id] = message.handshake();
+      if (message.has_batch()) {
+        ++t.batches[id];
+        t.events[id] += message.batch().events_size();
+      }
+    }
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+unsigned FileMode(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
+class CliEndToEnd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/cumemtrace-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    tmp_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(tmp_, ignored);
+  }
+  std::string tmp_;
+};
+
+// --- run --------------------------------------------------------------------------------
+
+TEST_F(CliEndToEnd, RunRecordsTheStreamAndReturnsTheExitCode) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=5", "--events=7", "--exit=3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const std::string trace = out + "/trace.cmtrace";
+  EXPECT_EQ(FileMode(trace), 0600u);
+  TraceContents t = ReadTrace(trace);
+  EXPECT_EQ(t.end, TraceFileReader::Result::kEnd) << t.error;
+  EXPECT_TRUE(t.has_file_header);
+  ASSERT_EQ(t.handshakes.size(), 1u);
+  EXPECT_EQ(t.handshakes.begin()->first, 1u);
+  EXPECT_EQ(t.opened.count(1), 1u);
+  EXPECT_EQ(t.batches.at(1), 5);
+  EXPECT_EQ(t.events.at(1), 35);
+  ASSERT_EQ(t.closed.count(1), 1u);
+  EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_EOF);
+  ASSERT_EQ(t.launcher_exits.size(), 1u);
+  EXPECT_EQ(t.launcher_exits[0].first, 1u);  // the child's own stream
+  EXPECT_EQ(t.launcher_exits[0].second.pid(), t.handshakes.at(1).pid());
+  EXPECT_EQ(t.launcher_exits[0].second.exit_code(), 3);
+  EXPECT_EQ(t.launcher_exits[0].second.signal(), 0);
+  EXPECT_TRUE(fs::exists(out + "/summary.json"));
+  EXPECT_NE(r.err.find("cumemtrace: trace written to " + out + "/"), std::string::npos) << r.err;
+}
+
+TEST_F(CliEndToEnd, RunReportsDeathBySignalAsShellDoes) {
+  const std::pair<std::string, int> cases[] = {{"kill", 128 + SIGKILL}, {"segv", 128 + SIGSEGV}};
+  for (const auto& [how, expected] : cases) {
+    const std::string out = tmp_ + "/" + how;
+    const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=4", "--die=" + how});
+    EXPECT_EQ(r.exit_code, expected) << how << ": " << r.err;
+    TraceContents t = ReadTrace(out + "/trace.cmtrace");
+    // Everything sent before the crash is in the file.
+    EXPECT_EQ(t.batches[1], 4) << how;
+    ASSERT_EQ(t.launcher_exits.size(), 1u) << how;
+    EXPECT_EQ(t.launcher_exits[0].second.signal(), expected - 128) << how;
+  }
+}
+
+TEST_F(CliEndToEnd, RunWithoutAHandshakeRecordsLauncherExitOnStreamZero) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", kFake, "--no-connect", "--exit=5"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  TraceContents t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.launcher_exits.size(), 1u);
+  EXPECT_EQ(t.launcher_exits[0].first, 0u);
+  EXPECT_EQ(t.launcher_exits[0].second.exit_code(), 5);
+}
+
+TEST_F(CliEndToEnd, MalformedConnectionIsRefusedWhileAConcurrentOneIsRecorded) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli(
+      {"run", "-o", out, "--", kFake, "--also-bad-connection", "--batches=6", "--events=3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  TraceContents t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.closed.size(), 2u);
+  EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_EOF);
+  EXPECT_EQ(t.events.at(1), 18);
+  EXPECT_EQ(t.closed.at(2).reason(), v1::CLOSE_REASON_PROTOCOL_ERROR);
+  EXPECT_FALSE(t.closed.at(2).error().empty());
+  EXPECT_EQ(t.handshakes.count(2), 0u);
+  EXPECT_NE(r.err.find("stream 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("protocol error"), std::string::npos) << r.err;
+}
+
+TEST_F(CliEndToEnd, ProtocolViolationsCloseTheConnectionWithAReason) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--first-frame=garbage"}, "not a StreamMessage"},
+      {{"--first-frame=bad-magic"}, "magic"},
+      {{"--first-frame=bad-version"}, "protocol version 999"},
+      {{"--first-frame=batch"}, "not a handshake"},
+      {{"--oversized"}, "exceeds the limit"},
+      {{"--garbage-after-handshake"}, "not a StreamMessage"},
+  };
+  int n = 0;
+  for (const auto& [flags, expected_error] : cases) {
+    const std::string out = tmp_ + "/case" + std::to_string(n++);
+    std::vector<std::string> args = {"run", "-o", out, "--", kFake};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const Result r = RunCli(args);
+    EXPECT_EQ(r.exit_code, 0) << flags[0] << ": " << r.err;
+    TraceContents t = ReadTrace(out + "/trace.cmtrace");
+    ASSERT_EQ(t.closed.count(1), 1u) << flags[0];
+    EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_PROTOCOL_ERROR) << flags[0];
+    EXPECT_NE(t.closed.at(1).error().find(expected_error), std::string::npos)
+        << flags[0] << ": " << t.closed.at(1).error();
+    EXPECT_EQ(t.batches[1], 0) << flags[0];
+  }
+}
+
+TEST_F(CliEndToEnd, ConnectionEndingInsideAFrameKeepsTheWholeFrames) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=3", "--partial-frame"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  TraceContents t = ReadTrace(out + "/trace.cmtrace");
+  EXPECT_EQ(t.batches.at(1), 3);
+  EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_EOF);
+  EXPECT_NE(t.closed.at(1).error().find("inside a frame"), std::string::npos);
+}
+
+TEST_F(CliEndToEnd, MissingProgramExits127AndLeavesNoFolder) {
+  const Result r = RunCli({"run", "--", "cumemtrace-no-such-program"}, tmp_);
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err,
+            "cumemtrace: cannot run 'cumemtrace-no-such-program': No such file or directory\n");
+  EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+TEST_F(CliEndToEnd, NonExecutableProgramExits126AndLeavesNoFolder) {
+  const std::string script = tmp_ + "/not-executable";
+  { std::ofstream(script) << "#!/bin/sh\n"; }
+  chmod(script.c_str(), 0644);
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", script}, tmp_);
+  EXPECT_EQ(r.exit_code, 126);
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(CliEndToEnd, OutputOntoAnExistingTraceIsRefusedAndLeftUntouched) {
+  const std::string out = tmp_ + "/out";
+  fs::create_directory(out);
+  const std::string previous = "CMTRACE\x01 an earlier trace";
+  { std::ofstream(out + "/trace.cmtrace", std::ios::binary) << previous; }
+  const Result r = RunCli({"run", "-o", out, "--", kFake, "--print-lines=1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");  // the program never ran
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadFile(out + "/trace.cmtrace"), previous);
+  EXPECT_FALSE(fs::exists(out + "/summary.json"));
+}
+
+TEST_F(CliEndToEnd, DefaultOutputFoldersAreNumbered) {
+  for (int i = 0; i < 2; ++i) {
+    const Result r = RunCli({"run", kFake, "--batches=1"}, tmp_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  const std::string base = tmp_ + "/cumemtrace-" + fs::path(kFake).filename().string();
+  EXPECT_TRUE(fs::exists(base + "-1/trace.cmtrace"));
+  EXPECT_TRUE(fs::exists(base + "-2/trace.cmtrace"));
+}
+
+TEST_F(CliEndToEnd, MissingTracerIsAUsageError) {
+  const Result r = RunCli({"run", kFake}, tmp_, {{"CUMEMTRACE_TRACER_LIB", "/nonexistent.so"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("tracer library"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+TEST_F(CliEndToEnd, ProgramStdoutIsByteIdenticalUnderRun) {
+  const Result direct = Finish(Spawn({kFake, "--no-connect", "--print-lines=3000"}, tmp_, {}));
+  ASSERT_EQ(direct.exit_code, 0);
+  const Result traced =
+      RunCli({"run", "-o", tmp_ + "/out", "--", kFake, "--print-lines=3000"}, tmp_);
+  EXPECT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_EQ(traced.out, direct.out);
+  EXPECT_GT(direct.out.size(), 3000u);
+}
+
+TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
+  const std::vector<std::string> vars = {
+      "--print-env=LD_PRELOAD", "--print-env=CUDA_INJECTION64_PATH",
+      "--print-env=NVTX_INJECTION64_PATH", "--print-env=PYTORCH_CUDA_ALLOC_CONF",
+      "--print-env=CUMEMTRACE_ALLOCATOR_MODE", "--print-env=CUMEMTRACE_KERNELS",
+      "--print-env=CUMEMTRACE_QUIET"};
+  const std::string stub = fs::canonical(kStub).string();
+  {
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/a", "--", kFake, "--no-connect"};
+    args.insert(args.end(), vars.begin(), vars.end());
+    const Result r = RunCli(args, "", {{"LD_PRELOAD", "libother.so"}});
+    EXPECT_EQ(r.out, "LD_PRELOAD=" + stub + ":libother.so\nCUDA_INJECTION64_PATH=" + stub +
+                         "\nNVTX_INJECTION64_PATH=" + stub +
+                         "\nPYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync\n"
+                         "CUMEMTRACE_ALLOCATOR_MODE=async\nCUMEMTRACE_KERNELS unset\n"
+                         "CUMEMTRACE_QUIET unset\n");
+  }
+  {
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/b", "--allocator=native",
+                                      "--no-kernels", "--quiet", "--", kFake, "--no-connect"};
+    args.insert(args.end(), vars.begin(), vars.end());
+    const Result r = RunCli(args, "", {{"CUDA_INJECTION64_PATH", "/other/inject.so"}});
+    EXPECT_EQ(r.out, "LD_PRELOAD=" + stub + "\nCUDA_INJECTION64_PATH=/other/inject.so\n"
+                         "NVTX_INJECTION64_PATH=" + stub +
+                         "\nPYTORCH_CUDA_ALLOC_CONF unset\nCUMEMTRACE_ALLOCATOR_MODE=native\n"
+                         "CUMEMTRACE_KERNELS=0\nCUMEMTRACE_QUIET=1\n");
+  }
+  {
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/c", "--", kFake, "--no-connect",
+                                     "--print-env=PYTORCH_CUDA_ALLOC_CONF",
+                                     "--print-env=CUMEMTRACE_ALLOCATOR_MODE"};
+    const Result r = RunCli(args, "", {{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}});
+    EXPECT_EQ(r.out,
+              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nCUMEMTRACE_ALLOCATOR_MODE=user\n");
+  }
+}
+
+TEST_F(CliEndToEnd, UsageErrorsExit2WithOneMessage) {
+  const std::vector<std::vector<std::string>> cases = {
+      {}, {"frobnicate"}, {"run"}, {"run", "--bogus", kFake}, {"run", "--allocator=fast", kFake},
+      {"report"}, {"daemon", "extra"}};
+  for (const auto& args : cases) {
+    const Result r = RunCli(args, tmp_);
+    EXPECT_EQ(r.exit_code, 2) << (args.empty() ? "(none)" : args[0]);
+    EXPECT_EQ(r.out, "");
+  }
+  const Result unknown = RunCli({"frobnicate"});
+  EXPECT_EQ(unknown.err.rfind("cumemtrace: ", 0), 0u) << unknown.err;
+  EXPECT_EQ(std::count(unknown.err.begin(), unknown.err.end(), '\n'), 1);
+  EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+TEST_F(CliEndToEnd, HelpAndVersion) {
+  for (const char* command : {"run", "report", "daemon"}) {
+    const Result r = RunCli({command, "--help"});
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.out.find(std::string("Usage: cumemtrace ") + command), std::string::npos);
+  }
+  const Result help = RunCli({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("Commands:"), std::string::npos);
+  const Result version = RunCli({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("cumemtrace ", 0), 0u);
+}
+
+// --- report -----------------------------------------------------------------------------
+
+TEST_F(CliEndToEnd, ReportReadsAFolderAFileAndATruncatedCopy) {
+  const std::string out = tmp_ + "/out";
+  ASSERT_EQ(RunCli({"run", "-o", out, "--", kFake, "--batches=8", "--events=20"}).exit_code, 0);
+  const std::string trace = out + "/trace.cmtrace";
+
+  const Result from_folder = RunCli({"report", out});
+  EXPECT_EQ(from_folder.exit_code, 0) << from_folder.err;
+  EXPECT_FALSE(from_folder.out.empty());
+  const Result json = RunCli({"report", "--json", trace});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(json.out, ReadFile(out + "/summary.json") +
+                          (ReadFile(out + "/summary.json").back() == '\n' ? "" : "\n"));
+
+  const std::string whole = ReadFile(trace);
+  const std::string cut = tmp_ + "/cut.cmtrace";
+  { std::ofstream(cut, std::ios::binary) << whole.substr(0, whole.size() * 2 / 3); }
+  const Result truncated = RunCli({"report", cut});
+  EXPECT_EQ(truncated.exit_code, 0) << truncated.err;
+  EXPECT_NE(truncated.err.find("cumemtrace: warning: "), std::string::npos) << truncated.err;
+  EXPECT_NE(truncated.err.find("truncated"), std::string::npos) << truncated.err;
+  EXPECT_FALSE(truncated.out.empty());
+}
+
+TEST_F(CliEndToEnd, ReportWritesSummaryJsonOnlyWhereAllowed) {
+  const std::string out = tmp_ + "/out";
+  ASSERT_EQ(RunCli({"run", "-o", out, "--", kFake}).exit_code, 0);
+  const std::string dest = tmp_ + "/dest";
+  EXPECT_EQ(RunCli({"report", "-o", dest, out}).exit_code, 0);
+  EXPECT_EQ(ReadFile(dest + "/summary.json"), ReadFile(out + "/summary.json"));
+  { std::ofstream(dest + "/summary.json") << "mine"; }
+  const Result refused = RunCli({"report", "-o", dest, out});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(ReadFile(dest + "/summary.json"), "mine");
+  EXPECT_EQ(RunCli({"report", "--force", "-o", dest, out}).exit_code, 0);
+  EXPECT_EQ(ReadFile(dest + "/summary.json"), ReadFile(out + "/summary.json"));
+}
+
+TEST_F(CliEndToEnd, ReportOnANonTraceFailsWithOneMessage) {
+  const std::string text = tmp_ + "/notes.txt";
+  { std::ofstream(text) << "hello, not a trace\n"; }
+  for (const std::string& path : {text, tmp_ + "/missing.cmtrace", tmp_}) {
+    const Result r = RunCli({"report", path});
+    EXPECT_EQ(r.exit_code, 1) << path;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind("cumemtrace: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+// --- daemon -----------------------------------------------------------------------------
+
+// Reads stderr of a running daemon line by line, with a deadline so a broken daemon fails
+// the test instead of hanging it.
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd) {}
+  std::optional<std::string> Next(int timeout_ms = 10000) {
+    for (;;) {
+      const size_t newline = buffer_.find('\n');
+      if (newline != std::string::npos) {
+        std::string line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        return line;
+      }
+      pollfd pfd = {fd_, POLLIN, 0};
+      if (poll(&pfd, 1, timeout_ms) <= 0) return std::nullopt;
+      char chunk[4096];
+      const ssize_t n = read(fd_, chunk, sizeof(chunk));
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buffer_;
+};
+
+TEST_F(CliEndToEnd, DaemonServesManyConcurrentClientsIntoOneFileEach) {
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  const std::string traces = tmp_ + "/traces";
+  Child daemon =
+      Spawn({kCli, "daemon", "--socket", socket, "--output-dir", traces}, tmp_, {});
+  LineReader daemon_log(daemon.err_fd);
+  const std::optional<std::string> ready = daemon_log.Next();
+  ASSERT_TRUE(ready.has_value());
+  ASSERT_NE(ready->find("listening on " + socket), std::string::npos) << *ready;
+  EXPECT_EQ(FileMode(tmp_ + "/sock"), 0700u);
+
+  constexpr int kClients = 10;
+  std::vector<Child> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(Spawn({kFake, "--socket=" + socket, "--batches=" + std::to_string(i + 1),
+                             "--events=5"},
+                            tmp_, {}));
+  }
+  std::map<uint32_t, int> expected_events;  // by pid
+  for (int i = 0; i < kClients; ++i) {
+    const Result r = Finish(clients[i]);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    expected_events[static_cast<uint32_t>(clients[i].pid)] = (i + 1) * 5;
+  }
+  int closed = 0;
+  while (closed < kClients) {
+    const std::optional<std::string> line = daemon_log.Next();
+    ASSERT_TRUE(line.has_value()) << "daemon went quiet after " << closed << " closed streams";
+    if (line->find(" closed: end of stream") != std::string::npos) ++closed;
+  }
+  kill(daemon.pid, SIGTERM);
+  const Result stopped = Finish(daemon);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_FALSE(fs::exists(socket));
+
+  std::map<uint32_t, int> seen_events;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(traces)) {
+    ++files;
+    const std::string path = entry.path().string();
+    EXPECT_EQ(entry.path().extension(), ".cmtrace");
+    EXPECT_EQ(FileMode(path), 0600u) << path;
+    TraceContents t = ReadTrace(path);
+    EXPECT_EQ(t.end, TraceFileReader::Result::kEnd) << path << ": " << t.error;
+    ASSERT_EQ(t.handshakes.size(), 1u) << path;
+    const uint32_t stream = t.handshakes.begin()->first;
+    const uint32_t pid = t.handshakes.begin()->second.pid();
+    EXPECT_NE(path.find("-" + std::to_string(pid) + "-"), std::string::npos) << path;
+    EXPECT_EQ(t.opened.count(stream), 1u);
+    EXPECT_EQ(t.closed.at(stream).reason(), v1::CLOSE_REASON_EOF);
+    seen_events[pid] = t.events[stream];
+  }
+  EXPECT_EQ(files, kClients);
+  EXPECT_EQ(seen_events, expected_events);
+}
+
+TEST_F(CliEndToEnd, DaemonClosesStreamsStillOpenAtShutdown) {
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  const std::string traces = tmp_ + "/traces";
+  Child daemon = Spawn({kCli, "daemon", "--socket", socket, "--output-dir", traces}, tmp_, {});
+  LineReader daemon_log(daemon.err_fd);
+  ASSERT_TRUE(daemon_log.Next().has_value());
+  // This client sends its batches and then keeps the connection open until killed.
+  Child client = Spawn({kFake, "--socket=" + socket, "--batches=2", "--hold"}, tmp_, {});
+  for (;;) {
+    const std::optional<std::string> line = daemon_log.Next();
+    ASSERT_TRUE(line.has_value());
+    if (line->find(" opened -> ") != std::string::npos) break;
+  }
+  kill(daemon.pid, SIGINT);
+  const Result stopped = Finish(daemon);
+  kill(client.pid, SIGKILL);
+  Finish(client);
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("closed: collector shutdown"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("daemon stopped"), std::string::npos) << stopped.err;
+  EXPECT_FALSE(fs::exists(socket));
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(traces)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+  TraceContents t = ReadTrace(files[0].string());
+  EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_COLLECTOR_SHUTDOWN);
+  EXPECT_EQ(t.batches.at(1), 2);  // what had arrived before the stop was kept
+}
+
+TEST_F(CliEndToEnd, DaemonRefusesASocketDirectoryOthersCanReach) {
+  const std::string dir = tmp_ + "/open";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  const Result r = RunCli({"daemon", "--socket", dir + "/collector.sock", "--output-dir",
+                           tmp_ + "/traces"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("0755"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/collector.sock"));
+  EXPECT_FALSE(fs::exists(tmp_ + "/traces"));
+}
+
+TEST_F(CliEndToEnd, DaemonPrintEnvNamesTheTracerAndSocket) {
+  const Result r = RunCli({"daemon", "--print-env", "--socket", tmp_ + "/s/c.sock"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string stub = fs::canonical(kStub).string();
+  EXPECT_NE(r.out.find("export LD_PRELOAD=" + stub), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("export CUDA_INJECTION64_PATH=" + stub), std::string::npos);
+  EXPECT_NE(r.out.find("export NVTX_INJECTION64_PATH=" + stub), std::string::npos);
+  EXPECT_NE(r.out.find("export CUMEMTRACE_SOCKET=" + tmp_ + "/s/c.sock"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp_ + "/s"));
+}
+
+}  // namespace
+}  // namespace cumemtrace

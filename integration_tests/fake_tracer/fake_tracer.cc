@@ -1,0 +1,269 @@
+// A stand-in for the real tracer in end-to-end tests: a program that connects to
+// $CUMEMTRACE_SOCKET (or --socket) and speaks the wire protocol, well or badly on purpose.
+//
+//   fake_tracer [--batches=N] [--events=M]    handshake, then N batches of M memory events
+//               [--first-frame=KIND]          send KIND instead of a valid handshake:
+//                                             garbage | bad-magic | bad-version | batch
+//               [--oversized]                 after the handshake, a frame length > 16 MiB
+//               [--garbage-after-handshake]   after the handshake, bytes that are no message
+//               [--also-bad-connection]       open a second connection at the same time that
+//                                             sends garbage; carry on once it is refused
+//               [--partial-frame]             end with half a frame
+//               [--die=kill|segv]             die by that signal after sending, socket open
+//               [--hold]                      keep the connection open until killed
+//               [--exit=CODE]                 exit status (default 0)
+//               [--print-lines=N]             print N numbered lines on stdout first
+//               [--print-env=VAR]             print VAR=value (or VAR unset) on stdout
+//               [--no-connect]                do not connect at all
+//               [--socket=PATH]
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "collector/engine/framing.h"
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace {
+
+namespace v1 = cumemtrace::v1;
+
+struct Options {
+  std::string socket_path;
+  int batches = 3;
+  int events = 4;
+  std::string first_frame;
+  bool oversized = false;
+  bool garbage_after_handshake = false;
+  bool also_bad_connection = false;
+  bool partial_frame = false;
+  bool hold = false;
+  std::string die;
+  int exit_code = 0;
+  int print_lines = 0;
+  std::vector<std::string> print_env;
+  bool connect = true;
+};
+
+[[noreturn]] void Fail(const std::string& what) {
+  fprintf(stderr, "fake_tracer: %s: %s\n", what.c_str(), strerror(errno));
+  exit(99);
+}
+
+uint64_t Now(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int Connect(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) Fail("socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Fail("connect " + path);
+  }
+  return fd;
+}
+
+void SendAll(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) Fail("send");
+    sent += static_cast<size_t>(n);
+  }
+}
+
+void SendMessage(int fd, const v1::StreamMessage& message) {
+  std::string frame;
+  cumemtrace::AppendFrame(message.SerializeAsString(), &frame);
+  SendAll(fd, frame);
+}
+
+v1::StreamMessage Handshake(int argc, char** argv) {
+  v1::StreamMessage message;
+  v1::Handshake* h = message.mutable_handshake();
+  h->set_magic(static_cast<uint32_t>(v1::HANDSHAKE_MAGIC));
+  h->set_protocol_version(v1::PROTOCOL_VERSION);
+  h->set_pid(static_cast<uint32_t>(getpid()));
+  h->set_ppid(static_cast<uint32_t>(getppid()));
+  for (int i = 0; i < argc; ++i) h->add_command_line(argv[i]);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  h->set_hostname(host);
+  h->mutable_clock_pair()->set_realtime_ns(Now(CLOCK_REALTIME));
+  h->mutable_clock_pair()->set_monotonic_ns(Now(CLOCK_MONOTONIC));
+  h->set_timestamp_clock(v1::TIMESTAMP_CLOCK_MONOTONIC);
+  h->set_tracer_version("fake");
+  const char* mode = getenv("CUMEMTRACE_ALLOCATOR_MODE");
+  h->set_allocator_mode(mode != nullptr ? mode : "");
+  h->set_injection_mode(v1::INJECTION_MODE_LD_PRELOAD);
+  h->set_kernels_enabled(true);
+  h->set_trace_start_ns(Now(CLOCK_MONOTONIC));
+  return message;
+}
+
+// A batch of `events` device allocations, each of 1 MiB at a distinct address.
+v1::StreamMessage Batch(uint64_t sequence, int events) {
+  v1::StreamMessage message;
+  v1::EventBatch* batch = message.mutable_batch();
+  batch->set_sequence(sequence);
+  for (int i = 0; i < events; ++i) {
+    v1::Event* event = batch->add_events();
+    event->set_timestamp_ns(Now(CLOCK_MONOTONIC));
+    v1::MemoryOp* op = event->mutable_memory();
+    op->set_operation(v1::MEMORY_OPERATION_ALLOCATE);
+    op->set_address(0x7f0000000000ull + (sequence * 1000 + static_cast<uint64_t>(i)) * (1 << 20));
+    op->set_bytes(1 << 20);
+    op->set_kind(v1::MEMORY_KIND_DEVICE);
+    op->set_thread_id(static_cast<uint32_t>(getpid()));
+  }
+  return message;
+}
+
+// Sends what --first-frame asks for instead of a handshake.
+void SendBadFirstFrame(int fd, const std::string& kind, int argc, char** argv) {
+  if (kind == "garbage") {
+    std::string frame;
+    cumemtrace::AppendFrame(std::string("\xff\xff\xff\xff not a message", 18), &frame);
+    SendAll(fd, frame);
+    return;
+  }
+  if (kind == "batch") {
+    SendMessage(fd, Batch(0, 1));
+    return;
+  }
+  v1::StreamMessage message = Handshake(argc, argv);
+  if (kind == "bad-magic") message.mutable_handshake()->set_magic(0xdeadbeef);
+  if (kind == "bad-version") message.mutable_handshake()->set_protocol_version(999);
+  SendMessage(fd, message);
+}
+
+// Waits until the collector closes `fd` (it refused the connection).
+void WaitForClose(int fd) {
+  char byte;
+  while (recv(fd, &byte, 1, 0) != 0) {
+    if (errno != EINTR) break;
+  }
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  const char* env_socket = getenv("CUMEMTRACE_SOCKET");
+  if (env_socket != nullptr) o.socket_path = env_socket;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&arg](const char* prefix) -> const char* {
+      const size_t n = strlen(prefix);
+      return arg.compare(0, n, prefix) == 0 ? arg.c_str() + n : nullptr;
+    };
+    if (const char* v = value("--batches=")) {
+      o.batches = atoi(v);
+    } else if (const char* v2 = value("--events=")) {
+      o.events = atoi(v2);
+    } else if (const char* v3 = value("--first-frame=")) {
+      o.first_frame = v3;
+    } else if (arg == "--oversized") {
+      o.oversized = true;
+    } else if (arg == "--garbage-after-handshake") {
+      o.garbage_after_handshake = true;
+    } else if (arg == "--also-bad-connection") {
+      o.also_bad_connection = true;
+    } else if (arg == "--hold") {
+      o.hold = true;
+    } else if (arg == "--partial-frame") {
+      o.partial_frame = true;
+    } else if (const char* v4 = value("--die=")) {
+      o.die = v4;
+    } else if (const char* v5 = value("--exit=")) {
+      o.exit_code = atoi(v5);
+    } else if (const char* v6 = value("--print-lines=")) {
+      o.print_lines = atoi(v6);
+    } else if (const char* v7 = value("--print-env=")) {
+      o.print_env.push_back(v7);
+    } else if (arg == "--no-connect") {
+      o.connect = false;
+    } else if (const char* v8 = value("--socket=")) {
+      o.socket_path = v8;
+    } else {
+      fprintf(stderr, "fake_tracer: unknown argument %s\n", arg.c_str());
+      exit(98);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  for (int i = 0; i < o.print_lines; ++i) printf("line %d of the traced program\n", i);
+  for (const std::string& name : o.print_env) {
+    const char* value = getenv(name.c_str());
+    if (value != nullptr) {
+      printf("%s=%s\n", name.c_str(), value);
+    } else {
+      printf("%s unset\n", name.c_str());
+    }
+  }
+  fflush(stdout);
+  if (!o.connect) return o.exit_code;
+  if (o.socket_path.empty()) {
+    fprintf(stderr, "fake_tracer: no socket (set CUMEMTRACE_SOCKET or --socket)\n");
+    return 97;
+  }
+
+  const int fd = Connect(o.socket_path);
+  if (!o.first_frame.empty()) {
+    SendBadFirstFrame(fd, o.first_frame, argc, argv);
+    WaitForClose(fd);
+    return o.exit_code;
+  }
+  SendMessage(fd, Handshake(argc, argv));
+  if (o.also_bad_connection) {
+    const int bad = Connect(o.socket_path);
+    SendBadFirstFrame(bad, "garbage", argc, argv);
+    WaitForClose(bad);  // refused while this connection stays open
+    close(bad);
+  }
+  if (o.oversized) {
+    SendAll(fd, std::string("\x81\x80\x80\x08", 4));  // varint of 16 MiB + 1
+    WaitForClose(fd);
+    return o.exit_code;
+  }
+  if (o.garbage_after_handshake) {
+    std::string frame;
+    cumemtrace::AppendFrame(std::string("\xff\xff\xff\xff junk", 9), &frame);
+    SendAll(fd, frame);
+    WaitForClose(fd);
+    return o.exit_code;
+  }
+  for (int b = 0; b < o.batches; ++b) SendMessage(fd, Batch(static_cast<uint64_t>(b), o.events));
+  if (o.partial_frame) {
+    std::string frame;
+    cumemtrace::AppendFrame(Batch(static_cast<uint64_t>(o.batches), o.events).SerializeAsString(),
+                            &frame);
+    SendAll(fd, frame.substr(0, frame.size() / 2));
+  }
+  if (o.hold) {
+    for (;;) pause();
+  }
+  if (o.die == "kill") raise(SIGKILL);
+  if (o.die == "segv") {
+    signal(SIGSEGV, SIG_DFL);
+    raise(SIGSEGV);
+  }
+  close(fd);
+  return o.exit_code;
+}
