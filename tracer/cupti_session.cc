@@ -1,0 +1,304 @@
+#include "tracer/cupti_session.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <array>
+#include <cstdlib>
+
+#include "tracer/api_catalog.h"
+#include "tracer/clock.h"
+#include "tracer/tracer_runtime.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+constexpr size_t kBufferBytes = 2u << 20;
+// Completed buffers the sender has not processed yet; past this, records are dropped and
+// counted rather than letting a stalled collector grow the program's memory without bound.
+constexpr size_t kMaxUndeliveredBuffers = 32;
+constexpr size_t kMaxCbid = 2048;
+
+// Callback id -> catalog row, per domain; built once in Start, read-only afterwards.
+std::array<int16_t, kMaxCbid> g_runtime_rows;
+std::array<int16_t, kMaxCbid> g_driver_rows;
+
+int RowFor(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (cbid >= kMaxCbid) return -1;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) return g_runtime_rows[cbid];
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) return g_driver_rows[cbid];
+  return -1;
+}
+
+uint64_t CUPTIAPI MonotonicTimestamp() { return MonotonicNs(); }
+
+template <typename T>
+bool Resolve(void* handle, const char* name, T* out) {
+  *out = reinterpret_cast<T>(dlsym(handle, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+CuptiSession& CuptiSession::Get() {
+  // Leaked on purpose: CUPTI may call back during exit, after static destructors.
+  static CuptiSession* session = new CuptiSession();
+  return *session;
+}
+
+bool CuptiSession::LoadCupti(std::string* error) {
+  // By soname only: if the program (PyTorch ships its own) already loaded a libcupti.so.13,
+  // this returns that very copy. Loading a second one by path breaks both.
+  void* handle = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    *error = std::string("cannot load libcupti.so.13 (") + (why ? why : "unknown") + ")";
+    return false;
+  }
+  bool ok = Resolve(handle, "cuptiSubscribe", &api_.Subscribe) &&
+            Resolve(handle, "cuptiEnableCallback", &api_.EnableCallback) &&
+            Resolve(handle, "cuptiEnableDomain", &api_.EnableDomain) &&
+            Resolve(handle, "cuptiActivityRegisterCallbacks", &api_.ActivityRegisterCallbacks) &&
+            Resolve(handle, "cuptiActivityEnable", &api_.ActivityEnable) &&
+            Resolve(handle, "cuptiActivityFlushAll", &api_.ActivityFlushAll) &&
+            Resolve(handle, "cuptiActivityGetNextRecord", &api_.ActivityGetNextRecord) &&
+            Resolve(handle, "cuptiActivityGetNumDroppedRecords",
+                    &api_.ActivityGetNumDroppedRecords) &&
+            Resolve(handle, "cuptiActivityGetAttribute", &api_.ActivityGetAttribute) &&
+            Resolve(handle, "cuptiGetResultString", &api_.GetResultString) &&
+            Resolve(handle, "cuptiGetDeviceId", &api_.GetDeviceId);
+  // Optional: older CUPTIs lack it; then timestamps are shifted from CLOCK_REALTIME.
+  Resolve(handle, "cuptiActivityRegisterTimestampCallback",
+          &api_.ActivityRegisterTimestampCallback);
+  if (!ok) *error = "libcupti.so.13 lacks an entry point the tracer needs";
+  return ok;
+}
+
+bool CuptiSession::LoadDriver() {
+  if (driver_.DeviceGet != nullptr) return true;
+  // RTLD_NOLOAD: use the driver the program loaded; never load one ourselves.
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return false;
+  return Resolve(handle, "cuDeviceGet", &driver_.DeviceGet) &&
+         Resolve(handle, "cuDeviceGetName", &driver_.DeviceGetName) &&
+         Resolve(handle, "cuDeviceGetUuid_v2", &driver_.DeviceGetUuid) &&
+         Resolve(handle, "cuDeviceTotalMem_v2", &driver_.DeviceTotalMem) &&
+         Resolve(handle, "cuDeviceGetAttribute", &driver_.DeviceGetAttribute) &&
+         Resolve(handle, "cuMemGetInfo_v2", &driver_.MemGetInfo) &&
+         Resolve(handle, "cuCtxGetDevice", &driver_.CtxGetDevice) &&
+         Resolve(handle, "cuGetErrorName", &driver_.GetErrorName);
+}
+
+std::string CuptiSession::ResultString(CUptiResult result) const {
+  const char* text = nullptr;
+  if (api_.GetResultString != nullptr) api_.GetResultString(result, &text);
+  return text != nullptr ? text : ("CUPTI error " + std::to_string(static_cast<int>(result)));
+}
+
+bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
+  std::string error;
+  if (!LoadCupti(&error)) {
+    *code = "cupti_unavailable";
+    *text = "CUPTI unavailable: " + error + "; recording NVTX ranges and process lifetime only";
+    return false;
+  }
+  LoadDriver();
+
+  g_runtime_rows.fill(-1);
+  g_driver_rows.fill(-1);
+  uint16_t count = 0;
+  const ApiInfo* apis = ApiCatalog(&count);
+  for (uint16_t i = 0; i < count; ++i) {
+    if (apis[i].cbid >= kMaxCbid) continue;
+    auto& rows = apis[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_runtime_rows : g_driver_rows;
+    rows[apis[i].cbid] = static_cast<int16_t>(i);
+  }
+
+  // The clock must be chosen before any activity kind is enabled.
+  if (api_.ActivityRegisterTimestampCallback == nullptr ||
+      api_.ActivityRegisterTimestampCallback(MonotonicTimestamp) != CUPTI_SUCCESS) {
+    clock_offset_ns_ = static_cast<int64_t>(MonotonicNs()) - static_cast<int64_t>(RealtimeNs());
+  }
+
+  CUptiResult result = api_.Subscribe(&subscriber_, OnCallback, nullptr);
+  if (result != CUPTI_SUCCESS) {
+    if (result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      *code = "cupti_subscriber_taken";
+      *text = "another CUPTI client (a profiler?) is already attached; memory and kernel "
+              "tracing off, recording NVTX ranges and process lifetime only";
+    } else {
+      *code = "cupti_failed";
+      *text = "CUPTI cannot be used (" + ResultString(result) +
+              "); recording NVTX ranges and process lifetime only";
+    }
+    return false;
+  }
+
+  for (uint16_t i = 0; i < count; ++i) {
+    if (apis[i].role == ApiRole::kLaunch && !kernels) continue;
+    api_.EnableCallback(1, subscriber_, apis[i].domain, apis[i].cbid);
+  }
+  api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
+                      CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+
+  result = api_.ActivityRegisterCallbacks(BufferRequested, BufferCompleted);
+  if (result == CUPTI_SUCCESS) result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+  if (result == CUPTI_SUCCESS) result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  if (result == CUPTI_SUCCESS && kernels) {
+    // CONCURRENT_KERNEL, never KERNEL: the latter serializes kernels.
+    result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  }
+  if (result != CUPTI_SUCCESS) {
+    *code = "cupti_failed";
+    *text = "CUPTI activity tracing could not be enabled (" + ResultString(result) +
+            "); recording NVTX ranges and process lifetime only";
+    return false;
+  }
+
+  if (kernels) {
+    size_t value_size = sizeof(size_t);
+    size_t buffer_size = 0;
+    size_t preallocated = 0;
+    api_.ActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &value_size, &buffer_size);
+    value_size = sizeof(size_t);
+    api_.ActivityGetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE, &value_size,
+                              &preallocated);
+    device_buffer_bytes_ = static_cast<uint64_t>(buffer_size) * preallocated;
+  }
+  started_ = true;
+  return true;
+}
+
+void CuptiSession::Flush(bool forced) {
+  if (!started_) return;
+  std::lock_guard<std::mutex> lock(flush_mutex_);
+  api_.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+}
+
+void CuptiSession::TakeCompletedBuffers(std::vector<CompletedBuffer>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  out->swap(completed_);
+}
+
+void CuptiSession::RecycleBuffer(uint8_t* data) {
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  free_buffers_.push_back(data);
+}
+
+uint64_t CuptiSession::TakeDroppedRecords() {
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  const uint64_t n = dropped_records_;
+  dropped_records_ = 0;
+  return n;
+}
+
+void CUPTIAPI CuptiSession::BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  CuptiSession& self = Get();
+  uint8_t* data = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(self.buffers_mutex_);
+    if (!self.free_buffers_.empty()) {
+      data = self.free_buffers_.back();
+      self.free_buffers_.pop_back();
+    }
+  }
+  if (data == nullptr) data = static_cast<uint8_t*>(aligned_alloc(8, kBufferBytes));
+  *buffer = data;
+  *size = data != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI CuptiSession::BufferCompleted(CUcontext context, uint32_t stream_id,
+                                            uint8_t* buffer, size_t size, size_t valid_size) {
+  CuptiSession& self = Get();
+  size_t cupti_dropped = 0;
+  self.api_.ActivityGetNumDroppedRecords(context, stream_id, &cupti_dropped);
+  std::lock_guard<std::mutex> lock(self.buffers_mutex_);
+  self.dropped_records_ += cupti_dropped;
+  if (buffer == nullptr) return;
+  if (valid_size == 0 || self.completed_.size() >= kMaxUndeliveredBuffers) {
+    if (valid_size > 0) {
+      CUpti_Activity* record = nullptr;
+      while (self.api_.ActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+        ++self.dropped_records_;
+      }
+    }
+    self.free_buffers_.push_back(buffer);
+    return;
+  }
+  self.completed_.push_back(CompletedBuffer{buffer, valid_size});
+  TracerRuntime::Get().WakeSender();
+}
+
+void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain domain,
+                                       CUpti_CallbackId cbid, const void* data) {
+  TracerRuntime& runtime = TracerRuntime::Get();
+  if (!runtime.recording()) return;
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+      const auto* resource = static_cast<const CUpti_ResourceData*>(data);
+      uint32_t device = 0;
+      if (Get().api_.GetDeviceId(resource->context, &device) == CUPTI_SUCCESS) {
+        runtime.OnContextCreated(device);
+      }
+    }
+    return;
+  }
+  const int row = RowFor(domain, cbid);
+  if (row < 0) return;
+  uint16_t count = 0;
+  const ApiInfo& api = ApiCatalog(&count)[row];
+  const auto* call = static_cast<const CUpti_CallbackData*>(data);
+  const bool runtime_layer = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  // A runtime allocation calls a driver allocation underneath: both fail together, and
+  // only the outer (runtime) one is reported.
+  thread_local int runtime_allocations_open = 0;
+
+  if (call->callbackSite == CUPTI_API_ENTER) {
+    // Recorded at entry: the memory or kernel record may be delivered before the call
+    // returns, and the sender must already know its thread.
+    HostRecord record;
+    record.type = HostRecord::Type::kCorrelation;
+    record.thread_id = CurrentThreadId();
+    record.correlation_id = call->correlationId;
+    record.api = static_cast<uint16_t>(row);
+    runtime.Record(std::move(record));
+    if (api.role == ApiRole::kAllocate && runtime_layer) ++runtime_allocations_open;
+    return;
+  }
+
+  if (api.role != ApiRole::kAllocate) return;
+  if (runtime_layer && runtime_allocations_open > 0) --runtime_allocations_open;
+  const int status = runtime_layer ? static_cast<int>(*static_cast<const cudaError_t*>(
+                                         call->functionReturnValue))
+                                   : static_cast<int>(*static_cast<const CUresult*>(
+                                         call->functionReturnValue));
+  if (status == 0) return;
+  if (!runtime_layer && runtime_allocations_open > 0) return;
+
+  HostRecord record;
+  record.type = HostRecord::Type::kFailedAllocation;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.correlation_id = call->correlationId;
+  record.api = static_cast<uint16_t>(row);
+  record.error_code = status;
+  record.requested_bytes = api.requested_bytes != nullptr
+                               ? api.requested_bytes(call->functionParams)
+                               : 0;
+  const DriverApi& driver = Get().driver_;
+  if (driver.CtxGetDevice != nullptr) {
+    CUdevice device = 0;
+    if (driver.CtxGetDevice(&device) == CUDA_SUCCESS) record.device = static_cast<uint32_t>(device);
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    if (driver.MemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {
+      record.device_free_bytes = free_bytes;
+      record.device_total_bytes = total_bytes;
+    }
+  }
+  runtime.Record(std::move(record));
+}
+
+}  // namespace cumemtrace::tracer

@@ -1,0 +1,103 @@
+// Everything the tracer does with CUPTI: dlopen it by soname (never by path: a second CUPTI
+// in one process breaks both), subscribe to the few callbacks it needs, enable the memory,
+// pool and kernel activity kinds, and hand completed buffers to the sender thread.
+#pragma once
+
+#include <cuda.h>
+#include <cupti.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cumemtrace::tracer {
+
+// CUPTI entry points, resolved with dlsym from the already-loaded (or soname-loaded) copy.
+struct CuptiApi {
+  decltype(&cuptiSubscribe) Subscribe = nullptr;
+  decltype(&cuptiEnableCallback) EnableCallback = nullptr;
+  decltype(&cuptiEnableDomain) EnableDomain = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) ActivityRegisterCallbacks = nullptr;
+  decltype(&cuptiActivityRegisterTimestampCallback) ActivityRegisterTimestampCallback = nullptr;
+  decltype(&cuptiActivityEnable) ActivityEnable = nullptr;
+  decltype(&cuptiActivityFlushAll) ActivityFlushAll = nullptr;
+  decltype(&cuptiActivityGetNextRecord) ActivityGetNextRecord = nullptr;
+  decltype(&cuptiActivityGetNumDroppedRecords) ActivityGetNumDroppedRecords = nullptr;
+  decltype(&cuptiActivityGetAttribute) ActivityGetAttribute = nullptr;
+  decltype(&cuptiGetResultString) GetResultString = nullptr;
+  decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
+};
+
+// Driver entry points, resolved from the libcuda the program already loaded.
+struct DriverApi {
+  decltype(&cuDeviceGet) DeviceGet = nullptr;
+  decltype(&cuDeviceGetName) DeviceGetName = nullptr;
+  decltype(&cuDeviceGetUuid_v2) DeviceGetUuid = nullptr;
+  decltype(&cuDeviceTotalMem_v2) DeviceTotalMem = nullptr;
+  decltype(&cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
+  decltype(&cuMemGetInfo_v2) MemGetInfo = nullptr;
+  decltype(&cuCtxGetDevice) CtxGetDevice = nullptr;
+  decltype(&cuGetErrorName) GetErrorName = nullptr;
+};
+
+struct CompletedBuffer {
+  uint8_t* data = nullptr;
+  size_t valid_bytes = 0;
+};
+
+class CuptiSession {
+ public:
+  // Loads and starts CUPTI. On failure returns false with a stable code and a one-line text.
+  bool Start(bool kernels, std::string* code, std::string* text);
+  bool started() const { return started_; }
+
+  // Asks CUPTI to deliver what it holds (forced: also buffers still being filled).
+  // Never called with the tracer's own locks held: CUPTI calls back into BufferCompleted.
+  void Flush(bool forced);
+  void TakeCompletedBuffers(std::vector<CompletedBuffer>* out);
+  template <typename F>
+  void ForEachRecord(const CompletedBuffer& buffer, F&& f) {
+    CUpti_Activity* record = nullptr;
+    while (api_.ActivityGetNextRecord(buffer.data, buffer.valid_bytes, &record) ==
+           CUPTI_SUCCESS) {
+      f(record);
+    }
+  }
+  void RecycleBuffer(uint8_t* data);
+  // Records CUPTI (or the tracer's bound on undelivered buffers) dropped since the last call.
+  uint64_t TakeDroppedRecords();
+  // Added to CUPTI timestamps to reach CLOCK_MONOTONIC (0 when CUPTI uses it already).
+  int64_t clock_offset_ns() const { return clock_offset_ns_; }
+  // Device memory CUPTI reserves per context for its buffers (an estimate for the report).
+  uint64_t device_buffer_bytes_per_context() const { return device_buffer_bytes_; }
+
+  const DriverApi& driver() const { return driver_; }
+  bool LoadDriver();
+
+  static CuptiSession& Get();
+
+ private:
+  static void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
+  static void CUPTIAPI BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
+                                       size_t size, size_t valid_size);
+  static void CUPTIAPI OnCallback(void* userdata, CUpti_CallbackDomain domain,
+                                  CUpti_CallbackId cbid, const void* data);
+  bool LoadCupti(std::string* error);
+  std::string ResultString(CUptiResult result) const;
+
+  CuptiApi api_;
+  DriverApi driver_;
+  bool started_ = false;
+  int64_t clock_offset_ns_ = 0;
+  uint64_t device_buffer_bytes_ = 0;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+
+  std::mutex flush_mutex_;  // one flush at a time (the timer and the exit handler)
+  std::mutex buffers_mutex_;
+  std::vector<uint8_t*> free_buffers_;
+  std::vector<CompletedBuffer> completed_;
+  uint64_t dropped_records_ = 0;
+};
+
+}  // namespace cumemtrace::tracer

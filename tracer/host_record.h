@@ -1,0 +1,43 @@
+// What program threads hand to the sender thread. Filled in hooks, so it is cheap to build:
+// plain fields, and a std::string that stays in its small-string buffer for short names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cumemtrace::tracer {
+
+struct NvtxDomain;  // nvtx_injection.cc; leaked, so pointers stay valid
+
+// API calls the tracer recognises, by a small stable index (names in api_names.cc).
+enum class ApiId : uint16_t;
+
+struct HostRecord {
+  enum class Type : uint8_t {
+    kCorrelation,       // an API call began: correlation id -> thread, api
+    kNvtx,              // NVTX push/pop/start/end/mark
+    kFailedAllocation,  // an allocation call returned an error
+    kThreadName,        // nvtxNameOsThread
+    kDeviceSeen,        // a context was created on `device`
+    kProcessExit,       // exit() with `exit_code`
+  };
+
+  Type type = Type::kCorrelation;
+  uint8_t nvtx_operation = 0;  // v1::NvtxOperation
+  uint16_t api = 0;            // ApiId for correlation / failed allocation
+  uint32_t thread_id = 0;
+  uint64_t timestamp_ns = 0;
+  uint32_t correlation_id = 0;
+  uint32_t device = 0;
+  uint64_t range_id = 0;         // NVTX start/end
+  uint32_t category = 0;         // NVTX
+  uint32_t color = 0;            // NVTX
+  const NvtxDomain* domain = nullptr;
+  int32_t error_code = 0;        // failed allocation; exit code for kProcessExit
+  uint64_t requested_bytes = 0;  // failed allocation
+  uint64_t device_free_bytes = 0;
+  uint64_t device_total_bytes = 0;
+  std::string text;              // NVTX message or thread name
+};
+
+}  // namespace cumemtrace::tracer

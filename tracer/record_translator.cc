@@ -1,0 +1,198 @@
+#include "tracer/record_translator.h"
+
+#include "tracer/api_catalog.h"
+#include "tracer/nvtx_domain.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+const ApiInfo* ApiAt(uint16_t index) {
+  uint16_t count = 0;
+  const ApiInfo* apis = ApiCatalog(&count);
+  return index < count ? &apis[index] : nullptr;
+}
+
+v1::MemoryKind ToMemoryKind(CUpti_ActivityMemoryKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE:
+      return v1::MEMORY_KIND_PAGEABLE;
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED:
+      return v1::MEMORY_KIND_PINNED;
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
+      return v1::MEMORY_KIND_DEVICE;
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY:
+      return v1::MEMORY_KIND_ARRAY;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
+      return v1::MEMORY_KIND_MANAGED;
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC:
+      return v1::MEMORY_KIND_DEVICE_STATIC;
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC:
+      return v1::MEMORY_KIND_MANAGED_STATIC;
+    default:
+      return v1::MEMORY_KIND_UNKNOWN;
+  }
+}
+
+v1::MemoryPoolType ToPoolType(CUpti_ActivityMemoryPoolType type) {
+  switch (type) {
+    case CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL:
+      return v1::MEMORY_POOL_TYPE_LOCAL;
+    case CUPTI_ACTIVITY_MEMORY_POOL_TYPE_IMPORTED:
+      return v1::MEMORY_POOL_TYPE_IMPORTED;
+    default:
+      return v1::MEMORY_POOL_TYPE_NONE;
+  }
+}
+
+}  // namespace
+
+std::string ErrorNamer::RuntimeErrorName(int code) const {
+  // The two a memory tracer meets; others are named by number.
+  if (code == 2) return "cudaErrorMemoryAllocation";
+  return "cudaError " + std::to_string(code);
+}
+
+std::string ErrorNamer::DriverErrorName(int code) const {
+  if (code == 2) return "CUDA_ERROR_OUT_OF_MEMORY";
+  return "CUresult " + std::to_string(code);
+}
+
+void RecordTranslator::AddHostRecord(const HostRecord& record) {
+  // Strings are interned before the event that uses them is added, so a definition always
+  // precedes its first use in the stream.
+  switch (record.type) {
+    case HostRecord::Type::kCorrelation:
+      correlations_->Put(record.correlation_id, record.thread_id, record.api);
+      return;
+    case HostRecord::Type::kNvtx: {
+      const uint32_t domain_id =
+          record.domain != nullptr ? encoder_->Intern(record.domain->name) : 0;
+      const uint32_t message_id = record.text.empty() ? 0 : encoder_->Intern(record.text);
+      v1::Nvtx* nvtx = encoder_->AddEvent(record.timestamp_ns)->mutable_nvtx();
+      nvtx->set_operation(static_cast<v1::NvtxOperation>(record.nvtx_operation));
+      nvtx->set_thread_id(record.thread_id);
+      nvtx->set_domain_id(domain_id);
+      nvtx->set_message_id(message_id);
+      nvtx->set_range_id(record.range_id);
+      nvtx->set_category(record.category);
+      nvtx->set_color(record.color);
+      return;
+    }
+    case HostRecord::Type::kFailedAllocation: {
+      const ApiInfo* api = ApiAt(record.api);
+      const uint32_t api_id = encoder_->Intern(api != nullptr ? api->name : "unknown");
+      const bool runtime = api != nullptr && api->domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+      const uint32_t error_id =
+          encoder_->Intern(runtime ? error_namer_->RuntimeErrorName(record.error_code)
+                                   : error_namer_->DriverErrorName(record.error_code));
+      v1::FailedAllocation* failed =
+          encoder_->AddEvent(record.timestamp_ns)->mutable_failed_allocation();
+      failed->set_api_name_id(api_id);
+      failed->set_requested_bytes(record.requested_bytes);
+      failed->set_error_code(record.error_code);
+      failed->set_error_name_id(error_id);
+      failed->set_device(record.device);
+      failed->set_device_free_bytes(record.device_free_bytes);
+      failed->set_device_total_bytes(record.device_total_bytes);
+      failed->set_thread_id(record.thread_id);
+      failed->set_correlation_id(record.correlation_id);
+      failed->set_kind(api != nullptr ? api->kind : v1::MEMORY_KIND_UNKNOWN);
+      return;
+    }
+    case HostRecord::Type::kThreadName: {
+      v1::ThreadName* name = encoder_->AddEvent(record.timestamp_ns)->mutable_thread_name();
+      name->set_thread_id(record.thread_id);
+      name->set_name(record.text);
+      return;
+    }
+    case HostRecord::Type::kProcessExit:
+      encoder_->AddEvent(record.timestamp_ns)->mutable_process_exit()->set_exit_code(
+          record.error_code);
+      return;
+    case HostRecord::Type::kDeviceSeen:
+      return;  // the sender queries the device and emits DeviceInfo itself
+  }
+}
+
+bool RecordTranslator::AddActivity(const CUpti_Activity* record) {
+  switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_MEMORY2:
+      AddMemory(*reinterpret_cast<const CUpti_ActivityMemory4*>(record));
+      return true;
+    case CUPTI_ACTIVITY_KIND_MEMORY_POOL:
+      AddMemoryPool(*reinterpret_cast<const CUpti_ActivityMemoryPool3*>(record));
+      return true;
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      AddKernel(*reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+      return true;
+    default:
+      return false;
+  }
+}
+
+void RecordTranslator::AddMemory(const CUpti_ActivityMemory4& record) {
+  const CorrelationTable::Entry* call = correlations_->Find(record.correlationId);
+  const ApiInfo* api = call != nullptr ? ApiAt(call->api) : nullptr;
+  const uint32_t api_id = api != nullptr ? encoder_->Intern(api->name) : 0;
+  v1::MemoryOp* op = encoder_->AddEvent(CuptiTime(record.timestamp))->mutable_memory();
+  op->set_operation(record.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
+                        ? v1::MEMORY_OPERATION_RELEASE
+                        : v1::MEMORY_OPERATION_ALLOCATE);
+  op->set_address(record.address);
+  op->set_bytes(record.bytes);
+  op->set_kind(ToMemoryKind(record.memoryKind));
+  op->set_device(record.deviceId);
+  op->set_context(record.contextId);
+  op->set_stream(record.streamId);
+  op->set_is_async(record.isAsync != 0);
+  op->set_pool_type(ToPoolType(record.memoryPoolConfig.memoryPoolType));
+  op->set_pool_address(record.memoryPoolConfig.address);
+  op->set_correlation_id(record.correlationId);
+  op->set_thread_id(call != nullptr ? call->thread_id : 0);
+  op->set_api_name_id(api_id);
+}
+
+void RecordTranslator::AddMemoryPool(const CUpti_ActivityMemoryPool3& record) {
+  v1::MemoryPoolOp* op = encoder_->AddEvent(CuptiTime(record.timestamp))->mutable_memory_pool();
+  switch (record.memoryPoolOperationType) {
+    case CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED:
+      op->set_operation(v1::MEMORY_POOL_OPERATION_CREATED);
+      break;
+    case CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_DESTROYED:
+      op->set_operation(v1::MEMORY_POOL_OPERATION_DESTROYED);
+      break;
+    case CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_TRIMMED:
+      op->set_operation(v1::MEMORY_POOL_OPERATION_TRIMMED);
+      break;
+    default:
+      break;
+  }
+  op->set_pool_type(ToPoolType(record.memoryPoolType));
+  op->set_address(record.address);
+  op->set_size(record.size);
+  op->set_utilized_size(record.utilizedSize);
+  op->set_release_threshold(record.releaseThreshold);
+  op->set_device(record.deviceId);
+  op->set_correlation_id(record.correlationId);
+  op->set_is_managed(record.isManagedPool != 0);
+}
+
+void RecordTranslator::AddKernel(const CUpti_ActivityKernel10& record) {
+  const CorrelationTable::Entry* call = correlations_->Find(record.correlationId);
+  const uint32_t name_id = encoder_->Intern(record.name != nullptr ? record.name : "?");
+  v1::Kernel* kernel = encoder_->AddEvent(CuptiTime(record.start))->mutable_kernel();
+  kernel->set_name_id(name_id);
+  kernel->set_device(record.deviceId);
+  kernel->set_stream(record.streamId);
+  kernel->set_end_ns(CuptiTime(record.end));
+  kernel->set_correlation_id(record.correlationId);
+  kernel->set_thread_id(call != nullptr ? call->thread_id : 0);
+  kernel->set_context(record.contextId);
+  kernel->set_grid_size(static_cast<uint32_t>(record.gridX) * static_cast<uint32_t>(record.gridY) *
+                        static_cast<uint32_t>(record.gridZ));
+  kernel->set_block_size(static_cast<uint32_t>(record.blockX) *
+                         static_cast<uint32_t>(record.blockY) *
+                         static_cast<uint32_t>(record.blockZ));
+}
+
+}  // namespace cumemtrace::tracer

@@ -1,0 +1,52 @@
+// Turns what the tracer observed (host records from hooks, CUPTI activity records) into
+// wire events. Pure logic over its inputs: the unit tests drive it with fabricated records.
+#pragma once
+
+#include <cupti_activity.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tracer/correlation_table.h"
+#include "tracer/event_encoder.h"
+#include "tracer/host_record.h"
+
+namespace cumemtrace::tracer {
+
+// Names of CUDA error codes, supplied by whoever can ask the driver (null in tests).
+struct ErrorNamer {
+  virtual ~ErrorNamer() = default;
+  virtual std::string RuntimeErrorName(int code) const;
+  virtual std::string DriverErrorName(int code) const;
+};
+
+class RecordTranslator {
+ public:
+  RecordTranslator(EventEncoder* encoder, CorrelationTable* correlations,
+                   const ErrorNamer* error_namer)
+      : encoder_(encoder), correlations_(correlations), error_namer_(error_namer) {}
+
+  // CUPTI timestamps are shifted by this much to land on the tracer's clock (0 when CUPTI
+  // was told to use CLOCK_MONOTONIC itself).
+  void set_cupti_clock_offset_ns(int64_t offset) { cupti_clock_offset_ns_ = offset; }
+
+  // Host records: correlation entries update the table; the rest become events.
+  void AddHostRecord(const HostRecord& record);
+  // One CUPTI activity record. Returns false for a kind the tracer did not ask for.
+  bool AddActivity(const CUpti_Activity* record);
+
+ private:
+  uint64_t CuptiTime(uint64_t t) const {
+    return static_cast<uint64_t>(static_cast<int64_t>(t) + cupti_clock_offset_ns_);
+  }
+  void AddMemory(const CUpti_ActivityMemory4& record);
+  void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
+  void AddKernel(const CUpti_ActivityKernel10& record);
+
+  EventEncoder* encoder_;
+  CorrelationTable* correlations_;
+  const ErrorNamer* error_namer_;
+  int64_t cupti_clock_offset_ns_ = 0;
+};
+
+}  // namespace cumemtrace::tracer

@@ -1,0 +1,218 @@
+// End to end for the injected library alone: a real process, preloaded with the real .so,
+// talking to a socket this test serves. No GPU needed: NVTX and process lifetime only.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+namespace {
+
+class ProbeRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/cmt-inject-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+    socket_path_ = dir_ + "/s.sock";
+  }
+  void TearDown() override {
+    unlink(socket_path_.c_str());
+    unlink((dir_ + "/stderr").c_str());
+    rmdir(dir_.c_str());
+  }
+
+  int Listen() {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    snprintf(address.sun_path, sizeof(address.sun_path), "%s", socket_path_.c_str());
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_EQ(listen(fd, 8), 0);
+    return fd;
+  }
+
+  // Starts the probe with the tracer preloaded; stderr goes to a file.
+  pid_t Spawn(const std::string& exit_code) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("LD_PRELOAD", CUMEMTRACE_TRACER_LIB, 1);
+      setenv("CUMEMTRACE_SOCKET", socket_path_.c_str(), 1);
+      unsetenv("NVTX_INJECTION64_PATH");
+      unsetenv("CUDA_INJECTION64_PATH");
+      const int err = open((dir_ + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(err, 2);
+      execl(CUMEMTRACE_NVTX_PROBE, CUMEMTRACE_NVTX_PROBE, exit_code.c_str(), nullptr);
+      _exit(127);
+    }
+    return pid;
+  }
+
+  static int WaitStatus(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+  }
+
+  std::string Stderr() const {
+    std::string out;
+    FILE* f = fopen((dir_ + "/stderr").c_str(), "r");
+    if (f == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    fclose(f);
+    return out;
+  }
+
+  static std::string ReadAll(int fd) {
+    std::string bytes;
+    char buf[65536];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 10000) <= 0) break;  // a hung tracer fails the test, not the suite
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      bytes.append(buf, static_cast<size_t>(n));
+    }
+    return bytes;
+  }
+
+  static std::vector<v1::StreamMessage> Decode(const std::string& bytes) {
+    std::vector<v1::StreamMessage> messages;
+    google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                              static_cast<int>(bytes.size()));
+    uint32_t size = 0;
+    while (in.ReadVarint32(&size)) {
+      std::string body;
+      if (!in.ReadString(&body, static_cast<int>(size))) break;
+      v1::StreamMessage message;
+      EXPECT_TRUE(message.ParseFromString(body));
+      messages.push_back(std::move(message));
+    }
+    return messages;
+  }
+
+  std::string dir_;
+  std::string socket_path_;
+};
+
+TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) {
+  const int listener = Listen();
+  const pid_t pid = Spawn("5");
+  const int conn = accept(listener, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+  const std::vector<v1::StreamMessage> messages = Decode(ReadAll(conn));
+  const int status = WaitStatus(pid);
+  close(conn);
+  close(listener);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 5);
+  EXPECT_EQ(Stderr(), "");  // nothing printed when all is well
+
+  ASSERT_GE(messages.size(), 2u);
+  ASSERT_TRUE(messages[0].has_handshake());
+  const v1::Handshake& hello = messages[0].handshake();
+  EXPECT_EQ(hello.magic(), static_cast<uint32_t>(v1::HANDSHAKE_MAGIC));
+  EXPECT_EQ(hello.protocol_version(), static_cast<uint32_t>(v1::PROTOCOL_VERSION));
+  EXPECT_EQ(hello.pid(), static_cast<uint32_t>(pid));
+  ASSERT_EQ(hello.command_line_size(), 2);
+  EXPECT_EQ(hello.command_line(1), "5");
+  EXPECT_EQ(hello.timestamp_clock(), v1::TIMESTAMP_CLOCK_MONOTONIC);
+  EXPECT_EQ(hello.injection_mode(), v1::INJECTION_MODE_LD_PRELOAD);
+
+  std::map<uint32_t, std::string> strings;
+  std::vector<v1::Event> nvtx;
+  int exits = 0;
+  int32_t exit_code = -1;
+  uint64_t expected_sequence = 0;
+  for (size_t i = 1; i < messages.size(); ++i) {
+    ASSERT_TRUE(messages[i].has_batch());
+    EXPECT_EQ(messages[i].batch().sequence(), expected_sequence++);
+    for (const v1::Event& event : messages[i].batch().events()) {
+      if (event.has_interned_string()) {
+        strings[event.interned_string().id()] = event.interned_string().value();
+      } else if (event.has_nvtx()) {
+        // A definition always precedes its first use.
+        if (event.nvtx().message_id() != 0) {
+          EXPECT_TRUE(strings.count(event.nvtx().message_id()));
+        }
+        if (event.nvtx().domain_id() != 0) {
+          EXPECT_TRUE(strings.count(event.nvtx().domain_id()));
+        }
+        nvtx.push_back(event);
+      } else if (event.has_process_exit()) {
+        ++exits;
+        exit_code = event.process_exit().exit_code();
+      }
+    }
+  }
+  EXPECT_EQ(exits, 1);
+  EXPECT_EQ(exit_code, 5);
+
+  std::stable_sort(nvtx.begin(), nvtx.end(), [](const v1::Event& a, const v1::Event& b) {
+    return a.timestamp_ns() < b.timestamp_ns();
+  });
+  auto describe = [&](const v1::Event& e) {
+    std::string text = v1::NvtxOperation_Name(e.nvtx().operation());
+    if (e.nvtx().domain_id() != 0) text += " " + strings[e.nvtx().domain_id()] + ":";
+    if (e.nvtx().message_id() != 0) text += " " + strings[e.nvtx().message_id()];
+    return text;
+  };
+  std::vector<std::string> seen;
+  for (const v1::Event& e : nvtx) seen.push_back(describe(e));
+  const std::vector<std::string> expected = {
+      "NVTX_OPERATION_PUSH forward",  "NVTX_OPERATION_PUSH layer1",
+      "NVTX_OPERATION_POP",           "NVTX_OPERATION_POP",
+      "NVTX_OPERATION_START epoch",   "NVTX_OPERATION_PUSH backward",
+      "NVTX_OPERATION_POP",           "NVTX_OPERATION_END",
+      "NVTX_OPERATION_PUSH ep: settling", "NVTX_OPERATION_POP ep:",
+      "NVTX_OPERATION_MARK checkpoint"};
+  EXPECT_EQ(seen, expected);
+  ASSERT_EQ(nvtx.size(), expected.size());
+  // The range started on the main thread ends on the worker, and the ids pair them.
+  EXPECT_NE(nvtx[4].nvtx().range_id(), 0u);
+  EXPECT_EQ(nvtx[4].nvtx().range_id(), nvtx[7].nvtx().range_id());
+  EXPECT_NE(nvtx[4].nvtx().thread_id(), nvtx[7].nvtx().thread_id());
+  EXPECT_EQ(nvtx[0].nvtx().thread_id(), static_cast<uint32_t>(pid));  // main thread: tid == pid
+  EXPECT_EQ(nvtx[8].nvtx().color(), 0xff00ff00u);
+}
+
+TEST_F(ProbeRun, DeadCollectorNeitherKillsNorChangesTheProgram) {
+  const int listener = Listen();
+  const pid_t pid = Spawn("9");
+  const int conn = accept(listener, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+  close(conn);  // the collector dies right after accepting
+  close(listener);
+  const int status = WaitStatus(pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 9);
+}
+
+TEST_F(ProbeRun, NoCollectorGivesOneNoticeAndTheProgramRuns) {
+  const pid_t pid = Spawn("3");  // nobody listens on the socket path
+  const int status = WaitStatus(pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  const std::string err = Stderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("cumemtrace: not tracing"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace cumemtrace

@@ -1,0 +1,239 @@
+// Fabricated CUPTI records, built with the real struct layouts from the toolkit headers,
+// through the same translator the sender thread uses.
+#include "tracer/record_translator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include "tracer/api_catalog.h"
+#include "tracer/nvtx_domain.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+uint16_t ApiRow(const char* name) {
+  uint16_t count = 0;
+  const ApiInfo* apis = ApiCatalog(&count);
+  for (uint16_t i = 0; i < count; ++i) {
+    if (strcmp(apis[i].name, name) == 0) return i;
+  }
+  ADD_FAILURE() << "no catalog row " << name;
+  return 0;
+}
+
+class TranslatorTest : public ::testing::Test {
+ protected:
+  // Frames the batch and reads it back as the collector would.
+  v1::EventBatch Flush() {
+    std::string wire;
+    encoder_.FlushBatch(&wire);
+    v1::EventBatch batch;
+    if (wire.empty()) return batch;
+    size_t header = 1;
+    while (static_cast<unsigned char>(wire[header - 1]) & 0x80) ++header;
+    v1::StreamMessage message;
+    EXPECT_TRUE(message.ParseFromArray(wire.data() + header, static_cast<int>(wire.size() - header)));
+    for (const v1::Event& e : message.batch().events()) {
+      if (e.has_interned_string()) strings_[e.interned_string().id()] = e.interned_string().value();
+    }
+    return message.batch();
+  }
+
+  EventEncoder encoder_;
+  CorrelationTable correlations_;
+  ErrorNamer namer_;
+  RecordTranslator translator_{&encoder_, &correlations_, &namer_};
+  std::map<uint32_t, std::string> strings_;
+};
+
+CUpti_ActivityMemory4 MemoryRecord(CUpti_ActivityMemoryOperationType op, uint64_t address,
+                                   uint64_t bytes, uint32_t correlation) {
+  CUpti_ActivityMemory4 record;
+  memset(&record, 0, sizeof(record));
+  record.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
+  record.memoryOperationType = op;
+  record.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  record.address = address;
+  record.bytes = bytes;
+  record.correlationId = correlation;
+  record.timestamp = 1000;
+  record.deviceId = 1;
+  record.contextId = 7;
+  record.streamId = 13;
+  return record;
+}
+
+TEST_F(TranslatorTest, MemoryRecordGetsThreadAndApiOfItsCall) {
+  HostRecord call;
+  call.type = HostRecord::Type::kCorrelation;
+  call.correlation_id = 42;
+  call.thread_id = 4242;
+  call.api = ApiRow("cudaMallocAsync");
+  translator_.AddHostRecord(call);
+
+  CUpti_ActivityMemory4 record = MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION,
+                                              0x7f0000001000, 1 << 20, 42);
+  record.isAsync = 1;
+  record.memoryPoolConfig.memoryPoolType = CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL;
+  record.memoryPoolConfig.address = 0xabc;
+  ASSERT_TRUE(translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record)));
+  // A record whose call was never seen keeps thread 0 rather than a wrong thread.
+  CUpti_ActivityMemory4 orphan =
+      MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE, 0x7f0000001000, 1 << 20, 43);
+  orphan.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC;
+  ASSERT_TRUE(translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&orphan)));
+
+  const v1::EventBatch batch = Flush();
+  std::vector<v1::MemoryOp> ops;
+  for (const v1::Event& e : batch.events()) {
+    if (e.has_memory()) {
+      EXPECT_EQ(e.timestamp_ns(), 1000u);
+      ops.push_back(e.memory());
+    }
+  }
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].operation(), v1::MEMORY_OPERATION_ALLOCATE);
+  EXPECT_EQ(ops[0].address(), 0x7f0000001000u);
+  EXPECT_EQ(ops[0].bytes(), 1u << 20);
+  EXPECT_EQ(ops[0].kind(), v1::MEMORY_KIND_DEVICE);
+  EXPECT_EQ(ops[0].device(), 1u);
+  EXPECT_EQ(ops[0].stream(), 13u);
+  EXPECT_TRUE(ops[0].is_async());
+  EXPECT_EQ(ops[0].pool_type(), v1::MEMORY_POOL_TYPE_LOCAL);
+  EXPECT_EQ(ops[0].pool_address(), 0xabcu);
+  EXPECT_EQ(ops[0].thread_id(), 4242u);
+  EXPECT_EQ(strings_[ops[0].api_name_id()], "cudaMallocAsync");
+  EXPECT_EQ(ops[1].operation(), v1::MEMORY_OPERATION_RELEASE);
+  EXPECT_EQ(ops[1].kind(), v1::MEMORY_KIND_DEVICE_STATIC);
+  EXPECT_EQ(ops[1].thread_id(), 0u);
+  EXPECT_EQ(ops[1].api_name_id(), 0u);
+}
+
+TEST_F(TranslatorTest, CuptiTimestampsAreShiftedOntoTheTracerClock) {
+  translator_.set_cupti_clock_offset_ns(-400);
+  CUpti_ActivityMemory4 record =
+      MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x1000, 64, 1);
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record));
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 1);
+  EXPECT_EQ(batch.events(0).timestamp_ns(), 600u);
+}
+
+TEST_F(TranslatorTest, KernelCarriesLaunchingThreadAndInternedName) {
+  HostRecord launch;
+  launch.type = HostRecord::Type::kCorrelation;
+  launch.correlation_id = 9;
+  launch.thread_id = 77;
+  launch.api = ApiRow("cuLaunchKernel");
+  translator_.AddHostRecord(launch);
+
+  CUpti_ActivityKernel10 kernel;
+  memset(&kernel, 0, sizeof(kernel));
+  kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  kernel.start = 5000;
+  kernel.end = 7500;
+  kernel.deviceId = 0;
+  kernel.streamId = 3;
+  kernel.correlationId = 9;
+  kernel.gridX = 4;
+  kernel.gridY = 2;
+  kernel.gridZ = 1;
+  kernel.blockX = 128;
+  kernel.blockY = 1;
+  kernel.blockZ = 1;
+  kernel.name = "_Z6matmulPfS_";
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&kernel));
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&kernel));  // same name: one string
+
+  const v1::EventBatch batch = Flush();
+  int interned = 0;
+  std::vector<v1::Event> kernels;
+  for (const v1::Event& e : batch.events()) {
+    if (e.has_interned_string()) ++interned;
+    if (e.has_kernel()) kernels.push_back(e);
+  }
+  EXPECT_EQ(interned, 1);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].timestamp_ns(), 5000u);
+  EXPECT_EQ(kernels[0].kernel().end_ns(), 7500u);
+  EXPECT_EQ(kernels[0].kernel().thread_id(), 77u);
+  EXPECT_EQ(kernels[0].kernel().grid_size(), 8u);
+  EXPECT_EQ(kernels[0].kernel().block_size(), 128u);
+  EXPECT_EQ(strings_[kernels[0].kernel().name_id()], "_Z6matmulPfS_");
+}
+
+TEST_F(TranslatorTest, MemoryPoolRecord) {
+  CUpti_ActivityMemoryPool3 pool;
+  memset(&pool, 0, sizeof(pool));
+  pool.kind = CUPTI_ACTIVITY_KIND_MEMORY_POOL;
+  pool.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_TRIMMED;
+  pool.memoryPoolType = CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL;
+  pool.address = 0x55;
+  pool.size = 1 << 30;
+  pool.utilizedSize = 1 << 20;
+  pool.deviceId = 2;
+  pool.timestamp = 10;
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&pool));
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 1);
+  const v1::MemoryPoolOp& op = batch.events(0).memory_pool();
+  EXPECT_EQ(op.operation(), v1::MEMORY_POOL_OPERATION_TRIMMED);
+  EXPECT_EQ(op.size(), 1u << 30);
+  EXPECT_EQ(op.utilized_size(), 1u << 20);
+  EXPECT_EQ(op.device(), 2u);
+}
+
+TEST_F(TranslatorTest, UnrequestedActivityKindIsRefused) {
+  CUpti_ActivityKernel10 record;
+  memset(&record, 0, sizeof(record));
+  record.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  EXPECT_FALSE(translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record)));
+  EXPECT_EQ(encoder_.pending_events(), 0u);
+}
+
+TEST_F(TranslatorTest, FailedAllocationNamesApiAndError) {
+  HostRecord failed;
+  failed.type = HostRecord::Type::kFailedAllocation;
+  failed.api = ApiRow("cudaMalloc");
+  failed.timestamp_ns = 99;
+  failed.thread_id = 5;
+  failed.error_code = 2;
+  failed.requested_bytes = 1ull << 40;
+  failed.device = 0;
+  failed.device_free_bytes = 100;
+  failed.device_total_bytes = 200;
+  translator_.AddHostRecord(failed);
+  const v1::EventBatch batch = Flush();
+  const v1::Event& last = batch.events(batch.events_size() - 1);
+  ASSERT_TRUE(last.has_failed_allocation());
+  const v1::FailedAllocation& f = last.failed_allocation();
+  EXPECT_EQ(strings_[f.api_name_id()], "cudaMalloc");
+  EXPECT_EQ(strings_[f.error_name_id()], "cudaErrorMemoryAllocation");
+  EXPECT_EQ(f.requested_bytes(), 1ull << 40);
+  EXPECT_EQ(f.kind(), v1::MEMORY_KIND_DEVICE);
+  EXPECT_EQ(f.device_free_bytes(), 100u);
+  EXPECT_EQ(f.device_total_bytes(), 200u);
+}
+
+TEST_F(TranslatorTest, NvtxStringsAreDefinedBeforeTheEventThatUsesThem) {
+  NvtxDomain domain{"ep"};
+  HostRecord push;
+  push.type = HostRecord::Type::kNvtx;
+  push.nvtx_operation = v1::NVTX_OPERATION_PUSH;
+  push.domain = &domain;
+  push.text = "settling";
+  push.thread_id = 1;
+  translator_.AddHostRecord(push);
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 3);
+  EXPECT_TRUE(batch.events(0).has_interned_string());
+  EXPECT_TRUE(batch.events(1).has_interned_string());
+  ASSERT_TRUE(batch.events(2).has_nvtx());
+  EXPECT_EQ(strings_[batch.events(2).nvtx().domain_id()], "ep");
+  EXPECT_EQ(strings_[batch.events(2).nvtx().message_id()], "settling");
+}
+
+}  // namespace
+}  // namespace cumemtrace::tracer

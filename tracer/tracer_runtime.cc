@@ -1,0 +1,399 @@
+#include "tracer/tracer_runtime.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <new>
+#include <unordered_set>
+
+#include "tracer/api_catalog.h"
+#include "tracer/clock.h"
+#include "tracer/collector_connection.h"
+#include "tracer/correlation_table.h"
+#include "tracer/cupti_session.h"
+#include "tracer/event_encoder.h"
+#include "tracer/record_translator.h"
+
+namespace cumemtrace::tracer {
+
+uint32_t g_tid_generation = 1;
+
+namespace {
+
+constexpr size_t kDefaultQueueRecords = 1u << 20;
+constexpr auto kDrainInterval = std::chrono::milliseconds(10);
+constexpr uint64_t kCuptiFlushIntervalNs = 100'000'000;  // at most 200 ms between flushes
+constexpr size_t kMaxOutboxBytes = 32u << 20;
+constexpr int kExitSendBudgetMs = 2000;
+constexpr auto kExitWait = std::chrono::milliseconds(3000);
+
+const char* kTracerVersion = "0.1.0";
+
+size_t QueueCapacityFromEnv() {
+  const char* value = getenv("CUMEMTRACE_QUEUE_EVENTS");
+  if (value == nullptr || *value == '\0') return kDefaultQueueRecords;
+  char* end = nullptr;
+  const unsigned long long n = strtoull(value, &end, 10);
+  return (end != nullptr && *end == '\0' && n > 0) ? static_cast<size_t>(n) : kDefaultQueueRecords;
+}
+
+std::string DefaultSocketPath() {
+  if (const char* runtime_dir = getenv("XDG_RUNTIME_DIR"); runtime_dir && *runtime_dir) {
+    return std::string(runtime_dir) + "/cumemtrace/collector.sock";
+  }
+  return "/tmp/cumemtrace-" + std::to_string(getuid()) + "/collector.sock";
+}
+
+std::vector<std::string> ReadCommandLine() {
+  std::vector<std::string> args;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  return args;
+}
+
+std::string ReadThreadName(uint32_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+class DriverErrorNamer : public ErrorNamer {
+ public:
+  std::string DriverErrorName(int code) const override {
+    const DriverApi& driver = CuptiSession::Get().driver();
+    const char* name = nullptr;
+    if (driver.GetErrorName != nullptr &&
+        driver.GetErrorName(static_cast<CUresult>(code), &name) == CUDA_SUCCESS && name) {
+      return name;
+    }
+    return ErrorNamer::DriverErrorName(code);
+  }
+};
+
+void FillDeviceInfo(uint32_t index, v1::DeviceInfo* info) {
+  info->set_index(index);
+  const DriverApi& driver = CuptiSession::Get().driver();
+  CUdevice device = 0;
+  if (driver.DeviceGet == nullptr || driver.DeviceGet(&device, static_cast<int>(index)) != 0) {
+    return;
+  }
+  char name[256] = {};
+  if (driver.DeviceGetName(name, sizeof(name) - 1, device) == CUDA_SUCCESS) info->set_name(name);
+  CUuuid uuid;
+  if (driver.DeviceGetUuid(&uuid, device) == CUDA_SUCCESS) {
+    static const char kHex[] = "0123456789abcdef";
+    std::string hex;
+    for (unsigned char byte : uuid.bytes) {
+      hex.push_back(kHex[byte >> 4]);
+      hex.push_back(kHex[byte & 15]);
+    }
+    info->set_uuid(hex);
+  }
+  size_t total = 0;
+  if (driver.DeviceTotalMem(&total, device) == CUDA_SUCCESS) info->set_total_memory_bytes(total);
+  int major = 0;
+  int minor = 0;
+  driver.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  driver.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  info->set_compute_capability_major(static_cast<uint32_t>(major));
+  info->set_compute_capability_minor(static_cast<uint32_t>(minor));
+}
+
+// What only the sender thread touches.
+struct SenderState {
+  CollectorConnection connection;
+  EventEncoder encoder;
+  CorrelationTable correlations;
+  DriverErrorNamer error_namer;
+  RecordTranslator translator{&encoder, &correlations, &error_namer};
+  std::vector<HostRecord> host_records;
+  std::vector<CompletedBuffer> buffers;
+  std::unordered_set<uint32_t> named_threads;
+  std::unordered_set<uint32_t> described_devices;
+  uint64_t dropped_while_full = 0;
+  uint64_t last_cupti_flush_ns = 0;
+};
+
+SenderState* g_sender = nullptr;
+
+}  // namespace
+
+TracerRuntime& TracerRuntime::Get() {
+  static TracerRuntime* runtime = new TracerRuntime();
+  return *runtime;
+}
+
+TracerRuntime::TracerRuntime() : queue_(QueueCapacityFromEnv()) {}
+
+void TracerRuntime::Notice(v1::NoticeLevel level, const std::string& code,
+                           const std::string& text) {
+  std::lock_guard<std::mutex> lock(notices_mutex_);
+  for (const std::string& printed : printed_codes_) {
+    if (printed == code) return;  // each notice once per process
+  }
+  printed_codes_.push_back(code);
+  if (!quiet_) fprintf(stderr, "cumemtrace: %s\n", text.c_str());
+  v1::TracerNotice notice;
+  notice.set_level(level);
+  notice.set_code(code);
+  notice.set_text(text);
+  notices_.push_back(std::move(notice));
+}
+
+void TracerRuntime::Start(v1::InjectionMode mode) {
+  if (started_.exchange(true)) return;
+  pid_ = getpid();
+  mode_ = mode;
+  start_ns_ = MonotonicNs();
+  const char* kernels = getenv("CUMEMTRACE_KERNELS");
+  kernels_ = !(kernels != nullptr && kernels[0] == '0');
+  const char* quiet = getenv("CUMEMTRACE_QUIET");
+  quiet_ = quiet != nullptr && quiet[0] == '1';
+  const char* socket = getenv("CUMEMTRACE_SOCKET");
+  socket_path_ = (socket != nullptr && *socket) ? socket : DefaultSocketPath();
+
+  pthread_atfork(nullptr, nullptr, AtForkChild);
+  // Registered now, it runs after the program's later-registered exit handlers: the last
+  // word of the stream. It does not touch CUPTI (that handler is registered later).
+  on_exit(OnExit, nullptr);
+
+  recording_.store(true);
+  // The sender starts with every signal blocked so the program's signals never land on it.
+  sigset_t all;
+  sigset_t previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  std::thread(&TracerRuntime::SenderMain, this).detach();
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+void TracerRuntime::StartCupti() {
+  if (!started_.load() || getpid() != pid_ || cupti_started_.exchange(true)) return;
+  std::string code;
+  std::string text;
+  if (!CuptiSession::Get().Start(kernels_, &code, &text)) {
+    Notice(v1::NOTICE_LEVEL_WARNING, code, text);
+  }
+  WakeSender();
+}
+
+void TracerRuntime::Record(HostRecord&& record) { queue_.Push(std::move(record)); }
+
+void TracerRuntime::WakeSender() {
+  std::lock_guard<std::mutex> lock(wake_mutex_);
+  wake_requested_ = true;
+  wake_.notify_one();
+}
+
+void TracerRuntime::OnContextCreated(uint32_t device) {
+  CuptiSession::Get().LoadDriver();
+  HostRecord record;
+  record.type = HostRecord::Type::kDeviceSeen;
+  record.timestamp_ns = MonotonicNs();
+  record.device = device;
+  Record(std::move(record));
+  // Registered at the first context, so it runs before the CUDA runtime's and the
+  // framework's earlier exit handlers tear the context down (a constructor-time handler
+  // that flushed CUPTI crashed Python at exit).
+  if (!exit_flush_registered_.exchange(true)) on_exit(OnExitFlushCupti, nullptr);
+}
+
+void TracerRuntime::OnExitFlushCupti(int status, void* arg) {
+  TracerRuntime& self = Get();
+  if (getpid() != self.pid_ || !self.recording()) return;
+  CuptiSession::Get().Flush(/*forced=*/true);
+}
+
+void TracerRuntime::OnExit(int status, void* arg) {
+  TracerRuntime& self = Get();
+  if (getpid() != self.pid_ || !self.recording()) return;
+  HostRecord record;
+  record.type = HostRecord::Type::kProcessExit;
+  record.timestamp_ns = MonotonicNs();
+  record.error_code = status;
+  self.Record(std::move(record));
+  std::unique_lock<std::mutex> lock(self.wake_mutex_);
+  self.stop_requested_ = true;
+  self.wake_.notify_one();
+  // Bounded: a stopped or dead collector never holds the program's exit hostage.
+  self.wake_.wait_for(lock, kExitWait, [&] { return self.sender_done_; });
+  self.recording_.store(false);
+}
+
+void TracerRuntime::AtForkChild() {
+  // The sender thread does not exist in the child and the parent's stream is not ours.
+  // A child that execs loads the tracer afresh and opens its own stream.
+  TracerRuntime& self = Get();
+  ++g_tid_generation;
+  self.recording_.store(false);
+  self.queue_.ResetAfterFork();
+  new (&self.wake_mutex_) std::mutex();
+  new (&self.notices_mutex_) std::mutex();
+  if (g_sender != nullptr) g_sender->connection.AbandonAfterFork();
+}
+
+void TracerRuntime::SenderMain() {
+  pthread_setname_np(pthread_self(), "cumemtrace-tx");
+  // Leaked with the runtime (see the class comment).
+  g_sender = new SenderState();
+  SenderState& s = *g_sender;
+
+  std::string error;
+  if (!s.connection.Connect(socket_path_, &error)) {
+    recording_.store(false);
+    Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
+           "not tracing: " + error +
+               " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    sender_done_ = true;
+    wake_.notify_all();
+    return;
+  }
+
+  v1::StreamMessage hello;
+  v1::Handshake* handshake = hello.mutable_handshake();
+  handshake->set_magic(v1::HANDSHAKE_MAGIC);
+  handshake->set_protocol_version(v1::PROTOCOL_VERSION);
+  handshake->set_pid(static_cast<uint32_t>(pid_));
+  handshake->set_ppid(static_cast<uint32_t>(getppid()));
+  for (std::string& arg : ReadCommandLine()) handshake->add_command_line(std::move(arg));
+  char hostname[256] = {};
+  gethostname(hostname, sizeof(hostname) - 1);
+  handshake->set_hostname(hostname);
+  handshake->mutable_clock_pair()->set_realtime_ns(RealtimeNs());
+  handshake->mutable_clock_pair()->set_monotonic_ns(MonotonicNs());
+  handshake->set_timestamp_clock(v1::TIMESTAMP_CLOCK_MONOTONIC);
+  handshake->set_tracer_version(kTracerVersion);
+  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) handshake->set_pytorch_alloc_conf(conf);
+  if (const char* mode = getenv("CUMEMTRACE_ALLOCATOR_MODE")) handshake->set_allocator_mode(mode);
+  handshake->set_injection_mode(mode_);
+  handshake->set_kernels_enabled(kernels_);
+  handshake->set_trace_start_ns(start_ns_);
+  std::string outbox;
+  AppendFramedMessage(hello, &outbox);
+
+  for (;;) {
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_.wait_for(lock, kDrainInterval, [&] { return wake_requested_ || stop_requested_; });
+      wake_requested_ = false;
+      stopping = stop_requested_;
+    }
+    CuptiSession& cupti = CuptiSession::Get();
+    const uint64_t now = MonotonicNs();
+    if (cupti.started() && !stopping && now - s.last_cupti_flush_ns >= kCuptiFlushIntervalNs) {
+      cupti.Flush(/*forced=*/false);
+      s.last_cupti_flush_ns = now;
+    }
+    const bool alive = DrainOnce(&outbox);
+    if (alive && !outbox.empty()) {
+      if (s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0) ==
+          CollectorConnection::SendResult::kClosed) {
+        recording_.store(false);
+        Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
+               "the collector went away; tracing stopped, the program continues");
+      }
+    }
+    if (stopping || !s.connection.connected()) {
+      s.connection.Close();
+      std::lock_guard<std::mutex> lock(wake_mutex_);
+      sender_done_ = true;
+      wake_.notify_all();
+      return;
+    }
+  }
+}
+
+bool TracerRuntime::DrainOnce(std::string* outbox) {
+  SenderState& s = *g_sender;
+  CuptiSession& cupti = CuptiSession::Get();
+  // Buffers first, host records second: every record in a taken buffer was produced after
+  // its call's entry callback queued the correlation, so the table is complete for them.
+  cupti.TakeCompletedBuffers(&s.buffers);
+  const DropWindow queue_drops = queue_.TakeAll(&s.host_records);
+  s.translator.set_cupti_clock_offset_ns(cupti.clock_offset_ns());
+
+  auto flush_if_full = [&] {
+    if (!s.encoder.batch_full()) return;
+    if (outbox->size() > kMaxOutboxBytes) {
+      s.dropped_while_full += s.encoder.DiscardBatch();
+    } else {
+      s.encoder.FlushBatch(outbox);
+    }
+  };
+
+  for (const HostRecord& record : s.host_records) {
+    if (record.thread_id != 0 && record.type != HostRecord::Type::kThreadName &&
+        s.named_threads.insert(record.thread_id).second) {
+      const std::string name = ReadThreadName(record.thread_id);
+      if (!name.empty()) {
+        v1::ThreadName* thread = s.encoder.AddEvent(record.timestamp_ns)->mutable_thread_name();
+        thread->set_thread_id(record.thread_id);
+        thread->set_name(name);
+      }
+    }
+    if (record.type == HostRecord::Type::kDeviceSeen &&
+        s.described_devices.insert(record.device).second) {
+      FillDeviceInfo(record.device, s.encoder.AddEvent(record.timestamp_ns)->mutable_device());
+      if (cupti.device_buffer_bytes_per_context() > 0) {
+        v1::TracerMemory* memory = s.encoder.AddEvent(record.timestamp_ns)->mutable_tracer_memory();
+        memory->set_device(record.device);
+        memory->set_bytes(cupti.device_buffer_bytes_per_context());
+        memory->set_description(
+            "CUPTI device buffers for kernel records (buffer size x pre-allocated count)");
+      }
+    }
+    s.translator.AddHostRecord(record);
+    flush_if_full();
+  }
+  for (const CompletedBuffer& buffer : s.buffers) {
+    cupti.ForEachRecord(buffer, [&](const CUpti_Activity* record) {
+      s.translator.AddActivity(record);
+      flush_if_full();
+    });
+    cupti.RecycleBuffer(buffer.data);
+  }
+
+  const uint64_t now = MonotonicNs();
+  if (queue_drops.count > 0) {
+    v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
+    dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
+    dropped->set_count(queue_drops.count);
+    dropped->set_first_ns(queue_drops.first_ns);
+    dropped->set_last_ns(queue_drops.last_ns);
+  }
+  if (s.dropped_while_full > 0 && outbox->size() <= kMaxOutboxBytes) {
+    v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
+    dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
+    dropped->set_count(s.dropped_while_full);
+    s.dropped_while_full = 0;
+  }
+  if (const uint64_t cupti_drops = cupti.TakeDroppedRecords(); cupti_drops > 0) {
+    v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
+    dropped->set_source(v1::DROP_SOURCE_CUPTI);
+    dropped->set_count(cupti_drops);
+  }
+  {
+    std::lock_guard<std::mutex> lock(notices_mutex_);
+    for (v1::TracerNotice& notice : notices_) {
+      *s.encoder.AddEvent(now)->mutable_notice() = std::move(notice);
+    }
+    notices_.clear();
+  }
+  if (outbox->size() > kMaxOutboxBytes) {
+    s.dropped_while_full += s.encoder.DiscardBatch();
+  } else {
+    s.encoder.FlushBatch(outbox);
+  }
+  return s.connection.connected();
+}
+
+}  // namespace cumemtrace::tracer

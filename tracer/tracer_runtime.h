@@ -1,0 +1,72 @@
+// The tracer's process-wide state: started once whichever injection path comes first,
+// leaked at exit on purpose (heaptrack does the same: static destructors of a traced
+// program run in no reliable order, and CUPTI can still call us during them).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cumemtrace/v1/trace.pb.h"
+#include "tracer/host_record.h"
+#include "tracer/record_queue.h"
+
+namespace cumemtrace::tracer {
+
+class TracerRuntime {
+ public:
+  static TracerRuntime& Get();
+
+  // Connects to the collector and starts the sender thread, once per process. Safe to call
+  // from every entry point.
+  void Start(v1::InjectionMode mode);
+  // Starts CUPTI (once). From the driver's InitializeInjection, or from the constructor when
+  // CUDA_INJECTION64_PATH already names another library.
+  void StartCupti();
+
+  // True while events are wanted: hooks test this first and return at once otherwise.
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  void Record(HostRecord&& record);
+  void WakeSender();
+  // A CUDA context was created on `device` (resource callback, program thread).
+  void OnContextCreated(uint32_t device);
+  // Prints a one-line notice on stderr (unless CUMEMTRACE_QUIET=1) and sends it.
+  void Notice(v1::NoticeLevel level, const std::string& code, const std::string& text);
+
+ private:
+  TracerRuntime();
+  void SenderMain();
+  bool DrainOnce(std::string* outbox);
+  void EmitDeviceInfo(uint32_t device, std::vector<HostRecord>* unused);
+  static void OnExit(int status, void* arg);
+  static void OnExitFlushCupti(int status, void* arg);
+  static void AtForkChild();
+
+  std::atomic<bool> started_{false};
+  std::atomic<bool> cupti_started_{false};
+  std::atomic<bool> recording_{false};
+  std::atomic<bool> exit_flush_registered_{false};
+  pid_t pid_ = 0;
+  v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
+  bool kernels_ = true;
+  bool quiet_ = false;
+  std::string socket_path_;
+  uint64_t start_ns_ = 0;
+
+  RecordQueue queue_;
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  bool wake_requested_ = false;
+  bool stop_requested_ = false;
+  bool sender_done_ = false;
+
+  std::mutex notices_mutex_;
+  std::vector<v1::TracerNotice> notices_;
+  std::vector<std::string> printed_codes_;
+};
+
+}  // namespace cumemtrace::tracer
