@@ -72,8 +72,9 @@ struct Child {
   int err_fd = -1;
 };
 
+// `inherit_fd`, when given, becomes descriptor 3 of the child.
 Child Spawn(const std::vector<std::string>& args, const std::string& cwd,
-            const EnvOverrides& overrides) {
+            const EnvOverrides& overrides, int inherit_fd = -1) {
   std::vector<std::string> env_strings = ChildEnv(overrides);
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -89,6 +90,7 @@ Child Spawn(const std::vector<std::string>& args, const std::string& cwd,
   if (child.pid == 0) {
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
+    if (inherit_fd >= 0) dup2(inherit_fd, 3);
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(120);
     execve(argv[0], argv.data(), envp.data());
     _exit(121);
@@ -537,13 +539,24 @@ TEST_F(CliEndToEnd, DaemonServesManyConcurrentClientsIntoOneFileEach) {
   ASSERT_NE(ready->find("listening on " + socket), std::string::npos) << *ready;
   EXPECT_EQ(FileMode(tmp_ + "/sock"), 0700u);
 
+  // Every client handshakes, then waits on a shared pipe until all of them are connected,
+  // so the daemon really holds kClients open streams at once.
   constexpr int kClients = 10;
+  int barrier[2];
+  ASSERT_EQ(pipe2(barrier, O_CLOEXEC), 0);
   std::vector<Child> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.push_back(Spawn({kFake, "--socket=" + socket, "--batches=" + std::to_string(i + 1),
-                             "--events=5"},
-                            tmp_, {}));
+                             "--events=5", "--wait-fd=3"},
+                            tmp_, {}, barrier[0]));
   }
+  close(barrier[0]);
+  for (int opened = 0; opened < kClients;) {
+    const std::optional<std::string> line = daemon_log.Next();
+    ASSERT_TRUE(line.has_value()) << "daemon went quiet after " << opened << " opened streams";
+    if (line->find(" opened -> ") != std::string::npos) ++opened;
+  }
+  close(barrier[1]);  // go
   std::map<uint32_t, int> expected_events;  // by pid
   for (int i = 0; i < kClients; ++i) {
     const Result r = Finish(clients[i]);
@@ -590,11 +603,9 @@ TEST_F(CliEndToEnd, DaemonClosesStreamsStillOpenAtShutdown) {
   ASSERT_TRUE(daemon_log.Next().has_value());
   // This client sends its batches and then keeps the connection open until killed.
   Child client = Spawn({kFake, "--socket=" + socket, "--batches=2", "--hold"}, tmp_, {});
-  for (;;) {
-    const std::optional<std::string> line = daemon_log.Next();
-    ASSERT_TRUE(line.has_value());
-    if (line->find(" opened -> ") != std::string::npos) break;
-  }
+  LineReader client_out(client.out_fd);
+  ASSERT_EQ(client_out.Next(), std::optional<std::string>("holding"));
+  // The batches may still sit in the socket buffer: shutdown must take them in first.
   kill(daemon.pid, SIGINT);
   const Result stopped = Finish(daemon);
   kill(client.pid, SIGKILL);

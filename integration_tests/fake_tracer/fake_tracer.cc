@@ -10,7 +10,10 @@
 //                                             sends garbage; carry on once it is refused
 //               [--partial-frame]             end with half a frame
 //               [--die=kill|segv]             die by that signal after sending, socket open
-//               [--hold]                      keep the connection open until killed
+//               [--hold]                      print "holding" on stdout once everything is
+//                                             sent, then keep the connection open until killed
+//               [--wait-fd=N]                 after the handshake, read descriptor N to EOF
+//                                             before sending batches (a start barrier)
 //               [--exit=CODE]                 exit status (default 0)
 //               [--print-lines=N]             print N numbered lines on stdout first
 //               [--print-env=VAR]             print VAR=value (or VAR unset) on stdout
@@ -45,6 +48,7 @@ struct Options {
   bool also_bad_connection = false;
   bool partial_frame = false;
   bool hold = false;
+  int wait_fd = -1;
   std::string die;
   int exit_code = 0;
   int print_lines = 0;
@@ -180,6 +184,8 @@ Options Parse(int argc, char** argv) {
       o.garbage_after_handshake = true;
     } else if (arg == "--also-bad-connection") {
       o.also_bad_connection = true;
+    } else if (const char* v9 = value("--wait-fd=")) {
+      o.wait_fd = atoi(v9);
     } else if (arg == "--hold") {
       o.hold = true;
     } else if (arg == "--partial-frame") {
@@ -237,6 +243,13 @@ int main(int argc, char** argv) {
     WaitForClose(bad);  // refused while this connection stays open
     close(bad);
   }
+  if (o.wait_fd >= 0) {
+    char byte;
+    while (read(o.wait_fd, &byte, 1) != 0) {
+      if (errno != EINTR) break;
+    }
+    close(o.wait_fd);
+  }
   if (o.oversized) {
     SendAll(fd, std::string("\x81\x80\x80\x08", 4));  // varint of 16 MiB + 1
     WaitForClose(fd);
@@ -257,6 +270,8 @@ int main(int argc, char** argv) {
     SendAll(fd, frame.substr(0, frame.size() / 2));
   }
   if (o.hold) {
+    printf("holding\n");
+    fflush(stdout);
     for (;;) pause();
   }
   if (o.die == "kill") raise(SIGKILL);
