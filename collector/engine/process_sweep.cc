@@ -127,6 +127,35 @@ std::string PhaseDisplayName(const std::string& domain, const std::string& messa
   return domain.empty() ? shown : domain + ": " + shown;
 }
 
+// Time order, then the tie rule of design.md, then arrival (a stable order). CUPTI delivers
+// per-thread buffers, so input is sorted in runs but not overall. Sorting 16-byte keys and
+// permuting once is several times faster than a stable sort of the 56-byte events.
+void SortEvents(std::vector<Event>* events) {
+  auto before = [](const Event& x, const Event& y) {
+    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
+    return TieRank(x.type) < TieRank(y.type);
+  };
+  if (std::is_sorted(events->begin(), events->end(), before)) return;
+  struct Key {
+    uint64_t timestamp_ns;
+    uint64_t rank_and_index;  // tie rank in the top 2 bits, arrival index below
+  };
+  std::vector<Key> keys(events->size());
+  for (size_t i = 0; i < events->size(); ++i) {
+    keys[i] = Key{(*events)[i].timestamp_ns,
+                  (static_cast<uint64_t>(TieRank((*events)[i].type)) << 62) | i};
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+    return x.timestamp_ns != y.timestamp_ns ? x.timestamp_ns < y.timestamp_ns
+                                            : x.rank_and_index < y.rank_and_index;
+  });
+  std::vector<Event> sorted;
+  sorted.reserve(events->size());
+  constexpr uint64_t kIndexMask = (uint64_t{1} << 62) - 1;
+  for (const Key& k : keys) sorted.push_back((*events)[k.rank_and_index & kIndexMask]);
+  events->swap(sorted);
+}
+
 }  // namespace
 
 const char* MemoryKindName(uint8_t kind) {
@@ -141,12 +170,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
   FillStreamFacts(s, &p);
 
   std::vector<Event>& events = s.events;
-  // CUPTI delivers per-thread buffers: nothing is ordered on arrival. Stable, so equal
-  // keys keep arrival order.
-  std::stable_sort(events.begin(), events.end(), [](const Event& x, const Event& y) {
-    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
-    return TieRank(x.type) < TieRank(y.type);
-  });
+  SortEvents(&events);
 
   std::set<uint32_t> device_indices;
   for (const auto& [index, info] : s.device_info) device_indices.insert(index);

@@ -1,6 +1,26 @@
 #include "collector/engine/stream_decoder.h"
 
+// protobuf's arena internals shadow member names; they are not our warnings to fix.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#include <google/protobuf/arena.h>
+#pragma GCC diagnostic pop
+
 namespace cumemtrace::internal {
+namespace {
+constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
+}  // namespace
+
+StreamDecoder::StreamDecoder() : arena_block_(new char[kArenaBlockBytes]) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = arena_block_.get();
+  options.initial_block_size = kArenaBlockBytes;
+  options.start_block_size = 1 << 20;
+  options.max_block_size = 16 << 20;
+  arena_ = std::make_unique<google::protobuf::Arena>(options);
+}
+
+StreamDecoder::~StreamDecoder() = default;
 
 DecodedStream& StreamDecoder::Stream(uint32_t stream_id) {
   DecodedStream& stream = streams_[stream_id];
@@ -25,25 +45,30 @@ void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
 }
 
 void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame) {
-  if (!message_.ParseFromString(frame)) {
+  auto* message = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(arena_.get());
+  struct ResetAfterFrame {
+    google::protobuf::Arena* arena;
+    ~ResetAfterFrame() { arena->Reset(); }
+  } reset{arena_.get()};
+  if (!message->ParseFromString(frame)) {
     stream.damage.push_back("wire frame of " + std::to_string(frame.size()) +
                             " bytes after batch " + std::to_string(stream.batches) +
                             " could not be parsed; skipped");
     return;
   }
-  switch (message_.kind_case()) {
+  switch (message->kind_case()) {
     case v1::StreamMessage::kHandshake:
       if (stream.has_handshake) {
         stream.damage.push_back("second handshake on the stream; ignored");
       } else {
-        AddHandshake(stream, message_.handshake());
+        AddHandshake(stream, message->handshake());
       }
       break;
     case v1::StreamMessage::kBatch:
       if (!stream.has_handshake && stream.batches == 0) {
         stream.damage.push_back("event batch before any handshake");
       }
-      AddBatch(stream, message_.batch());
+      AddBatch(stream, message->batch());
       break;
     case v1::StreamMessage::KIND_NOT_SET:
       stream.damage.push_back("empty wire frame (no handshake, no batch); skipped");
@@ -87,7 +112,6 @@ void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch)
   stream.saw_batch = true;
   stream.next_sequence = sequence + 1;
   ++stream.batches;
-  stream.events.reserve(stream.events.size() + static_cast<size_t>(batch.events_size()));
   for (const v1::Event& event : batch.events()) AddEvent(stream, event);
 }
 

@@ -2,15 +2,22 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "collector/engine/decoded.h"
 #include "cumemtrace/v1/trace.pb.h"
 
+namespace google::protobuf {
+class Arena;
+}  // namespace google::protobuf
+
 namespace cumemtrace::internal {
 
 class StreamDecoder {
  public:
+  StreamDecoder();
+  ~StreamDecoder();
   void AddChunk(const v1::TraceChunk& chunk);
   std::map<uint32_t, DecodedStream>& streams() { return streams_; }
 
@@ -23,7 +30,10 @@ class StreamDecoder {
   void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record);
 
   std::map<uint32_t, DecodedStream> streams_;
-  v1::StreamMessage message_;  // reused: one allocation set for the whole trace
+  // Frames are parsed into an arena that is reset after each one: without it protobuf frees
+  // and reallocates every event's oneof payload, a malloc/free pair per event.
+  std::unique_ptr<char[]> arena_block_;
+  std::unique_ptr<google::protobuf::Arena> arena_;
 };
 
 }  // namespace cumemtrace::internal

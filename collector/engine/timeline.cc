@@ -8,18 +8,18 @@ uint32_t MemoryTimeline::Allocate(const Event& event, uint32_t slot, uint64_t po
   const uint8_t kind = event.kind < kMemoryKinds ? event.kind : 0;
   DeviceCounters& d = devices_[slot];
   const uint64_t key = Key(slot, event.a);
-  auto it = live_.find(key);
-  if (it != live_.end()) {
+  const size_t found = live_.Find(key);
+  if (found != AddressMap::kNotFound) {
     // The release was lost (dropped records) or never reported: close the old one here so
     // the address is not counted twice.
     ++d.reallocated_live_address;
-    Kill(it->second, pos);
-    live_.erase(it);
+    Kill(live_.ValueAt(found), pos);
+    live_.EraseAt(found);
   }
   const auto index = static_cast<uint32_t>(allocations_.size());
   allocations_.push_back(Allocation{event.a, event.b, pos, kNever, event.timestamp_ns, slot, phase,
                                     event.name_id, event.thread_id, kind});
-  live_.emplace(key, index);
+  live_.Insert(key, index);
 
   d.kind_seen[kind] = true;
   KindStats& k = d.kinds[kind];
@@ -43,15 +43,15 @@ uint32_t MemoryTimeline::Allocate(const Event& event, uint32_t slot, uint64_t po
 }
 
 int64_t MemoryTimeline::Release(const Event& event, uint32_t slot, uint64_t pos) {
-  auto it = live_.find(Key(slot, event.a));
+  const size_t found = live_.Find(Key(slot, event.a));
   DeviceCounters& d = devices_[slot];
-  if (it == live_.end()) {
+  if (found == AddressMap::kNotFound) {
     ++d.released_unknown_count;
     d.released_unknown_bytes += event.b;
     return -1;
   }
-  const uint32_t index = it->second;
-  live_.erase(it);
+  const uint32_t index = live_.ValueAt(found);
+  live_.EraseAt(found);
   Kill(index, pos);
   const Allocation& a = allocations_[index];
   KindStats& k = d.kinds[a.kind];
@@ -70,14 +70,14 @@ void MemoryTimeline::Kill(uint32_t index, uint64_t pos) {
 }
 
 void MemoryTimeline::CloseLive(uint64_t end_pos) {
-  for (const auto& [key, index] : live_) {
+  live_.ForEachValue([this, end_pos](uint32_t index) {
     Allocation& a = allocations_[index];
     KindStats& k = devices_[a.slot].kinds[a.kind];
     ++k.live_at_exit_count;
     k.live_at_exit_bytes += a.bytes;
     a.death_pos = end_pos;
-  }
-  live_.clear();
+  });
+  live_.Clear();
 }
 
 }  // namespace cumemtrace::internal
