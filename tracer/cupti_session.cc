@@ -251,9 +251,11 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   const ApiInfo& api = ApiCatalog(&count)[row];
   const auto* call = static_cast<const CUpti_CallbackData*>(data);
   const bool runtime_layer = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-  // A runtime allocation calls a driver allocation underneath: both fail together, and
-  // only the outer (runtime) one is reported.
-  thread_local int runtime_allocations_open = 0;
+  // The runtime call open on this thread, if any. A runtime call runs a driver call
+  // underneath; CUPTI's memory records carry the driver call's correlation id, so the
+  // driver call is recorded under the runtime API the program really called (cudaMalloc,
+  // not cuMemAlloc), and when both fail only the outer one is reported.
+  thread_local int open_runtime_row = -1;
 
   if (call->callbackSite == CUPTI_API_ENTER) {
     // Recorded at entry: the memory or kernel record may be delivered before the call
@@ -262,20 +264,22 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
     record.type = HostRecord::Type::kCorrelation;
     record.thread_id = CurrentThreadId();
     record.correlation_id = call->correlationId;
-    record.api = static_cast<uint16_t>(row);
+    record.api = static_cast<uint16_t>(!runtime_layer && open_runtime_row >= 0 ? open_runtime_row
+                                                                              : row);
     runtime.Record(std::move(record));
-    if (api.role == ApiRole::kAllocate && runtime_layer) ++runtime_allocations_open;
+    if (runtime_layer) open_runtime_row = row;
     return;
   }
 
+  const bool inside_runtime_call = !runtime_layer && open_runtime_row >= 0;
+  if (runtime_layer) open_runtime_row = -1;
   if (api.role != ApiRole::kAllocate) return;
-  if (runtime_layer && runtime_allocations_open > 0) --runtime_allocations_open;
   const int status = runtime_layer ? static_cast<int>(*static_cast<const cudaError_t*>(
                                          call->functionReturnValue))
                                    : static_cast<int>(*static_cast<const CUresult*>(
                                          call->functionReturnValue));
   if (status == 0) return;
-  if (!runtime_layer && runtime_allocations_open > 0) return;
+  if (inside_runtime_call) return;
 
   HostRecord record;
   record.type = HostRecord::Type::kFailedAllocation;

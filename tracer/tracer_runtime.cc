@@ -331,8 +331,10 @@ bool TracerRuntime::DrainOnce(std::string* outbox) {
   };
 
   for (const HostRecord& record : s.host_records) {
-    if (record.thread_id != 0 && record.type != HostRecord::Type::kThreadName &&
-        s.named_threads.insert(record.thread_id).second) {
+    // A name given through NVTX wins over the kernel's: mark the thread named either way.
+    if (record.type == HostRecord::Type::kThreadName) {
+      s.named_threads.insert(record.thread_id);
+    } else if (record.thread_id != 0 && s.named_threads.insert(record.thread_id).second) {
       const std::string name = ReadThreadName(record.thread_id);
       if (!name.empty()) {
         v1::ThreadName* thread = s.encoder.AddEvent(record.timestamp_ns)->mutable_thread_name();

@@ -82,7 +82,7 @@ TEST_F(NvtxEndToEnd, SummaryListsPhasesWithTheirOccurrences) {
 // Disabled until the tracer keeps an nvtxNameOsThread name: it sends it, but the first
 // later record of that thread makes it send the /proc comm name too (the kThreadName record
 // does not mark the thread as named in tracer_runtime.cc), and the later name wins.
-TEST_F(NvtxEndToEnd, DISABLED_ThreadNamedThroughNvtxKeepsItsName) {
+TEST_F(NvtxEndToEnd, ThreadNamedThroughNvtxKeepsItsName) {
   ASSERT_FALSE(Process().is_null());
   bool named = false;
   for (const auto& thread : Process().at("threads")) named |= thread.at("name") == "trainer";
