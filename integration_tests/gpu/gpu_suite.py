@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The GPU suite of cumemtrace, in two steps so results can be re-checked anywhere:
+
+  gpu_suite.py run   --cumemtrace BIN --programs DIR --results DIR   (needs the GPU)
+  gpu_suite.py check --results DIR                                   (reads results only)
+
+`run` executes every case under `cumemtrace run` (plus untraced twins) and records exit
+statuses, stdout and stderr; `check` compares cumemtrace's summary.json with what each
+program reports about itself and prints a pass/fail table (exit status 1 on any failure).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+
+
+def cases(cumemtrace, programs, results):
+    torch_py = [sys.executable, os.path.join(HERE, "torch_train.py")]
+    cuda = os.path.join(programs, "cuda_phases")
+    libtorch = os.path.join(programs, "libtorch_train")
+
+    def traced(name, command, *options):
+        return {"name": name, "traced": True,
+                "argv": [cumemtrace, "run", "-o", os.path.join(results, name), *options,
+                         "--", *command]}
+
+    def plain(name, command):
+        return {"name": name, "traced": False, "argv": command}
+
+    stats = lambda name: ["--stats", os.path.join(results, name + ".stats.json")]
+    return [
+        traced("cuda_phases", [cuda, os.path.join(results, "cuda_phases.expected.json"), "4"]),
+        plain("cuda_phases_untraced", [cuda, os.path.join(results, "untraced.expected.json"), "4"]),
+        traced("torch_async", torch_py + stats("torch_async")),
+        traced("torch_native", torch_py + stats("torch_native"), "--allocator=native"),
+        traced("libtorch_async", [libtorch] + stats("libtorch_async")),
+        traced("libtorch_native", [libtorch] + stats("libtorch_native"), "--allocator=native"),
+        traced("torch_exit3", torch_py + ["--steps", "1", "--exit-code", "3"]),
+        traced("torch_sigterm", torch_py + ["--steps", "1", "--kill-self", "SIGTERM"]),
+        traced("torch_quiet", torch_py + ["--steps", "2"], "--quiet"),
+        plain("torch_untraced", torch_py + ["--steps", "2"]),
+    ]
+
+
+def run(args):
+    os.makedirs(args.results, exist_ok=True)
+    records = {}
+    for case in cases(args.cumemtrace, args.programs, args.results):
+        started = time.monotonic()
+        proc = subprocess.run(case["argv"], capture_output=True, timeout=300)
+        records[case["name"]] = {
+            "argv": case["argv"], "traced": case["traced"], "status": proc.returncode,
+            "seconds": round(time.monotonic() - started, 2),
+            "stdout": proc.stdout.decode(errors="replace"),
+            "stderr": proc.stderr.decode(errors="replace"),
+        }
+        print(f"ran {case['name']}: status {proc.returncode} in {records[case['name']]['seconds']} s",
+              flush=True)
+    with open(os.path.join(args.results, "runs.json"), "w") as f:
+        json.dump(records, f, indent=1)
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def check(self, case, what, expected, observed, ok=None):
+        if ok is None:
+            ok = expected == observed
+        self.rows.append((case, what, str(expected), str(observed), bool(ok)))
+        return ok
+
+    def close(self, case, what, expected, observed, tolerance):
+        ok = expected > 0 and abs(observed - expected) <= tolerance * expected
+        diff = (observed - expected) / expected * 100 if expected else float("nan")
+        return self.check(case, what, f"{expected:,} (±{tolerance * 100:g}%)",
+                          f"{observed:,} ({diff:+.4f}%)", ok)
+
+    def print(self):
+        widths = [max(len(r[i]) for r in self.rows + [("case", "check", "expected", "observed")])
+                  for i in range(4)]
+        header = ("case", "check", "expected", "observed")
+        print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  result")
+        for r in self.rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + ("  PASS" if r[4] else "  FAIL"))
+        failed = sum(1 for r in self.rows if not r[4])
+        print(f"\n{len(self.rows) - failed} passed, {failed} failed")
+        return failed
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def main_process(summary, argv0_suffix):
+    """The traced program's own process (a launcher shell could add others)."""
+    for process in summary["processes"]:
+        if process["command_line"] and any(arg.endswith(argv0_suffix) for arg in process["command_line"][:2]):
+            return process
+    return summary["processes"][0]
+
+
+def device0(process):
+    for device in process["devices"]:
+        if device["index"] == 0:
+            return device
+    return None
+
+
+def phase(process, name):
+    for p in process["phases"]:
+        if p["name"] == name:
+            return p
+    return None
+
+
+def phase_device(p, index=0):
+    for d in (p or {}).get("devices", []):
+        if d["index"] == index:
+            return d
+    return {}
+
+
+def tracer_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("cumemtrace:")]
+
+
+def check_cuda_phases(t, runs, results):
+    name = "cuda_phases"
+    r = runs[name]
+    t.check(name, "exit status", 4, r["status"])
+    t.check(name, "stdout unchanged", runs["cuda_phases_untraced"]["stdout"], r["stdout"])
+    expected = load(os.path.join(results, "cuda_phases.expected.json"))
+    summary = load(os.path.join(results, name, "summary.json"))
+    process = main_process(summary, "cuda_phases")
+    dev = device0(process)
+    if not t.check(name, "device 0 in report", True, dev is not None):
+        return
+    w, p, s, v = (expected[k] for k in ("weights_bytes", "pool_bytes", "scratch_bytes", "vmm_bytes"))
+    t.check(name, "peak bytes", max(w + p + s, w + p + v), dev["peak"]["bytes"])
+    by_kind = dev["by_kind"]
+    t.check(name, "pinned allocated", expected["pinned_bytes"],
+            by_kind.get("PINNED", {}).get("allocated_bytes"))
+    t.check(name, "managed allocated", expected["managed_bytes"],
+            by_kind.get("MANAGED", {}).get("allocated_bytes"))
+    t.check(name, "live at exit (bytes)", 0, dev["live_at_exit"]["bytes"])
+    for phase_name, allocated, freed in [("setup", w, 0), ("async", p + s, s), ("vmm", v, 0),
+                                         ("host", 0, 0), ("oom", 0, 0), ("teardown", 0, w + p + v)]:
+        pd = phase_device(phase(process, phase_name))
+        t.check(name, f"{phase_name}: allocated", allocated, pd.get("allocated_bytes"))
+        t.check(name, f"{phase_name}: freed", freed, pd.get("freed_bytes"))
+    pd = phase_device(phase(process, "async"))
+    t.check(name, "async: peak above entry", p + s, pd.get("peak_above_entry_bytes"))
+    t.check(name, "async: bytes at entry", w, pd.get("bytes_at_entry"))
+    failed = process["failed_allocations"]
+    t.check(name, "failed allocations", 1, len(failed))
+    if failed:
+        t.check(name, "failed: api", "cudaMalloc", failed[0]["api"])
+        t.check(name, "failed: requested bytes", expected["oversized_bytes"], failed[0]["requested_bytes"])
+        t.check(name, "failed: phase", "oom", failed[0]["phase"])
+    t.check(name, "tracer notices", [], tracer_lines(r["stderr"])[:-1])
+
+
+def check_torch(t, runs, results, name, mode, suffix, steps=5):
+    r = runs[name]
+    t.check(name, "exit status", 0, r["status"])
+    stats = load(os.path.join(results, name + ".stats.json"))
+    summary = load(os.path.join(results, name, "summary.json"))
+    process = main_process(summary, suffix)
+    t.check(name, "allocator mode seen", mode, process["allocator"]["mode"])
+    dev = device0(process)
+    if not t.check(name, "device 0 in report", True, dev is not None):
+        return
+    ours = dev["peak"]["bytes"]
+    theirs = stats["max_memory_allocated"] if mode == "async" else stats["max_memory_reserved"]
+    label = "max_memory_allocated" if mode == "async" else "max_memory_reserved"
+    t.close(name, f"peak vs {label}", theirs, ours, 0.001)
+    for phase_name in ("forward", "backward", "optimizer"):
+        p = phase(process, phase_name)
+        t.check(name, f"{phase_name}: occurrences", steps, (p or {}).get("occurrences"))
+        pd = phase_device(p)
+        t.check(name, f"{phase_name}: peak within device peak", True,
+                0 < pd.get("peak_bytes", 0) <= ours)
+    forward = phase_device(phase(process, "forward"))
+    t.check(name, "forward allocates (activations)", True, forward.get("allocated_bytes", 0) > 0)
+
+
+def check(args):
+    runs = load(os.path.join(args.results, "runs.json"))
+    t = Table()
+    check_cuda_phases(t, runs, args.results)
+    check_torch(t, runs, args.results, "torch_async", "async", "torch_train.py")
+    check_torch(t, runs, args.results, "torch_native", "native", "torch_train.py")
+    check_torch(t, runs, args.results, "libtorch_async", "async", "libtorch_train")
+    check_torch(t, runs, args.results, "libtorch_native", "native", "libtorch_train")
+    t.check("torch_exit3", "exit status", 3, runs["torch_exit3"]["status"])
+    t.check("torch_sigterm", "exit status (128+SIGTERM)", 143, runs["torch_sigterm"]["status"])
+    t.check("torch_quiet", "stdout unchanged", runs["torch_untraced"]["stdout"], runs["torch_quiet"]["stdout"])
+    t.check("torch_quiet", "stderr unchanged", runs["torch_untraced"]["stderr"], runs["torch_quiet"]["stderr"])
+    failed = t.print()
+    with open(os.path.join(args.results, "suite.json"), "w") as f:
+        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r)) for r in t.rows], f, indent=1)
+    return 1 if failed else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--cumemtrace", required=True)
+    r.add_argument("--programs", required=True)
+    r.add_argument("--results", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--results", required=True)
+    args = parser.parse_args()
+    if args.step == "run":
+        run(args)
+        return 0
+    return check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+// A small LibTorch C++ training program with NVTX phases (forward / backward / optimizer).
+// It knows nothing about cumemtrace. With --stats FILE it writes the caching allocator's own
+// peaks so the GPU suite can compare them with cumemtrace's report.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <nvtx3/nvToolsExt.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+struct Mlp : torch::nn::Module {
+  Mlp(int depth, int width) {
+    for (int i = 0; i < depth; ++i) {
+      layers.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, width)));
+    }
+    head = register_module("head", torch::nn::Linear(width, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& layer : layers) x = torch::relu(layer->forward(x));
+    return head->forward(x);
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::Linear head{nullptr};
+};
+
+int main(int argc, char** argv) {
+  int depth = 8, width = 2048, batch = 256, steps = 5, exit_code = 0;
+  std::string stats_path;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--depth")) depth = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--width")) width = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--batch")) batch = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--steps")) steps = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--stats")) stats_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--exit-code")) exit_code = std::stoi(argv[i + 1]);
+  }
+  torch::manual_seed(0);
+  torch::Device device(torch::kCUDA, 0);
+  auto model = std::make_shared<Mlp>(depth, width);
+  model->to(device);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  auto x = torch::randn({batch, width}, device);
+  auto y = torch::randint(0, 10, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
+  torch::Tensor loss;
+  for (int step = 0; step < steps; ++step) {
+    nvtxRangePushA("forward");
+    loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    nvtxRangePop();
+    nvtxRangePushA("backward");
+    loss.backward();
+    nvtxRangePop();
+    nvtxRangePushA("optimizer");
+    optimizer.step();
+    optimizer.zero_grad(true);
+    nvtxRangePop();
+  }
+  torch::cuda::synchronize();
+  printf("final loss %.4f\n", loss.item<float>());
+  if (!stats_path.empty()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    FILE* out = fopen(stats_path.c_str(), "w");
+    fprintf(out, "{\"max_memory_allocated\": %lld, \"max_memory_reserved\": %lld}\n",
+            static_cast<long long>(stats.allocated_bytes[0].peak),
+            static_cast<long long>(stats.reserved_bytes[0].peak));
+    fclose(out);
+  }
+  return exit_code;
+}

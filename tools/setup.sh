@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing cumemtrace needs on Debian 12 (the CUDA 13 toolkit is
+# expected in /usr/local/cuda already), and fetches Debian's protobuf source (see
+# tools/fetch-protobuf-source.sh for why).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+packages=(cmake ninja-build g++ protobuf-compiler libgtest-dev libgmock-dev libbenchmark-dev
+          nlohmann-json3-dev clang-14 libclang-rt-14-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ ! -d /usr/local/cuda/include ] || [ ! -f /usr/local/cuda/include/cupti.h ]; then
+  echo "setup: the CUDA 13 toolkit (with CUPTI) is expected in /usr/local/cuda" >&2
+  exit 1
+fi
+$sudo tools/fetch-protobuf-source.sh
+echo "setup: done"
