@@ -60,9 +60,13 @@ std::string Join(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
-// Columns: the first is left-aligned (names), the rest right-aligned (numbers).
+std::string Plural(uint64_t n, const std::string& one, const std::string& many = "") {
+  return Grouped(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+}
+
+// `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers.
 void PrintTable(std::ostream& out, const std::string& indent,
-                const std::vector<std::vector<std::string>>& rows) {
+                const std::vector<std::vector<std::string>>& rows, const std::string& align) {
   if (rows.empty()) return;
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -74,7 +78,8 @@ void PrintTable(std::ostream& out, const std::string& indent,
     std::string line = indent;
     for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
       const std::string pad(width[c] - row[c].size(), ' ');
-      line += c == 0 ? row[c] + pad : "  " + pad + row[c];
+      const bool left = c < align.size() && align[c] == 'l';
+      line += (c == 0 ? "" : "  ") + (left ? row[c] + pad : pad + row[c]);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out << line << '\n';
@@ -104,8 +109,8 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
   out << '\n';
   if (d.peak.seen) {
     out << "    peak device memory  " << Bytes(d.peak.bytes) << " (" << Grouped(d.peak.bytes)
-        << " B) at " << At(d.peak.time_ns) << ", " << d.peak.live_count
-        << " live allocations\n";
+        << " B) at " << At(d.peak.time_ns) << ", "
+        << Plural(d.peak.live_count, "live allocation") << '\n';
   } else {
     out << "    peak device memory  none allocated\n";
   }
@@ -115,7 +120,7 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
       rows.push_back({Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)});
     }
-    PrintTable(out, "      ", rows);
+    PrintTable(out, "      ", rows, "ll");
   }
   if (!d.peak.largest.empty()) {
     out << "    largest at peak:\n";
@@ -124,24 +129,31 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
       rows.push_back({Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
                       At(a.birth_ns)});
     }
-    PrintTable(out, "      ", rows);
+    PrintTable(out, "      ", rows, "rlll");
   }
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
     if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {
       continue;
     }
-    other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" + Grouped(k.allocations) +
-                    " allocations)");
+    other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" +
+                    Plural(k.allocations, "allocation") + ")");
   }
   if (!other.empty()) out << "    other memory        " << Join(other, ", ") << " (not in the peak)\n";
   const NotProgramMemory& n = d.not_program;
-  out << "    not the program's   module statics " << Bytes(n.static_peak_bytes) << " ("
-      << Grouped(n.static_allocations) << "), tracer " << Bytes(n.tracer_bytes)
-      << ", released but never seen allocated " << Grouped(n.released_unknown_count) << " ("
-      << Bytes(n.released_unknown_bytes) << ")\n";
+  std::vector<std::string> foreign;
+  if (n.static_allocations > 0) {
+    foreign.push_back("module statics " + Bytes(n.static_peak_bytes) + " (" +
+                      Grouped(n.static_allocations) + ")");
+  }
+  if (n.tracer_bytes > 0) foreign.push_back("tracer " + Bytes(n.tracer_bytes));
+  if (n.released_unknown_count > 0) {
+    foreign.push_back("freed but allocated before tracing " + Bytes(n.released_unknown_bytes) +
+                      " (" + Grouped(n.released_unknown_count) + ")");
+  }
+  if (!foreign.empty()) out << "    not the program's   " << Join(foreign, ", ") << '\n';
   if (d.live_at_exit_count > 0) {
-    out << "    live at exit        " << Grouped(d.live_at_exit_count) << " allocations, "
+    out << "    live at exit        " << Plural(d.live_at_exit_count, "allocation") << ", "
         << Bytes(d.live_at_exit_bytes) << '\n';
   }
   if (d.kernel_count > 0) {
@@ -193,7 +205,7 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
       rows.push_back(row);
     }
   }
-  PrintTable(out, "    ", rows);
+  PrintTable(out, "    ", rows, "l");
 }
 
 void PrintProcess(std::ostream& out, const ProcessReport& p) {
@@ -222,8 +234,8 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     out << "; figures around then are incomplete\n";
   }
   if (p.lost_batches > 0 || !p.sequence_gaps.empty()) {
-    out << "  warning: " << Grouped(p.lost_batches) << " event batches lost ("
-        << p.sequence_gaps.size() << " sequence gaps)\n";
+    out << "  warning: " << Plural(p.lost_batches, "event batch", "event batches") << " lost ("
+        << Plural(p.sequence_gaps.size(), "sequence gap") << ")\n";
   }
   for (const Notice& n : p.notices) {
     out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
@@ -244,7 +256,7 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
                       Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
                       Phase(f.phase)});
     }
-    PrintTable(out, "    ", rows);
+    PrintTable(out, "    ", rows, "rlrlrrrl");
   }
 }
 
