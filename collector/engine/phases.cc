@@ -5,16 +5,21 @@
 namespace cumemtrace::internal {
 
 int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts) {
-  // Interned ids are unique per string within a stream, so the id pair is the name.
   const uint64_t key = (static_cast<uint64_t>(domain_id) << 32) | message_id;
-  auto [it, inserted] = name_index_.emplace(key, static_cast<int32_t>(names_.size()));
+  auto it = name_index_.find(key);
+  if (it != name_index_.end()) return it->second;
+  // First time this id pair is seen: the phase is the strings, not the ids.
+  auto [named, inserted] = name_by_strings_.emplace(
+      std::make_pair(stream_->Resolve(domain_id), stream_->Resolve(message_id)),
+      static_cast<int32_t>(names_.size()));
   if (inserted) {
     PhaseName name{domain_id, message_id};
     name.first_open_ns = ts;
     names_.push_back(name);
     counters_.resize(names_.size() * slots_);
   }
-  return it->second;
+  name_index_.emplace(key, named->second);
+  return named->second;
 }
 
 void PhaseTracker::Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order) {

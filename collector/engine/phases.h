@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -42,7 +45,9 @@ struct Attribution {
 
 class PhaseTracker {
  public:
-  explicit PhaseTracker(size_t device_slots) : slots_(device_slots) {}
+  // `stream` resolves interned ids, so that two ids naming the same string are one phase.
+  PhaseTracker(size_t device_slots, const DecodedStream* stream)
+      : slots_(device_slots), stream_(stream) {}
 
   // in_use: device memory in use per slot at this instant.
   void Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order);
@@ -75,8 +80,10 @@ class PhaseTracker {
   void Finish(size_t open_index, uint64_t end_ns, bool still_open);
 
   size_t slots_;
+  const DecodedStream* stream_;
   std::vector<PhaseName> names_;
-  std::unordered_map<uint64_t, int32_t> name_index_;
+  std::unordered_map<uint64_t, int32_t> name_index_;  // by (domain id, message id)
+  std::map<std::pair<std::string, std::string>, int32_t> name_by_strings_;
   std::vector<PhaseCounters> counters_;  // [phase * slots_ + slot]
   std::vector<Occurrence> open_;
   // Entry and peak per open occurrence and slot: [open_index * 2 * slots_ + {0, slots_} + slot].

@@ -198,7 +198,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
   const DeviceSlots slots(device_indices);
   const size_t n_slots = slots.size();
   MemoryTimeline timeline(n_slots);
-  PhaseTracker phases(n_slots);
+  PhaseTracker phases(n_slots, &s);
   std::vector<uint64_t> in_use(n_slots, 0);
   Attribution attribution;
   std::vector<int32_t> failed_phase;  // phase of each failed allocation, named after the sweep

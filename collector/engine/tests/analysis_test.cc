@@ -271,6 +271,17 @@ TEST(Phases, NamedDomainsAreKeyedByDomainAndMessage) {
   EXPECT_EQ(p.nvtx_marks, 1u);
 }
 
+TEST(Phases, TwoIdsForTheSameStringAreOnePhase) {
+  StreamBuilder s = WithStrings();
+  s.String(20, "forward").Push(100, 1, kForward).Push(110, 1, 20);
+  s.Alloc(120, 0, 0x1, 8, testing::kDevice, 1).Pop(130, 1).Pop(140, 1);
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = OnlyProcess(report);
+  ASSERT_EQ(p.phases.size(), 1u);
+  EXPECT_EQ(p.phases[0].occurrences, 2u);
+  EXPECT_EQ(PhaseDevice(p.phases[0], 0).allocations, 1u);  // once, though nested in itself
+}
+
 TEST(Phases, KernelsAttributeByLaunchingThreadAtStart) {
   StreamBuilder s = WithStrings();
   s.Push(100, 1, kForward).Kernel(110, 150, 0, 1).Pop(200, 1).Kernel(300, 310, 0, 1);
