@@ -51,9 +51,11 @@ void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame
     ~ResetAfterFrame() { arena->Reset(); }
   } reset{arena_.get()};
   if (!message->ParseFromString(frame)) {
-    stream.damage.push_back("wire frame of " + std::to_string(frame.size()) +
-                            " bytes after batch " + std::to_string(stream.batches) +
-                            " could not be parsed; skipped");
+    // proto3 parsing also fails on a string field that is not UTF-8 (e.g. a raw argv).
+    stream.damage.push_back("wire frame of " + std::to_string(frame.size()) + " bytes after " +
+                            std::to_string(stream.batches) +
+                            " batches could not be parsed (corrupt, or a non-UTF-8 string); "
+                            "skipped");
     return;
   }
   switch (message->kind_case()) {
