@@ -49,6 +49,7 @@ bool SummarizeTraceFile(const std::string& path, TraceSummary* summary, std::str
     *error = "analysis of " + path + " failed";
     return false;
   }
+  report->trace_file = path;
   summary->json = SummaryJson(*report);
   std::ostringstream text;
   PrintSummaryText(*report, text);

@@ -75,6 +75,17 @@ struct KindStats {
   uint64_t live_at_exit_bytes = 0;
 };
 
+// Device memory (DEVICE + ARRAY) by the API the program called to get it. Separates what a
+// framework's allocator holds (cudaMallocAsync, cudaMalloc) from what libraries take
+// directly (cuBLAS's cuMemAlloc workspaces, ...), which the framework's counters never see.
+struct ApiStats {
+  uint64_t allocations = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t peak_bytes = 0;          // this API's allocations alone, at their own peak
+  uint64_t live_at_peak_bytes = 0;  // this API's share of the device peak
+  uint64_t live_at_exit_bytes = 0;
+};
+
 struct DevicePeak {
   bool seen = false;  // false: no device memory was ever in use
   uint64_t bytes = 0;
@@ -104,6 +115,7 @@ struct DeviceReport {
   uint64_t total_memory_bytes = 0;
   DevicePeak peak;
   std::map<std::string, KindStats> by_kind;  // every kind seen, by name
+  std::map<std::string, ApiStats> by_api;    // device memory by API; "(unknown)" if unseen
   NotProgramMemory not_program;
   uint64_t live_at_exit_count = 0;  // DEVICE + ARRAY never released
   uint64_t live_at_exit_bytes = 0;

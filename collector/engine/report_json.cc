@@ -69,6 +69,15 @@ Json DeviceJson(const DeviceReport& d) {
                    {"live_at_exit", {{"count", k.live_at_exit_count}, {"bytes", k.live_at_exit_bytes}}}};
   }
   j["by_kind"] = std::move(kinds);
+  Json apis = Json::object();
+  for (const auto& [name, a] : d.by_api) {
+    apis[name] = {{"allocations", a.allocations},
+                  {"allocated_bytes", a.allocated_bytes},
+                  {"peak_bytes", a.peak_bytes},
+                  {"live_at_peak_bytes", a.live_at_peak_bytes},
+                  {"live_at_exit_bytes", a.live_at_exit_bytes}};
+  }
+  j["by_api"] = std::move(apis);
 
   const NotProgramMemory& n = d.not_program;
   j["not_program"] = {

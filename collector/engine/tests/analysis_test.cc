@@ -65,6 +65,39 @@ TEST(Peak, ExactToTheByteWithInterleavedAllocAndFreeOnTwoDevices) {
   EXPECT_EQ(d1->live_at_exit_bytes, 1u);
 }
 
+TEST(Peak, DeviceMemorySplitsByTheApiThatAllocatedIt) {
+  // A framework's tensors through cudaMallocAsync, a library's workspace through cuMemAlloc:
+  // each API's own peak and its share of the device peak, so one can be compared with the
+  // framework's own counters while the device peak stays the whole truth.
+  constexpr uint32_t kAsync = 20, kCuMemAlloc = 21;
+  StreamBuilder s = WithStrings();
+  s.String(kAsync, "cudaMallocAsync").String(kCuMemAlloc, "cuMemAlloc");
+  s.Alloc(10, 0, 0x100, 300, testing::kDevice, 1, kAsync);
+  s.Alloc(11, 0, 0x200, 500, testing::kDevice, 1, kAsync);  // cudaMallocAsync's own peak: 800
+  s.Free(12, 0, 0x100, 300);
+  s.Alloc(13, 0, 0x900, 400, testing::kDevice, 2, kCuMemAlloc);  // device peak: 500 + 400
+  s.Free(14, 0, 0x200, 500);
+  s.Alloc(15, 0, 0x300, 100, testing::kDevice, 1, 0);  // call not seen
+  s.Alloc(16, 0, 0x400, 7, v1::MEMORY_KIND_PINNED, 1, kAsync);  // not device memory
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const DeviceReport* d = FindDevice(OnlyProcess(report), 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->peak.bytes, 900u);
+  ASSERT_EQ(d->by_api.size(), 3u);
+  const ApiStats& async = d->by_api.at("cudaMallocAsync");
+  EXPECT_EQ(async.allocations, 2u);
+  EXPECT_EQ(async.allocated_bytes, 800u);
+  EXPECT_EQ(async.peak_bytes, 800u);  // its own peak came before the device peak
+  EXPECT_EQ(async.live_at_peak_bytes, 500u);
+  EXPECT_EQ(async.live_at_exit_bytes, 0u);
+  const ApiStats& library = d->by_api.at("cuMemAlloc");
+  EXPECT_EQ(library.peak_bytes, 400u);
+  EXPECT_EQ(library.live_at_peak_bytes, 400u);
+  EXPECT_EQ(library.live_at_exit_bytes, 400u);
+  EXPECT_EQ(d->by_api.at("(unknown)").allocated_bytes, 100u);
+}
+
 TEST(Peak, LiveAtPeakGroupedByPhaseAndKindWithLargestFirst) {
   StreamBuilder s = WithStrings();
   s.Push(100, 1, kForward).Alloc(110, 0, 0x1, 1000, v1::MEMORY_KIND_DEVICE, 1, kCudaMalloc);
