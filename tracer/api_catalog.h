@@ -24,6 +24,8 @@ struct ApiInfo {
   v1::MemoryKind kind;  // for kAllocate: the kind of memory asked for
   // For kAllocate: bytes requested, read from the callback's functionParams.
   uint64_t (*requested_bytes)(const void* params);
+  // Stream-ordered allocations are per tensor and frequent: their caller is not unwound.
+  bool stream_ordered = false;
 };
 
 // All rows; the index of a row is its ApiId (stable within one build, sent as a name).

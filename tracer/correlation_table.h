@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace cumemtrace::tracer {
 
@@ -18,13 +19,15 @@ class CorrelationTable {
   struct Entry {
     uint32_t correlation_id = 0;
     uint32_t thread_id = 0;
-    uint16_t api = 0;  // index into ApiCatalog
+    uint16_t api = 0;                      // index into ApiCatalog
+    const std::string* caller = nullptr;   // owned by the translator's module cache
   };
 
   CorrelationTable() : slots_(new Entry[kSlots]) {}
 
-  void Put(uint32_t correlation_id, uint32_t thread_id, uint16_t api) {
-    slots_[correlation_id & (kSlots - 1)] = Entry{correlation_id, thread_id, api};
+  void Put(uint32_t correlation_id, uint32_t thread_id, uint16_t api,
+           const std::string* caller = nullptr) {
+    slots_[correlation_id & (kSlots - 1)] = Entry{correlation_id, thread_id, api, caller};
   }
   // Null when the call was not seen (or its slot was reused by a much newer call).
   const Entry* Find(uint32_t correlation_id) const {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "tracer/api_catalog.h"
+#include "tracer/caller_module.h"
 #include "tracer/clock.h"
 #include "tracer/tracer_runtime.h"
 
@@ -256,23 +257,36 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   // driver call is recorded under the runtime API the program really called (cudaMalloc,
   // not cuMemAlloc), and when both fail only the outer one is reported.
   thread_local int open_runtime_row = -1;
+  thread_local std::string open_runtime_caller;
 
   if (call->callbackSite == CUPTI_API_ENTER) {
     // Recorded at entry: the memory or kernel record may be delivered before the call
     // returns, and the sender must already know its thread.
+    const bool inside_runtime_call = !runtime_layer && open_runtime_row >= 0;
     HostRecord record;
     record.type = HostRecord::Type::kCorrelation;
     record.thread_id = CurrentThreadId();
     record.correlation_id = call->correlationId;
-    record.api = static_cast<uint16_t>(!runtime_layer && open_runtime_row >= 0 ? open_runtime_row
-                                                                              : row);
+    record.api = static_cast<uint16_t>(inside_runtime_call ? open_runtime_row : row);
+    if (inside_runtime_call) {
+      record.caller = open_runtime_caller;
+    } else if (api.role == ApiRole::kAllocate && !api.stream_ordered) {
+      record.caller = CallerModule();
+    }
+    if (runtime_layer) {
+      open_runtime_row = row;
+      open_runtime_caller = record.caller;
+    }
     runtime.Record(std::move(record));
-    if (runtime_layer) open_runtime_row = row;
     return;
   }
 
   const bool inside_runtime_call = !runtime_layer && open_runtime_row >= 0;
-  if (runtime_layer) open_runtime_row = -1;
+  std::string caller;
+  if (runtime_layer) {
+    open_runtime_row = -1;
+    caller.swap(open_runtime_caller);
+  }
   if (api.role != ApiRole::kAllocate) return;
   const int status = runtime_layer ? static_cast<int>(*static_cast<const cudaError_t*>(
                                          call->functionReturnValue))
@@ -287,6 +301,7 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   record.thread_id = CurrentThreadId();
   record.correlation_id = call->correlationId;
   record.api = static_cast<uint16_t>(row);
+  record.caller = !caller.empty() ? std::move(caller) : CallerModule();
   record.error_code = status;
   record.requested_bytes = api.requested_bytes != nullptr
                                ? api.requested_bytes(call->functionParams)

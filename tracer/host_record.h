@@ -38,6 +38,7 @@ struct HostRecord {
   uint64_t device_free_bytes = 0;
   uint64_t device_total_bytes = 0;
   std::string text;              // NVTX message or thread name
+  std::string caller;            // calling module of a synchronous allocation call, or ""
 };
 
 }  // namespace cumemtrace::tracer

@@ -62,7 +62,8 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
   // precedes its first use in the stream.
   switch (record.type) {
     case HostRecord::Type::kCorrelation:
-      correlations_->Put(record.correlation_id, record.thread_id, record.api);
+      correlations_->Put(record.correlation_id, record.thread_id, record.api,
+                         record.caller.empty() ? nullptr : ModuleName(record.caller));
       return;
     case HostRecord::Type::kNvtx: {
       const uint32_t domain_id =
@@ -85,6 +86,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       const uint32_t error_id =
           encoder_->Intern(runtime ? error_namer_->RuntimeErrorName(record.error_code)
                                    : error_namer_->DriverErrorName(record.error_code));
+      const uint32_t caller_id = record.caller.empty() ? 0 : encoder_->Intern(record.caller);
       v1::FailedAllocation* failed =
           encoder_->AddEvent(record.timestamp_ns)->mutable_failed_allocation();
       failed->set_api_name_id(api_id);
@@ -97,6 +99,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       failed->set_thread_id(record.thread_id);
       failed->set_correlation_id(record.correlation_id);
       failed->set_kind(api != nullptr ? api->kind : v1::MEMORY_KIND_UNKNOWN);
+      failed->set_caller_module_id(caller_id);
       return;
     }
     case HostRecord::Type::kThreadName: {
@@ -134,6 +137,8 @@ void RecordTranslator::AddMemory(const CUpti_ActivityMemory4& record) {
   const CorrelationTable::Entry* call = correlations_->Find(record.correlationId);
   const ApiInfo* api = call != nullptr ? ApiAt(call->api) : nullptr;
   const uint32_t api_id = api != nullptr ? encoder_->Intern(api->name) : 0;
+  const uint32_t caller_id =
+      call != nullptr && call->caller != nullptr ? encoder_->Intern(*call->caller) : 0;
   v1::MemoryOp* op = encoder_->AddEvent(CuptiTime(record.timestamp))->mutable_memory();
   op->set_operation(record.memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
                         ? v1::MEMORY_OPERATION_RELEASE
@@ -150,6 +155,13 @@ void RecordTranslator::AddMemory(const CUpti_ActivityMemory4& record) {
   op->set_correlation_id(record.correlationId);
   op->set_thread_id(call != nullptr ? call->thread_id : 0);
   op->set_api_name_id(api_id);
+  op->set_caller_module_id(caller_id);
+}
+
+const std::string* RecordTranslator::ModuleName(const std::string& name) {
+  std::unique_ptr<std::string>& stored = modules_[name];
+  if (stored == nullptr) stored = std::make_unique<std::string>(name);
+  return stored.get();
 }
 
 void RecordTranslator::AddMemoryPool(const CUpti_ActivityMemoryPool3& record) {

@@ -5,7 +5,9 @@
 #include <cupti_activity.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "tracer/correlation_table.h"
 #include "tracer/event_encoder.h"
@@ -43,8 +45,12 @@ class RecordTranslator {
   void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
   void AddKernel(const CUpti_ActivityKernel10& record);
 
+  // Stable storage for calling-module names referenced from the correlation table.
+  const std::string* ModuleName(const std::string& name);
+
   EventEncoder* encoder_;
   CorrelationTable* correlations_;
+  std::unordered_map<std::string, std::unique_ptr<std::string>> modules_;
   const ErrorNamer* error_namer_;
   int64_t cupti_clock_offset_ns_ = 0;
 };

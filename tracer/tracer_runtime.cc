@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "tracer/api_catalog.h"
+#include "tracer/caller_module.h"
 #include "tracer/clock.h"
 #include "tracer/collector_connection.h"
 #include "tracer/correlation_table.h"
@@ -176,6 +177,7 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
 
 void TracerRuntime::StartCupti() {
   if (!started_.load() || getpid() != pid_ || cupti_started_.exchange(true)) return;
+  PrepareCallerLookup();
   std::string code;
   std::string text;
   if (!CuptiSession::Get().Start(kernels_, &code, &text)) {

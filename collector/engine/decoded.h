@@ -49,6 +49,7 @@ struct Event {
   // Interned ids: NVTX domain, failed allocation's error name.
   uint32_t aux_id;
   int32_t code;  // failed allocation's error code
+  uint32_t caller_id;  // interned calling module (allocation, failed allocation), 0 if unknown
   uint32_t device;
   EventType type;
   uint8_t kind;     // v1::MemoryKind

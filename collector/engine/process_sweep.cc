@@ -156,6 +156,53 @@ void SortEvents(std::vector<Event>* events) {
   events->swap(sorted);
 }
 
+// Device memory grouped by one origin field of the allocation table (API or calling
+// module): counts, each group's own peak (a sweep over births and deaths in event order),
+// its share of the device peak, and what it still held at the end.
+void GroupByOrigin(const MemoryTimeline& timeline, uint64_t end_pos,
+                   uint32_t Allocation::*origin, const char* unknown_name,
+                   const DecodedStream& s, std::map<std::string, OriginStats> DeviceReport::*out,
+                   ProcessReport* p) {
+  const std::vector<Allocation>& table = timeline.allocations();
+  std::vector<uint32_t> births;
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    if (IsDeviceMemory(table[i].kind)) births.push_back(i);  // already in event order
+  }
+  std::vector<uint32_t> deaths = births;
+  std::sort(deaths.begin(), deaths.end(), [&table](uint32_t x, uint32_t y) {
+    return table[x].death_pos < table[y].death_pos;
+  });
+  std::map<std::pair<uint32_t, uint32_t>, OriginStats> stats;  // (slot, origin id)
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> live_bytes;
+  size_t next_death = 0;
+  for (uint32_t i : births) {
+    const Allocation& a = table[i];
+    for (; next_death < deaths.size() && table[deaths[next_death]].death_pos < a.birth_pos;
+         ++next_death) {
+      const Allocation& dead = table[deaths[next_death]];
+      live_bytes[{dead.slot, dead.*origin}] -= dead.bytes;
+    }
+    const std::pair<uint32_t, uint32_t> key{a.slot, a.*origin};
+    OriginStats& group = stats[key];
+    ++group.allocations;
+    group.allocated_bytes += a.bytes;
+    group.peak_bytes = std::max(group.peak_bytes, live_bytes[key] += a.bytes);
+    const uint64_t peak_pos = timeline.device(a.slot).peak_pos;
+    if (a.birth_pos <= peak_pos && a.death_pos > peak_pos) group.live_at_peak_bytes += a.bytes;
+    if (a.death_pos == end_pos) group.live_at_exit_bytes += a.bytes;  // closed at the end
+  }
+  for (const auto& [key, group] : stats) {
+    const std::string name = key.second == 0 ? unknown_name : s.Resolve(key.second);
+    // Two ids with one text (a string sent again after a lost batch) merge.
+    OriginStats& merged = (p->devices[key.first].*out)[name];
+    merged.allocations += group.allocations;
+    merged.allocated_bytes += group.allocated_bytes;
+    merged.peak_bytes = std::max(merged.peak_bytes, group.peak_bytes);
+    merged.live_at_peak_bytes += group.live_at_peak_bytes;
+    merged.live_at_exit_bytes += group.live_at_exit_bytes;
+  }
+}
+
 }  // namespace
 
 const char* MemoryKindName(uint8_t kind) {
@@ -261,6 +308,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
         f.device_free_bytes = e.b;
         f.device_total_bytes = e.c;
         f.thread_id = e.thread_id;
+        f.caller = s.Resolve(e.caller_id);
         failed_phase.push_back(attribution.innermost);
         f.device_in_use_bytes = in_use[slot];
         p.failed_allocations.push_back(std::move(f));
@@ -331,47 +379,11 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
     d.reallocated_live_address = c.reallocated_live_address;
   }
 
-  // Device memory by API: counts, each API's own peak (a sweep over births and deaths in
-  // event order), its share of the device peak, and what it still held at the end.
-  {
-    const std::vector<Allocation>& table = timeline.allocations();
-    std::vector<uint32_t> device_allocations;
-    for (uint32_t i = 0; i < table.size(); ++i) {
-      if (IsDeviceMemory(table[i].kind)) device_allocations.push_back(i);
-    }
-    std::vector<uint32_t> by_death = device_allocations;
-    std::sort(by_death.begin(), by_death.end(), [&table](uint32_t x, uint32_t y) {
-      return table[x].death_pos < table[y].death_pos;
-    });
-    std::map<std::pair<uint32_t, uint32_t>, ApiStats> stats;  // (slot, api id)
-    std::map<std::pair<uint32_t, uint32_t>, uint64_t> live_bytes;
-    size_t next_death = 0;
-    for (uint32_t i : device_allocations) {  // births are already in event order
-      const Allocation& a = table[i];
-      for (; next_death < by_death.size() && table[by_death[next_death]].death_pos < a.birth_pos;
-           ++next_death) {
-        const Allocation& dead = table[by_death[next_death]];
-        live_bytes[{dead.slot, dead.api_id}] -= dead.bytes;
-      }
-      const std::pair<uint32_t, uint32_t> key{a.slot, a.api_id};
-      ApiStats& api = stats[key];
-      ++api.allocations;
-      api.allocated_bytes += a.bytes;
-      api.peak_bytes = std::max(api.peak_bytes, live_bytes[key] += a.bytes);
-      const uint64_t peak_pos = timeline.device(a.slot).peak_pos;
-      if (a.birth_pos <= peak_pos && a.death_pos > peak_pos) api.live_at_peak_bytes += a.bytes;
-      if (a.death_pos == events.size()) api.live_at_exit_bytes += a.bytes;  // closed at the end
-    }
-    for (const auto& [key, api] : stats) {
-      const std::string name = key.second == 0 ? "(unknown)" : s.Resolve(key.second);
-      ApiStats& merged = p.devices[key.first].by_api[name];  // ids with one text merge
-      merged.allocations += api.allocations;
-      merged.allocated_bytes += api.allocated_bytes;
-      merged.peak_bytes = std::max(merged.peak_bytes, api.peak_bytes);
-      merged.live_at_peak_bytes += api.live_at_peak_bytes;
-      merged.live_at_exit_bytes += api.live_at_exit_bytes;
-    }
-  }
+  // Device memory by API and by calling library.
+  GroupByOrigin(timeline, events.size(), &Allocation::api_id, "(unknown)", s, &DeviceReport::by_api,
+                &p);
+  GroupByOrigin(timeline, events.size(), &Allocation::caller_id, "(not unwound)", s,
+                &DeviceReport::by_library, &p);
 
   // What was live at each device's peak: a filter over the allocation table by position.
   std::vector<std::map<std::pair<int32_t, uint8_t>, LiveGroup>> groups(n_slots);

@@ -75,10 +75,11 @@ struct KindStats {
   uint64_t live_at_exit_bytes = 0;
 };
 
-// Device memory (DEVICE + ARRAY) by the API the program called to get it. Separates what a
-// framework's allocator holds (cudaMallocAsync, cudaMalloc) from what libraries take
-// directly (cuBLAS's cuMemAlloc workspaces, ...), which the framework's counters never see.
-struct ApiStats {
+// Device memory (DEVICE + ARRAY) grouped by where it came from: the API the program called,
+// or the library that called it. Separates what a framework's allocator holds
+// (libc10_cuda.so, cudaMallocAsync) from what libraries take for themselves (cuBLAS's
+// workspaces), which the framework's own counters never see.
+struct OriginStats {
   uint64_t allocations = 0;
   uint64_t allocated_bytes = 0;
   uint64_t peak_bytes = 0;          // this API's allocations alone, at their own peak
@@ -115,7 +116,9 @@ struct DeviceReport {
   uint64_t total_memory_bytes = 0;
   DevicePeak peak;
   std::map<std::string, KindStats> by_kind;  // every kind seen, by name
-  std::map<std::string, ApiStats> by_api;    // device memory by API; "(unknown)" if unseen
+  std::map<std::string, OriginStats> by_api;      // by API called; "(unknown)" if unseen
+  std::map<std::string, OriginStats> by_library;  // by calling module; "(not unwound)" for
+                                                  // stream-ordered calls
   NotProgramMemory not_program;
   uint64_t live_at_exit_count = 0;  // DEVICE + ARRAY never released
   uint64_t live_at_exit_bytes = 0;
@@ -160,6 +163,7 @@ struct FailedAllocationReport {
   uint64_t device_free_bytes = 0;
   uint64_t device_total_bytes = 0;
   uint32_t thread_id = 0;
+  std::string caller;  // calling module, "" when unknown
   std::string phase;
   uint64_t device_in_use_bytes = 0;  // program device memory in use on that device then
 };

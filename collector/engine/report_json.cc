@@ -69,15 +69,19 @@ Json DeviceJson(const DeviceReport& d) {
                    {"live_at_exit", {{"count", k.live_at_exit_count}, {"bytes", k.live_at_exit_bytes}}}};
   }
   j["by_kind"] = std::move(kinds);
-  Json apis = Json::object();
-  for (const auto& [name, a] : d.by_api) {
-    apis[name] = {{"allocations", a.allocations},
-                  {"allocated_bytes", a.allocated_bytes},
-                  {"peak_bytes", a.peak_bytes},
-                  {"live_at_peak_bytes", a.live_at_peak_bytes},
-                  {"live_at_exit_bytes", a.live_at_exit_bytes}};
-  }
-  j["by_api"] = std::move(apis);
+  auto origins = [](const std::map<std::string, OriginStats>& by_origin) {
+    Json out = Json::object();
+    for (const auto& [name, a] : by_origin) {
+      out[name] = {{"allocations", a.allocations},
+                   {"allocated_bytes", a.allocated_bytes},
+                   {"peak_bytes", a.peak_bytes},
+                   {"live_at_peak_bytes", a.live_at_peak_bytes},
+                   {"live_at_exit_bytes", a.live_at_exit_bytes}};
+    }
+    return out;
+  };
+  j["by_api"] = origins(d.by_api);
+  j["by_library"] = origins(d.by_library);
 
   const NotProgramMemory& n = d.not_program;
   j["not_program"] = {
@@ -180,6 +184,7 @@ Json ProcessJson(const ProcessReport& p) {
     failed.push_back({{"time_ns", f.time_ns},
                       {"time_abs_ns", f.time_abs_ns},
                       {"api", f.api},
+                      {"caller", f.caller.empty() ? Json() : Json(f.caller)},
                       {"requested_bytes", f.requested_bytes},
                       {"error_code", f.error_code},
                       {"error_name", f.error_name},

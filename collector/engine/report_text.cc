@@ -101,6 +101,22 @@ std::string ExitText(const ExitStatus& exit) {
   }
 }
 
+// Which allocator holds the memory: a framework's own calls versus libraries' direct ones.
+void PrintOrigins(std::ostream& out, const char* title,
+                  const std::map<std::string, OriginStats>& groups) {
+  if (groups.size() < 2) return;
+  out << "    " << title << ":\n";
+  std::vector<std::vector<std::string>> rows{{"", "at peak", "own peak", "allocations"}};
+  std::vector<std::pair<std::string, OriginStats>> sorted(groups.begin(), groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
+    return x.second.live_at_peak_bytes > y.second.live_at_peak_bytes;
+  });
+  for (const auto& [name, a] : sorted) {
+    rows.push_back({name, Bytes(a.live_at_peak_bytes), Bytes(a.peak_bytes), Grouped(a.allocations)});
+  }
+  PrintTable(out, "      ", rows, "lrrr");
+}
+
 void PrintDevice(std::ostream& out, const DeviceReport& d) {
   out << "  GPU " << d.index;
   if (d.has_info) {
@@ -131,19 +147,8 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     }
     PrintTable(out, "      ", rows, "rlll");
   }
-  if (d.by_api.size() > 1) {
-    // Which allocator holds the memory: a framework's own calls versus libraries' direct ones.
-    out << "    by API:\n";
-    std::vector<std::vector<std::string>> rows{{"api", "at peak", "own peak", "allocations"}};
-    std::vector<std::pair<std::string, ApiStats>> apis(d.by_api.begin(), d.by_api.end());
-    std::stable_sort(apis.begin(), apis.end(), [](const auto& x, const auto& y) {
-      return x.second.live_at_peak_bytes > y.second.live_at_peak_bytes;
-    });
-    for (const auto& [name, a] : apis) {
-      rows.push_back({name, Bytes(a.live_at_peak_bytes), Bytes(a.peak_bytes), Grouped(a.allocations)});
-    }
-    PrintTable(out, "      ", rows, "lrrr");
-  }
+  PrintOrigins(out, "by API", d.by_api);
+  PrintOrigins(out, "by library", d.by_library);
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
     if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {

@@ -149,6 +149,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       e.device = m.device();
       e.thread_id = m.thread_id();
       e.name_id = m.api_name_id();
+      e.caller_id = m.caller_module_id();
       break;
     }
     case v1::Event::kFailedAllocation: {
@@ -163,6 +164,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       e.device = f.device();
       e.thread_id = f.thread_id();
       e.kind = static_cast<uint8_t>(f.kind());
+      e.caller_id = f.caller_module_id();
       break;
     }
     case v1::Event::kKernel: {

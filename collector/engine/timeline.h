@@ -106,6 +106,7 @@ struct Allocation {
   uint32_t slot;       // dense device slot
   int32_t phase;       // phase of origin (innermost attributed range), -1 for none
   uint32_t api_id;
+  uint32_t caller_id;  // calling module, 0 when not looked up
   uint32_t thread_id;
   uint8_t kind;
 };
@@ -140,6 +141,7 @@ class MemoryTimeline {
 
   uint64_t InUse(uint32_t slot) const { return devices_[slot].in_use; }
   DeviceCounters& device(uint32_t slot) { return devices_[slot]; }
+  const DeviceCounters& device(uint32_t slot) const { return devices_[slot]; }
   const std::vector<Allocation>& allocations() const { return allocations_; }
 
  private:

@@ -111,6 +111,24 @@ TEST_F(TranslatorTest, MemoryRecordGetsThreadAndApiOfItsCall) {
   EXPECT_EQ(ops[1].api_name_id(), 0u);
 }
 
+TEST_F(TranslatorTest, SynchronousAllocationCarriesItsCallingLibrary) {
+  HostRecord call;
+  call.type = HostRecord::Type::kCorrelation;
+  call.correlation_id = 50;
+  call.thread_id = 1;
+  call.api = ApiRow("cudaMalloc");
+  call.caller = "libcublasLt.so.13";
+  translator_.AddHostRecord(call);
+  CUpti_ActivityMemory4 record =
+      MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x2000, 64 << 20, 50);
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record));
+  const v1::EventBatch batch = Flush();
+  const v1::Event& last = batch.events(batch.events_size() - 1);
+  ASSERT_TRUE(last.has_memory());
+  EXPECT_EQ(strings_[last.memory().caller_module_id()], "libcublasLt.so.13");
+  EXPECT_EQ(strings_[last.memory().api_name_id()], "cudaMalloc");
+}
+
 TEST_F(TranslatorTest, CuptiTimestampsAreShiftedOntoTheTracerClock) {
   translator_.set_cupti_clock_offset_ns(-400);
   CUpti_ActivityMemory4 record =

@@ -69,13 +69,14 @@ TEST(Peak, DeviceMemorySplitsByTheApiThatAllocatedIt) {
   // A framework's tensors through cudaMallocAsync, a library's workspace through cuMemAlloc:
   // each API's own peak and its share of the device peak, so one can be compared with the
   // framework's own counters while the device peak stays the whole truth.
-  constexpr uint32_t kAsync = 20, kCuMemAlloc = 21;
+  constexpr uint32_t kAsync = 20, kCuMemAlloc = 21, kCublas = 22;
   StreamBuilder s = WithStrings();
   s.String(kAsync, "cudaMallocAsync").String(kCuMemAlloc, "cuMemAlloc");
+  s.String(kCublas, "libcublasLt.so.13");
   s.Alloc(10, 0, 0x100, 300, testing::kDevice, 1, kAsync);
   s.Alloc(11, 0, 0x200, 500, testing::kDevice, 1, kAsync);  // cudaMallocAsync's own peak: 800
   s.Free(12, 0, 0x100, 300);
-  s.Alloc(13, 0, 0x900, 400, testing::kDevice, 2, kCuMemAlloc);  // device peak: 500 + 400
+  s.Alloc(13, 0, 0x900, 400, testing::kDevice, 2, kCuMemAlloc, kCublas);  // peak: 500 + 400
   s.Free(14, 0, 0x200, 500);
   s.Alloc(15, 0, 0x300, 100, testing::kDevice, 1, 0);  // call not seen
   s.Alloc(16, 0, 0x400, 7, v1::MEMORY_KIND_PINNED, 1, kAsync);  // not device memory
@@ -85,17 +86,22 @@ TEST(Peak, DeviceMemorySplitsByTheApiThatAllocatedIt) {
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->peak.bytes, 900u);
   ASSERT_EQ(d->by_api.size(), 3u);
-  const ApiStats& async = d->by_api.at("cudaMallocAsync");
+  const OriginStats& async = d->by_api.at("cudaMallocAsync");
   EXPECT_EQ(async.allocations, 2u);
   EXPECT_EQ(async.allocated_bytes, 800u);
   EXPECT_EQ(async.peak_bytes, 800u);  // its own peak came before the device peak
   EXPECT_EQ(async.live_at_peak_bytes, 500u);
   EXPECT_EQ(async.live_at_exit_bytes, 0u);
-  const ApiStats& library = d->by_api.at("cuMemAlloc");
+  const OriginStats& library = d->by_api.at("cuMemAlloc");
   EXPECT_EQ(library.peak_bytes, 400u);
   EXPECT_EQ(library.live_at_peak_bytes, 400u);
   EXPECT_EQ(library.live_at_exit_bytes, 400u);
   EXPECT_EQ(d->by_api.at("(unknown)").allocated_bytes, 100u);
+  // The same allocations by calling library: only the cuBLAS one was unwound.
+  ASSERT_EQ(d->by_library.size(), 2u);
+  EXPECT_EQ(d->by_library.at("libcublasLt.so.13").live_at_peak_bytes, 400u);
+  EXPECT_EQ(d->by_library.at("(not unwound)").live_at_peak_bytes, 500u);
+  EXPECT_EQ(d->by_library.at("(not unwound)").peak_bytes, 800u);
 }
 
 TEST(Peak, LiveAtPeakGroupedByPhaseAndKindWithLargestFirst) {

@@ -58,7 +58,7 @@ StreamBuilder& StreamBuilder::Device(uint32_t index, const std::string& name, ui
 
 StreamBuilder& StreamBuilder::Alloc(uint64_t ts, uint32_t device, uint64_t address,
                                     uint64_t bytes, uint32_t kind, uint32_t thread,
-                                    uint32_t api_id) {
+                                    uint32_t api_id, uint32_t caller_id) {
   auto* m = Add(ts)->mutable_memory();
   m->set_operation(v1::MEMORY_OPERATION_ALLOCATE);
   m->set_device(device);
@@ -67,6 +67,7 @@ StreamBuilder& StreamBuilder::Alloc(uint64_t ts, uint32_t device, uint64_t addre
   m->set_kind(static_cast<v1::MemoryKind>(kind));
   m->set_thread_id(thread);
   m->set_api_name_id(api_id);
+  m->set_caller_module_id(caller_id);
   return *this;
 }
 

@@ -25,7 +25,8 @@ class StreamBuilder {
   StreamBuilder& String(uint32_t id, const std::string& value, uint64_t ts = 0);
   StreamBuilder& Device(uint32_t index, const std::string& name, uint64_t total_bytes);
   StreamBuilder& Alloc(uint64_t ts, uint32_t device, uint64_t address, uint64_t bytes,
-                       uint32_t kind = kDevice, uint32_t thread = 0, uint32_t api_id = 0);
+                       uint32_t kind = kDevice, uint32_t thread = 0, uint32_t api_id = 0,
+                       uint32_t caller_id = 0);
   StreamBuilder& Free(uint64_t ts, uint32_t device, uint64_t address, uint64_t bytes,
                       uint32_t kind = kDevice, uint32_t thread = 0);
   StreamBuilder& Push(uint64_t ts, uint32_t thread, uint32_t message_id, uint32_t domain_id = 0);
