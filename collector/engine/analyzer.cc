@@ -66,8 +66,9 @@ std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const Analysis
         done = true;
         break;
       case TraceFileReader::Result::kTruncated:
-        analyzer.MarkTruncated("file ends inside a chunk at byte " +
-                               std::to_string(reader.consumed_bytes()));
+        analyzer.MarkTruncated("the file ends inside a chunk after " +
+                               std::to_string(reader.consumed_bytes()) + " of " +
+                               std::to_string(reader.file_bytes()) + " bytes");
         done = true;
         break;
       case TraceFileReader::Result::kError:

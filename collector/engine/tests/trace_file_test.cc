@@ -77,8 +77,9 @@ TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
     EXPECT_EQ(report->truncated, !on_boundary) << "cut " << cut;
     if (!on_boundary) {
       const size_t expected_at = whole == 0 ? 8 : ends[whole - 1];
-      EXPECT_EQ(report->truncation_reason,
-                "file ends inside a chunk at byte " + std::to_string(expected_at))
+      EXPECT_EQ(report->truncation_reason, "the file ends inside a chunk after " +
+                                               std::to_string(expected_at) + " of " +
+                                               std::to_string(cut) + " bytes")
           << report->truncation_reason;
     }
   }
