@@ -65,6 +65,25 @@ std::string Plural(uint64_t n, const std::string& one, const std::string& many =
 }
 
 // `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers.
+// A command line on one terminal line: control characters escaped, long ones shortened
+// (`python -c "..."` carries whole programs).
+std::string OneLine(const std::string& text, size_t max_chars) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+  return out;
+}
+
 void PrintTable(std::ostream& out, const std::string& indent,
                 const std::vector<std::vector<std::string>>& rows, const std::string& align) {
   if (rows.empty()) return;
@@ -228,7 +247,7 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
 
 void PrintProcess(std::ostream& out, const ProcessReport& p) {
   out << "process " << p.pid;
-  if (!p.command_line.empty()) out << ": " << Join(p.command_line, " ");
+  if (!p.command_line.empty()) out << ": " << OneLine(Join(p.command_line, " "), 160);
   out << '\n';
   std::vector<std::string> facts{ExitText(p.exit)};
   facts.push_back("allocator " + (p.allocator_mode.empty() ? std::string("not chosen by run")

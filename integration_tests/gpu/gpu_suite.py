@@ -44,7 +44,21 @@ def cases(cumemtrace, programs, results):
         traced("torch_sigterm", torch_py + ["--steps", "1", "--kill-self", "SIGTERM"]),
         traced("torch_quiet", torch_py + ["--steps", "2"], "--quiet"),
         plain("torch_untraced", torch_py + ["--steps", "2"]),
+        # Another CUPTI client in the program: it must keep working whatever happens to ours.
+        traced("torch_profiler", [sys.executable, "-c", PROFILED_PROGRAM]),
     ]
+
+
+PROFILED_PROGRAM = """
+import torch
+from torch.profiler import profile, ProfilerActivity
+x = torch.randn(1024, 1024, device="cuda")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    y = x @ x
+    torch.cuda.synchronize()
+kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+print("profiler saw", len(kernels) > 0)
+"""
 
 
 def run(args):
@@ -61,8 +75,47 @@ def run(args):
         }
         print(f"ran {case['name']}: status {proc.returncode} in {records[case['name']]['seconds']} s",
               flush=True)
+    records["cuda_injection_only"] = run_under_daemon(args)
     with open(os.path.join(args.results, "runs.json"), "w") as f:
         json.dump(records, f, indent=1)
+
+
+def run_under_daemon(args):
+    """The program loads the tracer only through CUDA_INJECTION64_PATH (no LD_PRELOAD) and
+    reports to a `cumemtrace daemon` instead of a private collector."""
+    import signal
+    import tempfile
+    case = os.path.join(args.results, "cuda_injection_only")
+    os.makedirs(case, exist_ok=True)
+    sockdir = tempfile.mkdtemp(prefix="cmt-daemon-")
+    sock = os.path.join(sockdir, "collector.sock")
+    daemon = subprocess.Popen([args.cumemtrace, "daemon", "--socket", sock, "--output-dir", case],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    tracer = os.path.join(os.path.dirname(args.cumemtrace), "..", "lib", "cumemtrace",
+                          "libcumemtrace-tracer.so")
+    env = dict(os.environ, CUDA_INJECTION64_PATH=os.path.realpath(tracer), CUMEMTRACE_SOCKET=sock)
+    env.pop("LD_PRELOAD", None)
+    env.pop("NVTX_INJECTION64_PATH", None)
+    proc = subprocess.run([os.path.join(args.programs, "cuda_phases"),
+                           os.path.join(args.results, "cuda_injection_only.expected.json"), "0"],
+                          capture_output=True, env=env, timeout=120)
+    daemon.send_signal(signal.SIGINT)
+    daemon_out, daemon_err = daemon.communicate(timeout=30)
+    traces = sorted(f for f in os.listdir(case) if f.endswith(".cmtrace"))
+    summary = subprocess.run([args.cumemtrace, "report", "--json", os.path.join(case, traces[0])],
+                             capture_output=True) if traces else None
+    if summary is not None:
+        with open(os.path.join(case, "summary.json"), "wb") as f:
+            f.write(summary.stdout)
+    print(f"ran cuda_injection_only: status {proc.returncode}, daemon wrote {traces}", flush=True)
+    return {"argv": ["CUDA_INJECTION64_PATH=tracer", "cuda_phases"], "traced": True,
+            "status": proc.returncode, "stdout": proc.stdout.decode(errors="replace"),
+            "stderr": proc.stderr.decode(errors="replace"), "traces": traces,
+            "daemon_status": daemon.returncode, "daemon_log": daemon_err.decode(errors="replace")}
 
 
 class Table:
@@ -173,6 +226,26 @@ def check_cuda_phases(t, runs, results):
     t.check(name, "tracer notices", [], notices)
 
 
+def check_injection_only(t, runs, results):
+    name = "cuda_injection_only"
+    r = runs[name]
+    t.check(name, "exit status", 0, r["status"])
+    t.check(name, "daemon wrote one trace", 1, len(r["traces"]))
+    t.check(name, "daemon stopped cleanly", 0, r["daemon_status"])
+    if len(r["traces"]) != 1:
+        return
+    expected = load(os.path.join(results, "cuda_injection_only.expected.json"))
+    process = main_process(load(os.path.join(results, name, "summary.json")), "cuda_phases")
+    t.check(name, "injection mode", "cuda_injection", process["injection_mode"])
+    dev = device0(process)
+    w, p, s, v = (expected[k] for k in ("weights_bytes", "pool_bytes", "scratch_bytes", "vmm_bytes"))
+    t.check(name, "peak bytes", max(w + p + s, w + p + v), (dev or {}).get("peak", {}).get("bytes"))
+    t.check(name, "setup: allocated (NVTX via the driver-loaded tracer)", w,
+            phase_device(phase(process, "setup")).get("allocated_bytes"))
+    t.check(name, "exit recorded by the tracer", {"source": "tracer", "code": 0},
+            {k: process["exit"][k] for k in ("source", "code")})
+
+
 def check_torch(t, runs, results, name, mode, suffix, steps=5):
     r = runs[name]
     t.check(name, "exit status", 0, r["status"])
@@ -212,10 +285,13 @@ def check(args):
     runs = load(os.path.join(args.results, "runs.json"))
     t = Table()
     check_cuda_phases(t, runs, args.results)
+    check_injection_only(t, runs, args.results)
     check_torch(t, runs, args.results, "torch_async", "async", "torch_train.py")
     check_torch(t, runs, args.results, "torch_native", "native", "torch_train.py")
     check_torch(t, runs, args.results, "libtorch_async", "async", "libtorch_train")
     check_torch(t, runs, args.results, "libtorch_native", "native", "libtorch_train")
+    profiled = runs["torch_profiler"]
+    t.check("torch_profiler", "exit status", 0, profiled["status"])
     t.check("torch_exit3", "exit status", 3, runs["torch_exit3"]["status"])
     t.check("torch_sigterm", "exit status (128+SIGTERM)", 143, runs["torch_sigterm"]["status"])
     t.check("torch_quiet", "stdout unchanged", runs["torch_untraced"]["stdout"], runs["torch_quiet"]["stdout"])
@@ -224,6 +300,11 @@ def check(args):
                            if not line.startswith("cumemtrace: trace written"))
     t.check("torch_quiet", "stderr unchanged", runs["torch_untraced"]["stderr"], quiet_stderr)
     failed = t.print()
+    # Not yet right, and not counted above: shown so that it is never forgotten.
+    saw = profiled["stdout"].strip()
+    print(f"\nknown limitation: a program that starts torch.profiler under cumemtrace keeps "
+          f"running, but its profiler gets no CUDA activity (CUPTI has one subscriber, and "
+          f"cumemtrace took it first): the program printed {saw!r}")
     with open(os.path.join(args.results, "suite.json"), "w") as f:
         json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r)) for r in t.rows], f, indent=1)
     return 1 if failed else 0
