@@ -13,6 +13,8 @@
 namespace cumemtrace::tracer {
 
 int PatchNvtxTables(NvtxGetExportTableFunc_t get_export_table);
+int PushPhaseRange(const char* name);
+int PopPhaseRange();
 
 namespace {
 
@@ -92,4 +94,12 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   TracerRuntime::Get().Start(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
+}
+
+// Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/python/).
+extern "C" __attribute__((visibility("default"))) int cumemtrace_range_push(const char* name) {
+  return cumemtrace::tracer::PushPhaseRange(name);
+}
+extern "C" __attribute__((visibility("default"))) int cumemtrace_range_pop(void) {
+  return cumemtrace::tracer::PopPhaseRange();
 }

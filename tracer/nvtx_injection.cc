@@ -233,3 +233,13 @@ int PatchNvtxTables(NvtxGetExportTableFunc_t get_export_table) {
 }
 
 }  // namespace cumemtrace::tracer
+
+namespace cumemtrace::tracer {
+
+// Ranges opened by cumemtrace's own Python start-up hooks (`run --phase`; exported from
+// injection.cc): recorded exactly as NVTX push/pop on the default domain, so a phase labeled
+// from outside the program looks the same as one the program labels itself.
+int PushPhaseRange(const char* name) { return RangePushA(name); }
+int PopPhaseRange() { return RangePop(); }
+
+}  // namespace cumemtrace::tracer

@@ -40,6 +40,10 @@ std::string TracerLibraryPath() {
   return path;
 }
 
+std::string PythonHookDir() {
+  return ExecutableDir() + "/../share/cumemtrace/python";
+}
+
 std::string RuntimeBaseDir() {
   for (const char* name : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
     const char* value = getenv(name);

@@ -24,6 +24,9 @@ std::string ExecutableDir();
 // when it exists.
 std::string TracerLibraryPath();
 
+// <executable dir>/../share/cumemtrace/python: the Python start-up hooks of `run --phase`.
+std::string PythonHookDir();
+
 // Where private runtime files go: $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp.
 std::string RuntimeBaseDir();
 

@@ -7,5 +7,8 @@ namespace cumemtrace {
 int RunCommand(int argc, char** argv);
 int ReportCommand(int argc, char** argv);
 int DaemonCommand(int argc, char** argv);
+int ExportCommand(int argc, char** argv);
+int CompareCommand(int argc, char** argv);
+int SweepCommand(int argc, char** argv);
 
 }  // namespace cumemtrace

@@ -22,6 +22,11 @@ Commands:
                                          summarize it
   report [OPTIONS] TRACE                 summarize a trace file or a run's output folder
   daemon [OPTIONS]                       collect traces from many processes at once
+  export --format FORMAT TRACE           convert a trace for Perfetto, chrome://tracing,
+                                         PyTorch's memory_viz, CSV or the HTML viewer
+  compare RUN RUN...                     runs side by side: peaks, lifetime classes,
+                                         activation memory, per-phase figures
+  sweep --param NAME=V1,V2 -- CMD        run once per value and tabulate memory vs NAME
 
 Options:
   -h, --help       show this help (`cumemtrace COMMAND --help` for a command's options)
@@ -51,5 +56,8 @@ int main(int argc, char** argv) {
   if (command == "run") return cumemtrace::RunCommand(argc - 1, argv + 1);
   if (command == "report") return cumemtrace::ReportCommand(argc - 1, argv + 1);
   if (command == "daemon") return cumemtrace::DaemonCommand(argc - 1, argv + 1);
+  if (command == "export") return cumemtrace::ExportCommand(argc - 1, argv + 1);
+  if (command == "compare") return cumemtrace::CompareCommand(argc - 1, argv + 1);
+  if (command == "sweep") return cumemtrace::SweepCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");
 }

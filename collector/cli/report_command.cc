@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "collector/cli/analysis_flags.h"
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
@@ -27,7 +28,7 @@ Options:
   -o, --output=DIR    also write DIR/summary.json (DIR is created if missing)
   -f, --force         replace an existing DIR/summary.json
   -h, --help          show this help
-
+%s
 Exit status: 0 on success (also for a truncated trace), 1 when TRACE cannot be read or is
 not a trace, 2 for bad usage (including an existing summary.json without --force).
 )";
@@ -65,27 +66,28 @@ bool WriteSummary(const std::string& dir, const std::string& json, bool force,
 }  // namespace
 
 int ReportCommand(int argc, char** argv) {
-  static const option kOptions[] = {
+  static const std::vector<option> kOptions = WithAnalysisOptions({
       {"json", no_argument, nullptr, 'j'},
       {"output", required_argument, nullptr, 'o'},
       {"force", no_argument, nullptr, 'f'},
       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
+  AnalysisFlags flags;
   bool json = false;
   bool force = false;
   std::string output_dir;
   opterr = 0;
   optind = 1;
-  for (int opt; (opt = getopt_long(argc, argv, ":o:fh", kOptions, nullptr)) != -1;) {
+  for (int opt; (opt = getopt_long(argc, argv, ":o:fh", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'j': json = true; break;
       case 'o': output_dir = optarg; break;
       case 'f': force = true; break;
-      case 'h': fputs(kReportHelp, stdout); return 0;
+      case 'h': PrintHelpWithAnalysisOptions(kReportHelp); return 0;
       case ':': return UsageError("report", std::string("option '") + argv[optind - 1] +
                                                 "' needs a value");
       default:
+        if (TakeAnalysisOption(opt, optarg, &flags)) break;
         return UsageError("report", std::string("unknown option '") + argv[optind - 1] + "'");
     }
   }
@@ -111,7 +113,9 @@ int ReportCommand(int argc, char** argv) {
 
   TraceSummary summary;
   std::string error;
-  if (!SummarizeTraceFile(path, &summary, &error)) {
+  AnalysisOptions options;
+  if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("report", error);
+  if (!SummarizeTraceFile(path, options, &summary, &error)) {
     LogLine(error);
     return 1;
   }

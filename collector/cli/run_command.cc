@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collector/cli/analysis_flags.h"
 #include "collector/cli/cli_support.h"
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
@@ -43,8 +44,13 @@ Options:
                           environment is always kept.
       --no-kernels        do not record kernel executions (less overhead)
       --quiet             silence the tracer's notices and do not print the summary
+      --phase=PHASE=MODULE:QUALNAME
+                          Python programs: wrap that function or method in an NVTX range
+                          named PHASE, without editing the program (repeatable), e.g.
+                          --phase settling=ep.trainer:Trainer.settle. A name that cannot
+                          be resolved gets a warning at start, and the run goes on.
   -h, --help              show this help
-
+%s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
 summary.json. Exit status: the program's own, 128+N when it was killed by signal N,
 127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage.
@@ -119,7 +125,8 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
                                           const std::string& allocator, bool no_kernels,
-                                          bool quiet) {
+                                          bool quiet,
+                                          const std::vector<std::string>& python_phases) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -159,6 +166,16 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   } else {
     set("CUMEMTRACE_ALLOCATOR_MODE", "native");
   }
+  if (!python_phases.empty()) {
+    // A sitecustomize on PYTHONPATH installs the wrappers at interpreter start (and then
+    // runs any sitecustomize it shadows); the program's files are not touched.
+    std::string spec;
+    for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
+    set("CUMEMTRACE_PYTHON_PHASES", spec);
+    const char* path = value_of("PYTHONPATH");
+    const std::string hooks = PythonHookDir();
+    set("PYTHONPATH", path != nullptr && *path != '\0' ? hooks + ":" + path : hooks);
+  }
   return env;
 }
 
@@ -193,14 +210,16 @@ void RemoveCreated(const std::string& trace_path, const std::vector<std::string>
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  static const option kOptions[] = {
+  static const std::vector<option> kOptions = WithAnalysisOptions({
       {"output", required_argument, nullptr, 'o'},
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
       {"quiet", no_argument, nullptr, 'q'},
+      {"phase", required_argument, nullptr, 'p'},
       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
+  AnalysisFlags flags;
+  std::vector<std::string> python_phases;
   std::string output_dir;
   std::string allocator = "async";
   bool no_kernels = false;
@@ -208,7 +227,7 @@ int RunCommand(int argc, char** argv) {
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
-  for (int opt; (opt = getopt_long(argc, argv, "+:o:h", kOptions, nullptr)) != -1;) {
+  for (int opt; (opt = getopt_long(argc, argv, "+:o:h", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'o': output_dir = optarg; break;
       case 'a':
@@ -220,13 +239,30 @@ int RunCommand(int argc, char** argv) {
         break;
       case 'k': no_kernels = true; break;
       case 'q': quiet = true; break;
-      case 'h': fputs(kRunHelp, stdout); return 0;
+      case 'p': python_phases.push_back(optarg); break;
+      case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
-      default: return UsageError("run", std::string("unknown option '") + argv[optind - 1] + "'");
+      default:
+        if (TakeAnalysisOption(opt, optarg, &flags)) break;
+        return UsageError("run", std::string("unknown option '") + argv[optind - 1] + "'");
     }
   }
   if (optind >= argc) return UsageError("run", "no program to run");
+  for (const std::string& phase : python_phases) {
+    const size_t eq = phase.find('=');
+    if (eq == 0 || eq == std::string::npos || phase.find(':', eq) == std::string::npos ||
+        phase.back() == ':') {
+      return UsageError("run", "--phase wants PHASE=MODULE:QUALNAME, not '" + phase + "'");
+    }
+  }
+  AnalysisOptions analysis_options;
+  {
+    std::string rules_error;
+    if (!ToAnalysisOptions(flags, &analysis_options, &rules_error)) {
+      return UsageError("run", rules_error);
+    }
+  }
   if (output_dir.empty() && !PathExists(".")) return UsageError("run", "no current directory");
   char** program_argv = argv + optind;
   const std::string program = program_argv[0];
@@ -319,7 +355,7 @@ int RunCommand(int argc, char** argv) {
   }
 
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, no_kernels, quiet);
+      ChildEnvironment(tracer, socket_path, allocator, no_kernels, quiet, python_phases);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);
@@ -422,7 +458,7 @@ int RunCommand(int argc, char** argv) {
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
 
   TraceSummary summary;
-  if (!SummarizeTraceFile(trace_path, &summary, &error)) {
+  if (!SummarizeTraceFile(trace_path, analysis_options, &summary, &error)) {
     LogLine("cannot analyze " + trace_path + ": " + error);
   } else {
     if (!summary.warning.empty()) LogLine("warning: " + summary.warning);

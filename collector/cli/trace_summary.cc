@@ -1,5 +1,7 @@
 #include "collector/cli/trace_summary.h"
 
+#include <sys/stat.h>
+
 #include <sstream>
 
 #include "collector/engine/analysis.h"
@@ -7,8 +9,9 @@
 
 namespace cumemtrace {
 
-bool SummarizeTraceFile(const std::string& path, TraceSummary* summary, std::string* error) {
-  std::unique_ptr<Report> report = AnalyzeTraceFile(path, AnalysisOptions(), error);
+bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
+                        TraceSummary* summary, std::string* error) {
+  std::unique_ptr<Report> report = AnalyzeTraceFile(path, options, error);
   if (report == nullptr) return false;
   if (report->truncated) {
     summary->warning = path + " is cut short (" + report->truncation_reason +
@@ -18,6 +21,22 @@ bool SummarizeTraceFile(const std::string& path, TraceSummary* summary, std::str
   std::ostringstream text;
   PrintSummaryText(*report, text);
   summary->text = text.str();
+  return true;
+}
+
+std::string TraceInFolder(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
+  }
+  return path;
+}
+
+bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,
+                    const std::string& label, RunFigures* figures, std::string* error) {
+  std::unique_ptr<Report> report = AnalyzeTraceFile(TraceInFolder(path), options, error);
+  if (report == nullptr) return false;
+  *figures = FiguresOf(*report, label);
   return true;
 }
 

@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "collector/engine/analysis.h"
+#include "collector/engine/run_figures.h"
+
 namespace cumemtrace {
 
 struct TraceSummary {
@@ -14,6 +17,14 @@ struct TraceSummary {
 
 // False with *error set when `path` cannot be read at all or is not a trace file. A file
 // cut or damaged after a valid start still gives a summary, with *warning saying so.
-bool SummarizeTraceFile(const std::string& path, TraceSummary* summary, std::string* error);
+bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
+                        TraceSummary* summary, std::string* error);
+
+// The headline figures of a trace file or a run's output folder (for compare and sweep).
+bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,
+                    const std::string& label, RunFigures* figures, std::string* error);
+
+// A run's output folder stands for its trace.cmtrace; other paths are used as they are.
+std::string TraceInFolder(const std::string& path);
 
 }  // namespace cumemtrace

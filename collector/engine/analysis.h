@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 
+#include "collector/engine/phase_rules.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace cumemtrace {
@@ -17,6 +18,14 @@ struct Report;  // defined in collector/engine/report.h
 struct AnalysisOptions {
   // How many of the largest allocations live at the peak to list per device.
   size_t top_allocations = 10;
+  // Range name -> phase rules (user rules first); null means the built-in rules only.
+  std::shared_ptr<const PhaseRules> phase_rules;
+  // Name (range name or phase) of the range that marks one iteration; "" to detect it.
+  std::string iteration_range;
+  // Infer forward/backward(/optimizer) for PyTorch and LibTorch programs with no such ranges.
+  bool infer_phases = true;
+  // Keep one AllocationLifetime per device allocation (for the lifetimes CSV).
+  bool keep_lifetimes = false;
 };
 
 // Feed chunks in file order, then Finish() once.

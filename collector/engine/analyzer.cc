@@ -6,13 +6,16 @@
 #include "collector/engine/process_sweep.h"
 #include "collector/engine/report.h"
 #include "collector/engine/stream_decoder.h"
+#include "collector/engine/timeline_model.h"
 #include "collector/engine/trace_file.h"
 
 namespace cumemtrace {
+namespace {
 
-class TraceAnalyzer::Impl {
+// The analyzer behind TraceAnalyzer, also used directly by the file readers below.
+class Analyzer {
  public:
-  explicit Impl(const AnalysisOptions& options) : options_(options) {}
+  explicit Analyzer(const AnalysisOptions& options) : options_(options) {}
 
   void AddChunk(const v1::TraceChunk& chunk) { decoder_.AddChunk(chunk); }
 
@@ -22,12 +25,15 @@ class TraceAnalyzer::Impl {
     truncated_ = true;
   }
 
-  std::unique_ptr<Report> Finish() {
+  // With `timelines`, one ProcessTimeline per process is appended to it.
+  std::unique_ptr<Report> Finish(std::vector<ProcessTimeline>* timelines = nullptr) {
     auto report = std::make_unique<Report>();
     report->truncated = truncated_;
     report->truncation_reason = truncation_reason_;
     for (auto& [stream_id, stream] : decoder_.streams()) {
-      report->processes.push_back(internal::AnalyzeProcess(stream, options_));
+      ProcessTimeline* timeline = nullptr;
+      if (timelines != nullptr) timeline = &timelines->emplace_back();
+      report->processes.push_back(internal::AnalyzeProcess(stream, options_, timeline));
       // Free each stream's events as soon as it is summarized.
       stream = internal::DecodedStream();
     }
@@ -41,6 +47,13 @@ class TraceAnalyzer::Impl {
   std::string truncation_reason_;
 };
 
+}  // namespace
+
+class TraceAnalyzer::Impl : public Analyzer {
+ public:
+  using Analyzer::Analyzer;
+};
+
 TraceAnalyzer::TraceAnalyzer(const AnalysisOptions& options)
     : impl_(std::make_unique<Impl>(options)) {}
 TraceAnalyzer::~TraceAnalyzer() = default;
@@ -48,14 +61,15 @@ void TraceAnalyzer::AddChunk(const v1::TraceChunk& chunk) { impl_->AddChunk(chun
 void TraceAnalyzer::MarkTruncated(const std::string& reason) { impl_->MarkTruncated(reason); }
 std::unique_ptr<Report> TraceAnalyzer::Finish() { return impl_->Finish(); }
 
-std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
-                                         std::string* error) {
+namespace {
+
+// Reads `path` into `analyzer`; false with *error when it cannot be read or is not a trace.
+bool ReadTraceFile(const std::string& path, Analyzer& analyzer, std::string* error) {
   TraceFileReader reader;
   if (!reader.Open(path)) {
     if (error != nullptr) *error = reader.error();
-    return nullptr;
+    return false;
   }
-  TraceAnalyzer analyzer(options);
   v1::TraceChunk chunk;
   for (bool done = false; !done;) {
     switch (reader.Next(&chunk)) {
@@ -77,9 +91,29 @@ std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const Analysis
         break;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
+                                         std::string* error) {
+  Analyzer analyzer(options);
+  if (!ReadTraceFile(path, analyzer, error)) return nullptr;
   std::unique_ptr<Report> report = analyzer.Finish();
   report->trace_file = path;
   return report;
+}
+
+std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,
+                                                        const AnalysisOptions& options,
+                                                        std::string* error) {
+  Analyzer analyzer(options);
+  if (!ReadTraceFile(path, analyzer, error)) return nullptr;
+  auto trace = std::make_unique<AnalyzedTrace>();
+  trace->report = analyzer.Finish(&trace->timelines);
+  trace->report->trace_file = path;
+  return trace;
 }
 
 }  // namespace cumemtrace

@@ -41,7 +41,7 @@ struct Event {
   uint64_t a;
   // kAllocate/kRelease: bytes. kFailedAllocation: device free bytes.
   uint64_t b;
-  // kFailedAllocation: device total bytes.
+  // kFailedAllocation: device total bytes. kKernel, kAllocate, kRelease: CUPTI stream id.
   uint64_t c;
   uint32_t thread_id;
   // Interned ids: api name (memory, failed), kernel name, NVTX message.

@@ -8,15 +8,36 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
   const uint64_t key = (static_cast<uint64_t>(domain_id) << 32) | message_id;
   auto it = name_index_.find(key);
   if (it != name_index_.end()) return it->second;
-  // First time this id pair is seen: the phase is the strings, not the ids.
-  auto [named, inserted] = name_by_strings_.emplace(
-      std::make_pair(stream_->Resolve(domain_id), stream_->Resolve(message_id)),
-      static_cast<int32_t>(names_.size()));
+  // First time this id pair is seen: map its text through the rules, once.
+  const std::string message = stream_->Resolve(message_id);
+  const bool inferred = domain_id == kInferredDomainId;
+  const std::string domain = inferred ? std::string() : stream_->Resolve(domain_id);
+  const std::string range_name = domain.empty() ? message : domain + ": " + message;
+  PhaseRules::Mapping mapping;
+  if (inferred) {
+    mapping.phase = message;
+  } else {
+    mapping = rules_->Map(range_name);
+  }
+  const std::string phase_key = (mapping.rollup ? "@rollup:" : inferred ? "@inferred:" : "") +
+                                mapping.phase;
+  auto [named, inserted] = name_by_phase_.emplace(phase_key, static_cast<int32_t>(names_.size()));
   if (inserted) {
-    PhaseName name{domain_id, message_id};
+    PhaseName name;
+    name.domain_id = domain_id;
+    name.message_id = message_id;
+    name.name = mapping.phase;
+    name.rollup = mapping.rollup;
+    name.iteration = mapping.iteration;
+    name.inferred = inferred;
     name.first_open_ns = ts;
-    names_.push_back(name);
+    names_.push_back(std::move(name));
     counters_.resize(names_.size() * slots_);
+  }
+  std::vector<std::string>& range_names = names_[static_cast<size_t>(named->second)].range_names;
+  if (!inferred && std::find(range_names.begin(), range_names.end(), range_name) ==
+                       range_names.end()) {
+    range_names.push_back(range_name);
   }
   name_index_.emplace(key, named->second);
   return named->second;
@@ -25,13 +46,14 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
 void PhaseTracker::Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order) {
   const int32_t phase = PhaseIndex(event.aux_id, event.name_id, event.timestamp_ns);
   open_.push_back(Occurrence{phase, event.thread_id, event.aux_id,
-                             event.nvtx_op == 1 /* PUSH */, event.a, order, event.timestamp_ns});
+                             event.nvtx_op == 1 /* PUSH */, event.a, order, event.timestamp_ns,
+                             names_[static_cast<size_t>(phase)].rollup});
   for (int half = 0; half < 2; ++half) {
     windows_.insert(windows_.end(), in_use.begin(), in_use.end());
   }
 }
 
-bool PhaseTracker::Close(const Event& event) {
+bool PhaseTracker::Close(const Event& event, const std::vector<uint64_t>& in_use) {
   const bool is_pop = event.nvtx_op == 2;  // POP; otherwise END
   size_t best = open_.size();
   for (size_t i = 0; i < open_.size(); ++i) {
@@ -42,27 +64,36 @@ bool PhaseTracker::Close(const Event& event) {
     if (match && (best == open_.size() || o.order > open_[best].order)) best = i;
   }
   if (best == open_.size()) return false;
-  Finish(best, event.timestamp_ns, false);
+  Finish(best, event.timestamp_ns, false, in_use);
   return true;
 }
 
-void PhaseTracker::CloseAll(uint64_t end_ns) {
-  while (!open_.empty()) Finish(open_.size() - 1, end_ns, true);
+void PhaseTracker::CloseAll(uint64_t end_ns, const std::vector<uint64_t>& in_use) {
+  while (!open_.empty()) Finish(open_.size() - 1, end_ns, true, in_use);
 }
 
-void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open) {
+void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open,
+                          const std::vector<uint64_t>& in_use) {
   const Occurrence o = open_[open_index];
   PhaseName& name = names_[static_cast<size_t>(o.phase)];
   ++name.occurrences;
   name.total_ns += end_ns > o.start_ns ? end_ns - o.start_ns : 0;
   if (still_open) ++name.still_open;
-  const uint64_t* entry = &windows_[open_index * 2 * slots_];
+  // data() + offset, not &windows_[i]: with no device slots the vector is empty (UBSan).
+  const uint64_t* entry = windows_.data() + open_index * 2 * slots_;
   const uint64_t* peak = entry + slots_;
-  for (uint32_t s = 0; s < slots_; ++s) {
-    PhaseCounters& c = counters(o.phase, s);
-    c.bytes_at_entry = std::max(c.bytes_at_entry, entry[s]);
-    c.peak_bytes = std::max(c.peak_bytes, peak[s]);
-    c.peak_above_entry_bytes = std::max(c.peak_above_entry_bytes, peak[s] - entry[s]);
+  if (o.rollup) {
+    ++rolled_up_ranges_;
+  } else {
+    for (uint32_t s = 0; s < slots_; ++s) {
+      PhaseCounters& c = counters(o.phase, s);
+      c.bytes_at_entry = std::max(c.bytes_at_entry, entry[s]);
+      c.peak_bytes = std::max(c.peak_bytes, peak[s]);
+      c.peak_above_entry_bytes = std::max(c.peak_above_entry_bytes, peak[s] - entry[s]);
+    }
+    records_.push_back(OccurrenceRecord{o.phase, o.thread_id, o.start_ns, end_ns,
+                                        std::vector<uint64_t>(entry, entry + slots_),
+                                        std::vector<uint64_t>(peak, peak + slots_), in_use});
   }
   // Swap-remove: order is kept in Occurrence::order, not in the vector.
   const size_t last = open_.size() - 1;
@@ -91,7 +122,7 @@ void PhaseTracker::Attribute(uint32_t thread_id, Attribution* out) const {
   bool found = false;
   if (thread_id != 0) {
     for (const Occurrence& o : open_) {
-      if (o.thread_id == thread_id) {
+      if (!o.rollup && o.thread_id == thread_id) {
         found = true;
         owner = thread_id;
         break;
@@ -99,15 +130,16 @@ void PhaseTracker::Attribute(uint32_t thread_id, Attribution* out) const {
     }
   }
   if (!found) {
-    const Occurrence* latest = &open_[0];
+    const Occurrence* latest = nullptr;
     for (const Occurrence& o : open_) {
-      if (o.order > latest->order) latest = &o;
+      if (!o.rollup && (latest == nullptr || o.order > latest->order)) latest = &o;
     }
+    if (latest == nullptr) return;  // only per-op ranges are open
     owner = latest->thread_id;
   }
   uint64_t best_order = 0;
   for (const Occurrence& o : open_) {
-    if (o.thread_id != owner) continue;
+    if (o.rollup || o.thread_id != owner) continue;
     if (out->innermost < 0 || o.order > best_order) {
       best_order = o.order;
       out->innermost = o.phase;

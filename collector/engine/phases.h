@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collector/engine/decoded.h"
+#include "collector/engine/phase_rules.h"
 
 namespace cumemtrace::internal {
 
@@ -27,14 +28,33 @@ struct PhaseCounters {
   uint64_t kernels = 0;
 };
 
+// A phase: one canonical name (after the rules), possibly several range names.
 struct PhaseName {
-  uint32_t domain_id;
-  uint32_t message_id;
+  uint32_t domain_id = 0;
+  uint32_t message_id = 0;
+  std::string name;                      // canonical phase, or the range's own name
+  std::vector<std::string> range_names;  // the NVTX names that mapped to it
+  bool rollup = false;                   // per-op ranges: never reported, never attributed
+  bool iteration = false;                // marks iterations
+  bool inferred = false;                 // synthesized by phase inference, not NVTX
   uint64_t occurrences = 0;
   uint64_t total_ns = 0;
   uint64_t still_open = 0;
   uint64_t first_open_ns = 0;  // absolute
 };
+
+// One finished occurrence of a reported phase, with device memory in use (per slot) at its
+// entry, its highest point inside, and at its exit: the raw material of iteration statistics.
+struct OccurrenceRecord {
+  int32_t phase;
+  uint32_t thread_id;
+  uint64_t start_ns;
+  uint64_t end_ns;
+  std::vector<uint64_t> entry, peak, exit;
+};
+
+// Domain id of ranges that phase inference synthesizes (never a real interned id).
+constexpr uint32_t kInferredDomainId = 0xFFFFFFF0u;
 
 // The phases an event is attributed to: `innermost` is its phase of origin, `names` every
 // phase name counted for it (innermost and enclosing ranges on the same thread, each once).
@@ -46,15 +66,15 @@ struct Attribution {
 class PhaseTracker {
  public:
   // `stream` resolves interned ids, so that two ids naming the same string are one phase.
-  PhaseTracker(size_t device_slots, const DecodedStream* stream)
-      : slots_(device_slots), stream_(stream) {}
+  PhaseTracker(size_t device_slots, const DecodedStream* stream, const PhaseRules* rules)
+      : slots_(device_slots), stream_(stream), rules_(rules) {}
 
   // in_use: device memory in use per slot at this instant.
   void Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order);
   // False when nothing matched (pop on an empty stack, end of an unknown id).
-  bool Close(const Event& event);
+  bool Close(const Event& event, const std::vector<uint64_t>& in_use);
   // Closes everything still open at `end_ns`, flagging those occurrences.
-  void CloseAll(uint64_t end_ns);
+  void CloseAll(uint64_t end_ns, const std::vector<uint64_t>& in_use);
   // Device memory in use on `slot` rose to `in_use`: raise the peaks of open occurrences.
   void OnInUse(uint32_t slot, uint64_t in_use);
   // Fills *out for an event on `thread_id` (0: unknown thread) at the current instant.
@@ -64,6 +84,8 @@ class PhaseTracker {
     return counters_[static_cast<size_t>(phase) * slots_ + slot];
   }
   const std::vector<PhaseName>& names() const { return names_; }
+  const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
+  uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }
 
  private:
   struct Occurrence {
@@ -74,16 +96,21 @@ class PhaseTracker {
     uint64_t range_id;
     uint64_t order;  // opening order, larger is more recent
     uint64_t start_ns;
+    bool rollup;
   };
 
   int32_t PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts);
-  void Finish(size_t open_index, uint64_t end_ns, bool still_open);
+  void Finish(size_t open_index, uint64_t end_ns, bool still_open,
+              const std::vector<uint64_t>& in_use);
 
   size_t slots_;
   const DecodedStream* stream_;
+  const PhaseRules* rules_;
   std::vector<PhaseName> names_;
   std::unordered_map<uint64_t, int32_t> name_index_;  // by (domain id, message id)
-  std::map<std::pair<std::string, std::string>, int32_t> name_by_strings_;
+  std::map<std::string, int32_t> name_by_phase_;      // by canonical name (or rollup key)
+  std::vector<OccurrenceRecord> records_;
+  uint64_t rolled_up_ranges_ = 0;
   std::vector<PhaseCounters> counters_;  // [phase * slots_ + slot]
   std::vector<Occurrence> open_;
   // Entry and peak per open occurrence and slot: [open_index * 2 * slots_ + {0, slots_} + slot].

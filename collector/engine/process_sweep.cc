@@ -5,7 +5,10 @@
 #include <set>
 #include <unordered_map>
 
+#include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
+#include "collector/engine/training_report.h"
+#include "collector/engine/timeline_capture.h"
 #include "collector/engine/timeline.h"
 
 namespace cumemtrace::internal {
@@ -122,11 +125,6 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
 }
 
-std::string PhaseDisplayName(const std::string& domain, const std::string& message) {
-  const std::string shown = message.empty() ? "(unnamed)" : message;
-  return domain.empty() ? shown : domain + ": " + shown;
-}
-
 // Time order, then the tie rule of design.md, then arrival (a stable order). CUPTI delivers
 // per-thread buffers, so input is sorted in runs but not overall. Sorting 16-byte keys and
 // permuting once is several times faster than a stable sort of the 56-byte events.
@@ -212,12 +210,27 @@ const char* MemoryKindName(uint8_t kind) {
   return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
 }
 
-ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
+ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
+                             ProcessTimeline* timeline_out) {
   ProcessReport p;
   FillStreamFacts(s, &p);
 
   std::vector<Event>& events = s.events;
   SortEvents(&events);
+  static const PhaseRules kDefaultRules = PhaseRules::Defaults();
+  const PhaseRules* rules = options.phase_rules ? options.phase_rules.get() : &kDefaultRules;
+  if (options.infer_phases) {
+    const InferenceOutcome inferred = InferTrainingPhases(&s, *rules);
+    if (inferred.applied) SortEvents(&events);
+    PhaseInferenceReport& r = p.phase_inference;
+    r.applied = inferred.applied;
+    r.reason = inferred.reason;
+    r.signal = inferred.signal;
+    r.calling_thread = inferred.calling_thread;
+    r.autograd_threads = inferred.autograd_threads;
+    r.backward_passes = inferred.backward_passes;
+    r.optimizers_inferred = inferred.optimizers_inferred;
+  }
 
   std::set<uint32_t> device_indices;
   for (const auto& [index, info] : s.device_info) device_indices.insert(index);
@@ -245,7 +258,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
   const DeviceSlots slots(device_indices);
   const size_t n_slots = slots.size();
   MemoryTimeline timeline(n_slots);
-  PhaseTracker phases(n_slots, &s);
+  PhaseTracker phases(n_slots, &s, rules);
   std::vector<uint64_t> in_use(n_slots, 0);
   Attribution attribution;
   std::vector<int32_t> failed_phase;  // phase of each failed allocation, named after the sweep
@@ -257,7 +270,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
         phases.Open(e, in_use, pos);
         break;
       case EventType::kRangeClose:
-        if (!phases.Close(e)) ++p.unmatched_range_closes;
+        if (!phases.Close(e, in_use)) ++p.unmatched_range_closes;
         break;
       case EventType::kMark:
         ++p.nvtx_marks;
@@ -285,6 +298,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
         if (!IsDeviceMemory(a.kind)) break;
         in_use[slot] = timeline.InUse(slot);
         phases.Attribute(e.thread_id, &attribution);
+        timeline.SetDeathPhase(index, attribution.innermost);
         for (int32_t phase : attribution.names) {
           PhaseCounters& c = phases.counters(phase, slot);
           ++c.frees;
@@ -326,13 +340,12 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
     }
   }
   timeline.CloseLive(events.size());
-  phases.CloseAll(last);
+  phases.CloseAll(last, in_use);
 
   // Phase names, once.
   std::vector<std::string> phase_names;
-  for (const PhaseName& n : phases.names()) {
-    phase_names.push_back(PhaseDisplayName(s.Resolve(n.domain_id), s.Resolve(n.message_id)));
-  }
+  for (const PhaseName& n : phases.names()) phase_names.push_back(n.name);
+  p.rolled_up_ranges = phases.rolled_up_ranges();
   auto phase_name = [&phase_names](int32_t phase) {
     return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
   };
@@ -429,8 +442,12 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
   // Phases, in order of first opening.
   for (size_t i = 0; i < phases.names().size(); ++i) {
     const PhaseName& n = phases.names()[i];
+    if (n.rollup) continue;
     PhaseReport r;
     r.name = phase_names[i];
+    r.range_names = n.range_names;
+    r.inferred = n.inferred;
+    r.iteration = n.iteration;
     r.domain = s.Resolve(n.domain_id);
     r.message = s.Resolve(n.message_id);
     r.occurrences = n.occurrences;
@@ -455,6 +472,14 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
     p.phases.push_back(std::move(r));
   }
 
+  // Iterations, per-phase statistics over them, lifetime classes.
+  {
+    std::vector<uint32_t> slot_device;
+    for (uint32_t slot = 0; slot < n_slots; ++slot) slot_device.push_back(slots.index(slot));
+    AddTrainingAnalysis(TrainingInputs{s, events, phases, timeline, slot_device, first, last, options},
+                        &p);
+  }
+
   // Drops by source, with their windows.
   std::map<int, DropSummary> drops;
   for (const DropRecord& d : s.drops) {
@@ -471,6 +496,9 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options) {
     sum.windows.push_back(w);
   }
   for (auto& [source, sum] : drops) p.dropped.push_back(std::move(sum));
+  if (timeline_out != nullptr) {
+    CaptureTimeline(s, timeline.allocations(), phases.names(), phase_names, p, timeline_out);
+  }
   return p;
 }
 

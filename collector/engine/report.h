@@ -108,6 +108,12 @@ struct NotProgramMemory {
   uint64_t released_unknown_bytes = 0;
 };
 
+// Device memory live at the peak by lifetime class (collector/engine/lifetimes.h).
+struct LifetimeAtPeak {
+  std::map<std::string, uint64_t> bytes_by_class;  // temporary, activation, gradient, ...
+  uint64_t activation_memory_bytes = 0;  // peak - persistent: what the EP plan measures
+};
+
 struct DeviceReport {
   uint32_t index = 0;
   bool has_info = false;  // a DeviceInfo arrived; otherwise only the index is known
@@ -117,6 +123,7 @@ struct DeviceReport {
   DevicePeak peak;
   std::map<std::string, KindStats> by_kind;  // every kind seen, by name
   std::map<std::string, OriginStats> by_api;      // by API called; "(unknown)" if unseen
+  LifetimeAtPeak lifetime_at_peak;
   std::map<std::string, OriginStats> by_library;  // by calling module; "(not unwound)" for
                                                   // stream-ordered calls
   NotProgramMemory not_program;
@@ -141,8 +148,11 @@ struct PhaseDeviceStats {
 };
 
 struct PhaseReport {
-  std::string name;     // message for the default domain, else "domain: message"
-  std::string domain;   // "" for the default domain
+  std::string name;     // canonical phase (PhaseRules), or the range's own name
+  std::vector<std::string> range_names;  // NVTX names ("domain: message") mapped to it
+  bool inferred = false;   // synthesized from the program's threads, not from NVTX
+  bool iteration = false;  // the range marks iterations
+  std::string domain;   // of the first range seen: "" for the default domain
   std::string message;
   uint64_t occurrences = 0;
   uint64_t total_ns = 0;
@@ -166,6 +176,72 @@ struct FailedAllocationReport {
   std::string caller;  // calling module, "" when unknown
   std::string phase;
   uint64_t device_in_use_bytes = 0;  // program device memory in use on that device then
+};
+
+// How phases were inferred for a program without NVTX phases (or why they were not).
+struct PhaseInferenceReport {
+  bool applied = false;
+  std::string reason;
+  std::string signal;  // "memory" or "kernels"
+  uint32_t calling_thread = 0;
+  std::vector<uint32_t> autograd_threads;
+  uint64_t backward_passes = 0;
+  uint64_t optimizers_inferred = 0;
+};
+
+// One metric over iterations 2..N; the lower median is an observed value.
+struct Spread {
+  uint64_t count = 0;
+  int64_t median = 0;
+  int64_t min = 0;
+  int64_t max = 0;
+};
+
+struct IterationPhaseDevice {
+  uint32_t index = 0;
+  int64_t warmup_peak_above_entry_bytes = 0;  // first iteration
+  int64_t warmup_net_change_bytes = 0;
+  Spread peak_above_entry_bytes;  // per iteration: highest (peak - entry) of its occurrences
+  Spread net_change_bytes;        // per iteration: sum of (exit - entry) of its occurrences
+};
+
+struct IterationPhaseStats {
+  std::string phase;
+  bool inferred = false;
+  uint64_t iterations_with_phase = 0;
+  bool in_warmup = false;  // the first iteration had this phase
+  int64_t warmup_ns = 0;
+  Spread time_ns;  // per iteration: summed duration of its occurrences
+  std::vector<IterationPhaseDevice> devices;
+};
+
+struct IterationReport {
+  std::string source;  // "range", "repetition", or "" when none were found
+  std::string range;   // the iteration range, or the repeated sequence
+  std::string note;    // why none were found
+  uint64_t count = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> windows_ns;  // relative start, end
+  int64_t warmup_ns = 0;
+  Spread duration_ns;
+  std::vector<IterationPhaseStats> phases;
+};
+
+// One allocation's life, for the lifetimes CSV (kept only when asked for).
+struct AllocationLifetime {
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  std::string kind;
+  std::string api;
+  std::string library;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t birth_ns = 0;
+  int64_t death_ns = -1;  // -1: still live at the end
+  std::string birth_phase;
+  std::string death_phase;
+  int64_t birth_iteration = -1;  // 0-based; -1 outside every iteration
+  int64_t death_iteration = -1;
+  std::string lifetime_class;
 };
 
 struct ProcessReport {
@@ -201,6 +277,10 @@ struct ProcessReport {
   uint64_t nvtx_marks = 0;
   uint64_t unmatched_range_closes = 0;  // pop on an empty stack, end of an unknown id
   std::vector<FailedAllocationReport> failed_allocations;  // in time order
+  uint64_t rolled_up_ranges = 0;  // per-op ranges (emit_nvtx) folded into their phase
+  PhaseInferenceReport phase_inference;
+  IterationReport iterations;
+  std::vector<AllocationLifetime> lifetimes;  // device memory; only with keep_lifetimes
 };
 
 struct Report {

@@ -95,12 +95,56 @@ Json DeviceJson(const DeviceReport& d) {
   j["live_at_exit"] = {{"count", d.live_at_exit_count}, {"bytes", d.live_at_exit_bytes}};
   j["kernels"] = {{"count", d.kernel_count}, {"busy_ns", d.kernel_busy_ns}};
   j["reallocated_live_address"] = d.reallocated_live_address;
+  j["lifetime_at_peak"] = {{"bytes_by_class", d.lifetime_at_peak.bytes_by_class},
+                           {"activation_memory_bytes", d.lifetime_at_peak.activation_memory_bytes}};
+  return j;
+}
+
+Json SpreadJson(const Spread& s) {
+  if (s.count == 0) return Json();
+  return {{"count", s.count}, {"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+Json IterationsJson(const IterationReport& r) {
+  Json j;
+  j["source"] = r.source.empty() ? Json() : Json(r.source);
+  j["range"] = r.range.empty() ? Json() : Json(r.range);
+  j["note"] = r.note.empty() ? Json() : Json(r.note);
+  j["count"] = r.count;
+  Json windows = Json::array();
+  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
+  j["windows_ns"] = std::move(windows);
+  j["warmup_ns"] = r.count > 0 ? Json(r.warmup_ns) : Json();
+  j["duration_ns"] = SpreadJson(r.duration_ns);
+  Json phases = Json::array();
+  for (const IterationPhaseStats& s : r.phases) {
+    Json devices = Json::array();
+    for (const IterationPhaseDevice& d : s.devices) {
+      devices.push_back(
+          {{"index", d.index},
+           {"warmup_peak_above_entry_bytes",
+            s.in_warmup ? Json(d.warmup_peak_above_entry_bytes) : Json()},
+           {"warmup_net_change_bytes", s.in_warmup ? Json(d.warmup_net_change_bytes) : Json()},
+           {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes)},
+           {"net_change_bytes", SpreadJson(d.net_change_bytes)}});
+    }
+    phases.push_back({{"phase", s.phase},
+                      {"inferred", s.inferred},
+                      {"iterations_with_phase", s.iterations_with_phase},
+                      {"warmup_ns", s.in_warmup ? Json(s.warmup_ns) : Json()},
+                      {"time_ns", SpreadJson(s.time_ns)},
+                      {"devices", std::move(devices)}});
+  }
+  j["phases"] = std::move(phases);
   return j;
 }
 
 Json PhaseJson(const PhaseReport& p) {
   Json j;
   j["name"] = p.name;
+  j["range_names"] = p.range_names;
+  j["inferred"] = p.inferred;
+  j["iteration"] = p.iteration;
   j["domain"] = p.domain.empty() ? Json() : Json(p.domain);
   j["message"] = p.message;
   j["occurrences"] = p.occurrences;
@@ -177,6 +221,16 @@ Json ProcessJson(const ProcessReport& p) {
   Json phases = Json::array();
   for (const PhaseReport& ph : p.phases) phases.push_back(PhaseJson(ph));
   j["phases"] = std::move(phases);
+  j["rolled_up_ranges"] = p.rolled_up_ranges;
+  const PhaseInferenceReport& inf = p.phase_inference;
+  j["phase_inference"] = {{"applied", inf.applied},
+                          {"reason", inf.reason},
+                          {"signal", inf.signal.empty() ? Json() : Json(inf.signal)},
+                          {"calling_thread", inf.calling_thread},
+                          {"autograd_threads", inf.autograd_threads},
+                          {"backward_passes", inf.backward_passes},
+                          {"optimizers_inferred", inf.optimizers_inferred}};
+  j["iterations"] = IterationsJson(p.iterations);
   j["nvtx_marks"] = p.nvtx_marks;
   j["unmatched_range_closes"] = p.unmatched_range_closes;
   Json failed = Json::array();

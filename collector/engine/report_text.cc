@@ -84,6 +84,11 @@ std::string OneLine(const std::string& text, size_t max_chars) {
   return out;
 }
 
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 void PrintTable(std::ostream& out, const std::string& indent,
                 const std::vector<std::vector<std::string>>& rows, const std::string& align) {
   if (rows.empty()) return;
@@ -168,6 +173,16 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
   }
   PrintOrigins(out, "by API", d.by_api);
   PrintOrigins(out, "by library", d.by_library);
+  if (!d.lifetime_at_peak.bytes_by_class.empty()) {
+    std::vector<std::string> classes;
+    for (const char* c : {"persistent", "activation", "gradient", "temporary", "other"}) {
+      auto it = d.lifetime_at_peak.bytes_by_class.find(c);
+      if (it != d.lifetime_at_peak.bytes_by_class.end()) classes.push_back(std::string(c) + " " + Bytes(it->second));
+    }
+    out << "    at peak by lifetime " << Join(classes, ", ") << '\n';
+    out << "    activation memory   " << Bytes(d.lifetime_at_peak.activation_memory_bytes)
+        << " (peak - persistent)\n";
+  }
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
     if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {
@@ -215,7 +230,8 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
   }
   rows.push_back(header);
   for (const PhaseReport& ph : p.phases) {
-    std::string name = ph.name + (ph.still_open > 0 ? " (open at end)" : "");
+    std::string name = ph.name + (ph.inferred ? " (inferred)" : "") +
+                       (ph.still_open > 0 ? " (open at end)" : "");
     bool first = true;
     for (const PhaseDeviceStats& d : ph.devices) {
       // Devices a phase never touched would only add zero rows.
@@ -240,6 +256,75 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
     if (first) {  // no devices at all
       std::vector<std::string> row{name, Grouped(ph.occurrences), Duration(ph.total_ns)};
       rows.push_back(row);
+    }
+  }
+  PrintTable(out, "    ", rows, "l");
+  if (p.rolled_up_ranges > 0) {
+    out << "    (" << Grouped(p.rolled_up_ranges)
+        << " per-op ranges, such as emit_nvtx's, are folded into their phases)\n";
+  }
+  if (p.phase_inference.applied) {
+    out << "    (no NVTX phases: forward/backward";
+    if (p.phase_inference.optimizers_inferred > 0) out << "/optimizer";
+    out << " inferred from the autograd thread's " << p.phase_inference.signal << ")\n";
+  }
+}
+
+std::string SignedBytes(int64_t bytes) {
+  return (bytes < 0 ? "-" : "+") + Bytes(static_cast<uint64_t>(bytes < 0 ? -bytes : bytes));
+}
+
+// Per-phase figures over iterations 2..N, the first (warm-up) apart.
+void PrintIterations(std::ostream& out, const ProcessReport& p) {
+  const IterationReport& r = p.iterations;
+  if (r.count == 0) return;
+  out << "  iterations: " << r.count;
+  out << (r.source == "range" ? " (range " + r.range + ")" : " (repeating " + r.range + ")");
+  out << "; first " << Duration(static_cast<uint64_t>(r.warmup_ns));
+  if (r.duration_ns.count > 0) {
+    out << ", then median " << Duration(static_cast<uint64_t>(r.duration_ns.median)) << " ["
+        << Duration(static_cast<uint64_t>(r.duration_ns.min)) << " .. "
+        << Duration(static_cast<uint64_t>(r.duration_ns.max)) << "]";
+  }
+  out << '\n';
+  if (p.devices.empty()) {  // no GPU memory: time is all there is
+    std::vector<std::vector<std::string>> rows{{"phase", "time (median)", "min", "max", "first"}};
+    for (const IterationPhaseStats& s : r.phases) {
+      const bool steady = s.time_ns.count > 0;
+      rows.push_back({s.phase, steady ? Duration(static_cast<uint64_t>(s.time_ns.median)) : "-",
+                      steady ? Duration(static_cast<uint64_t>(s.time_ns.min)) : "-",
+                      steady ? Duration(static_cast<uint64_t>(s.time_ns.max)) : "-",
+                      s.in_warmup ? Duration(static_cast<uint64_t>(s.warmup_ns)) : "-"});
+    }
+    PrintTable(out, "    ", rows, "l");
+    return;
+  }
+  const bool many_devices = p.devices.size() > 1;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"phase"};
+  if (many_devices) header.push_back("gpu");
+  for (const char* h : {"time (median)", "+above entry: median", "min", "max", "net change",
+                        "first: +above", "first: net"}) {
+    header.push_back(h);
+  }
+  rows.push_back(header);
+  for (const IterationPhaseStats& s : r.phases) {
+    bool first = true;
+    for (const IterationPhaseDevice& d : s.devices) {
+      std::vector<std::string> row{first ? s.phase : ""};
+      if (many_devices) row.push_back(std::to_string(d.index));
+      const bool steady = d.peak_above_entry_bytes.count > 0;
+      row.push_back(first && s.time_ns.count > 0
+                        ? Duration(static_cast<uint64_t>(s.time_ns.median))
+                        : "");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.median) : "-");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.min) : "-");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.max) : "-");
+      row.push_back(steady ? SignedBytes(d.net_change_bytes.median) : "-");
+      row.push_back(s.in_warmup ? SignedBytes(d.warmup_peak_above_entry_bytes) : "-");
+      row.push_back(s.in_warmup ? SignedBytes(d.warmup_net_change_bytes) : "-");
+      rows.push_back(row);
+      first = false;
     }
   }
   PrintTable(out, "    ", rows, "l");
@@ -281,6 +366,7 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
 
   for (const DeviceReport& d : p.devices) PrintDevice(out, d);
   PrintPhases(out, p);
+  PrintIterations(out, p);
 
   if (!p.failed_allocations.empty()) {
     out << "  failed allocations:\n";
@@ -306,9 +392,28 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
         << "); everything before the damage is shown\n";
   }
   if (report.processes.empty()) out << "no traced processes\n";
+  // Launchers and shell helpers (a pyenv shim runs a dozen) are traced too; when they did
+  // nothing worth showing, they get one line together instead of a section each.
+  std::map<std::string, uint64_t> quiet;
+  uint64_t quiet_count = 0;
   for (const ProcessReport& p : report.processes) {
+    const bool nothing_to_show = p.devices.empty() && p.phases.empty() &&
+                                 p.failed_allocations.empty() && p.notices.empty() &&
+                                 p.damage.empty() && p.dropped.empty() &&
+                                 (p.complete || report.processes.size() > 1);
+    if (nothing_to_show && report.processes.size() > 1) {
+      ++quiet[p.command_line.empty() ? std::string("?") : BaseName(p.command_line[0])];
+      ++quiet_count;
+      continue;
+    }
     out << '\n';
     PrintProcess(out, p);
+  }
+  if (quiet_count > 0) {
+    std::vector<std::string> names;
+    for (const auto& [name, n] : quiet) names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
+    out << "\n" << Plural(quiet_count, "more process", "more processes") << " with no GPU memory, phases or "
+        << "warnings: " << Join(names, ", ") << '\n';
   }
 }
 

@@ -150,6 +150,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       e.thread_id = m.thread_id();
       e.name_id = m.api_name_id();
       e.caller_id = m.caller_module_id();
+      e.c = m.stream();
       break;
     }
     case v1::Event::kFailedAllocation: {
@@ -171,6 +172,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       const v1::Kernel& k = event.kernel();
       e.type = EventType::kKernel;
       e.a = k.end_ns();
+      e.c = k.stream();
       e.name_id = k.name_id();
       e.device = k.device();
       e.thread_id = k.thread_id();

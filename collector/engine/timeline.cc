@@ -18,7 +18,8 @@ uint32_t MemoryTimeline::Allocate(const Event& event, uint32_t slot, uint64_t po
   }
   const auto index = static_cast<uint32_t>(allocations_.size());
   allocations_.push_back(Allocation{event.a, event.b, pos, kNever, event.timestamp_ns, slot, phase,
-                                    event.name_id, event.caller_id, event.thread_id, kind});
+                                    -1, static_cast<uint32_t>(event.c), event.name_id,
+                                    event.caller_id, event.thread_id, kind});
   live_.Insert(key, index);
 
   d.kind_seen[kind] = true;

@@ -105,6 +105,8 @@ struct Allocation {
   uint64_t birth_ns;   // absolute
   uint32_t slot;       // dense device slot
   int32_t phase;       // phase of origin (innermost attributed range), -1 for none
+  int32_t death_phase; // phase it was freed in, -1 for none (or never freed)
+  uint32_t stream;
   uint32_t api_id;
   uint32_t caller_id;  // calling module, 0 when not looked up
   uint32_t thread_id;
@@ -141,6 +143,9 @@ class MemoryTimeline {
 
   uint64_t InUse(uint32_t slot) const { return devices_[slot].in_use; }
   DeviceCounters& device(uint32_t slot) { return devices_[slot]; }
+  void SetDeathPhase(int64_t index, int32_t phase) {
+    allocations_[static_cast<size_t>(index)].death_phase = phase;
+  }
   const DeviceCounters& device(uint32_t slot) const { return devices_[slot]; }
   const std::vector<Allocation>& allocations() const { return allocations_; }
 

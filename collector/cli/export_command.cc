@@ -1,0 +1,264 @@
+// `cumemtrace export`: convert a trace into a file another tool opens (engine: export.h).
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "collector/cli/cli_support.h"
+#include "collector/cli/commands.h"
+#include "collector/cli/log.h"
+#include "collector/engine/export.h"
+#include "collector/engine/timeline_model.h"
+
+namespace cumemtrace {
+namespace {
+
+constexpr char kExportHelp[] = R"(Usage: cumemtrace export [OPTIONS] --format FORMAT TRACE
+
+Converts a trace for another viewer. TRACE is a .cmtrace file, or an output folder of
+`cumemtrace run` (its trace.cmtrace is used).
+
+Formats:
+  perfetto     Perfetto protobuf trace: open it in https://ui.perfetto.dev
+               (default output: TRACE.perfetto-trace)
+  chrome       Chrome trace event JSON: chrome://tracing, Perfetto UI, speedscope
+               (default output: TRACE.chrome.json)
+  memory-viz   PyTorch memory snapshot (pickle): https://pytorch.org/memory_viz
+               (default output: TRACE.memory_viz.pickle); one process: --pid, else the
+               one with the highest device memory peak
+  csv          the summary's tables, one CSV file each, in a folder
+               (default output: TRACE.csv/)
+  html         the self-contained viewer (default output: TRACE.report.html)
+
+TRACE.xxx means the trace file's path with .cmtrace replaced, next to it.
+
+Options:
+  -F, --format=FORMAT   one of the formats above (required)
+  -o, --output=PATH     where to write (a folder for csv)
+  -f, --force           replace an existing output
+      --pid=PID         memory-viz: the traced process to export
+  -h, --help            show this help
+
+Exit status: 0 on success (also for a truncated trace, with a warning), 1 when TRACE
+cannot be read or the output cannot be written, 2 for bad usage (including an existing
+output without --force). docs/exports.md describes every format.
+)";
+
+enum class Format { kPerfetto, kChrome, kMemoryViz, kCsv, kHtml };
+
+bool ParseFormat(const std::string& name, Format* format, const char** suffix) {
+  if (name == "perfetto") {
+    *format = Format::kPerfetto;
+    *suffix = ".perfetto-trace";
+  } else if (name == "chrome") {
+    *format = Format::kChrome;
+    *suffix = ".chrome.json";
+  } else if (name == "memory-viz") {
+    *format = Format::kMemoryViz;
+    *suffix = ".memory_viz.pickle";
+  } else if (name == "csv") {
+    *format = Format::kCsv;
+    *suffix = ".csv";
+  } else if (name == "html") {
+    *format = Format::kHtml;
+    *suffix = ".report.html";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Writes a file through `write` into a temporary beside `path`, then puts it in place:
+// without `force` by link(), which fails rather than replace a file that appeared meanwhile.
+template <typename Write>
+bool WriteFileAtomically(const std::string& path, bool force, Write write, std::string* error) {
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      *error = "cannot create " + temporary + ": " + strerror(errno);
+      return false;
+    }
+    write(out);
+    out.flush();
+    if (!out) {
+      *error = "cannot write " + temporary + ": " + strerror(errno);
+      unlink(temporary.c_str());
+      return false;
+    }
+  }
+  const bool placed = force ? rename(temporary.c_str(), path.c_str()) == 0
+                            : link(temporary.c_str(), path.c_str()) == 0;
+  const int saved = errno;
+  unlink(temporary.c_str());
+  if (!placed) {
+    *error = "cannot create " + path + ": " + strerror(saved);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int ExportCommand(int argc, char** argv) {
+  static const option kOptions[] = {
+      {"format", required_argument, nullptr, 'F'},
+      {"output", required_argument, nullptr, 'o'},
+      {"force", no_argument, nullptr, 'f'},
+      {"pid", required_argument, nullptr, 'p'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  std::string format_name, output;
+  bool force = false;
+  long pid = -1;
+  opterr = 0;
+  optind = 1;
+  for (int opt; (opt = getopt_long(argc, argv, ":F:o:fh", kOptions, nullptr)) != -1;) {
+    switch (opt) {
+      case 'F': format_name = optarg; break;
+      case 'o': output = optarg; break;
+      case 'f': force = true; break;
+      case 'p': {
+        char* end = nullptr;
+        pid = strtol(optarg, &end, 10);
+        if (end == optarg || *end != '\0' || pid < 0) {
+          return UsageError("export", std::string("--pid needs a process id, not '") + optarg + "'");
+        }
+        break;
+      }
+      case 'h': fputs(kExportHelp, stdout); return 0;
+      case ':': return UsageError("export", std::string("option '") + argv[optind - 1] +
+                                                "' needs a value");
+      default:
+        return UsageError("export", std::string("unknown option '") + argv[optind - 1] + "'");
+    }
+  }
+  if (format_name.empty()) {
+    return UsageError("export", "no --format given (perfetto, chrome, memory-viz, csv or html)");
+  }
+  Format format;
+  const char* suffix = nullptr;
+  if (!ParseFormat(format_name, &format, &suffix)) {
+    return UsageError("export", "unknown format '" + format_name +
+                                    "' (perfetto, chrome, memory-viz, csv or html)");
+  }
+  if (pid >= 0 && format != Format::kMemoryViz) {
+    return UsageError("export", "--pid applies to --format memory-viz only");
+  }
+  if (optind >= argc) return UsageError("export", "no trace file given");
+  if (optind + 1 < argc) {
+    return UsageError("export", std::string("one trace at a time (unexpected '") +
+                                    argv[optind + 1] + "')");
+  }
+  std::string path = argv[optind];
+  if (IsDirectory(path)) {
+    const std::string inside = path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
+    if (!PathExists(inside)) {
+      LogLine(path + " is a folder without a trace.cmtrace");
+      return 1;
+    }
+    path = inside;
+  }
+  if (output.empty()) {
+    const std::string ext = ".cmtrace";
+    const bool has_ext = path.size() > ext.size() &&
+                         path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+    output = (has_ext ? path.substr(0, path.size() - ext.size()) : path) + suffix;
+  }
+  if (format == Format::kCsv) {
+    if (PathExists(output) && !IsDirectory(output)) {
+      LogLine(output + " exists and is not a folder");
+      return kExitUsage;
+    }
+  }
+  if (!force && PathExists(output)) {
+    LogLine(output + " already exists (use --force to replace it)");
+    return kExitUsage;
+  }
+
+  std::string error;
+  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  if (trace == nullptr) {
+    LogLine(error);
+    return 1;
+  }
+  if (trace->report->truncated) {
+    LogLine("warning: " + path + " is cut short (" + trace->report->truncation_reason +
+            "); the export covers everything before that point");
+  }
+
+  bool ok = true;
+  switch (format) {
+    case Format::kPerfetto:
+      ok = WriteFileAtomically(
+          output, force, [&](std::ostream& out) { WritePerfettoTrace(*trace, out); }, &error);
+      break;
+    case Format::kChrome:
+      ok = WriteFileAtomically(
+          output, force, [&](std::ostream& out) { WriteChromeTrace(*trace, out); }, &error);
+      break;
+    case Format::kHtml:
+      ok = WriteFileAtomically(
+          output, force, [&](std::ostream& out) { WriteViewerHtml(*trace, out); }, &error);
+      break;
+    case Format::kMemoryViz: {
+      const Report& report = *trace->report;
+      if (report.processes.empty()) {
+        LogLine(path + " holds no traced process");
+        return 1;
+      }
+      size_t process = ProcessWithHighestPeak(report);
+      if (pid >= 0) {
+        process = report.processes.size();
+        for (size_t i = 0; i < report.processes.size(); ++i) {
+          if (report.processes[i].pid == static_cast<uint32_t>(pid)) process = i;
+        }
+        if (process == report.processes.size()) {
+          return UsageError("export", "no process " + std::to_string(pid) + " in " + path);
+        }
+      } else if (report.processes.size() > 1) {
+        LogLine("note: " + std::to_string(report.processes.size()) +
+                " processes in the trace; exporting pid " +
+                std::to_string(report.processes[process].pid) +
+                ", the one with the highest device memory peak (choose with --pid)");
+      }
+      ok = WriteFileAtomically(
+          output, force,
+          [&](std::ostream& out) { WriteMemoryVizSnapshot(*trace, process, out); }, &error);
+      break;
+    }
+    case Format::kCsv:
+      if (!IsDirectory(output) && mkdir(output.c_str(), 0777) != 0) {
+        error = "cannot create " + output + ": " + strerror(errno);
+        ok = false;
+        break;
+      }
+      for (const auto& [name, content] : SummaryCsvTables(*trace->report)) {
+        ok = WriteFileAtomically(
+            output + "/" + name, force, [&](std::ostream& out) { out << content; }, &error);
+        if (!ok) break;
+      }
+      break;
+  }
+  if (!ok) {
+    LogLine(error);
+    return 1;
+  }
+  LogLine("wrote " + output + (format == Format::kCsv ? "/" : ""));
+  return 0;
+}
+
+}  // namespace cumemtrace

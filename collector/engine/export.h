@@ -1,0 +1,41 @@
+// Exports of an analyzed trace (timeline_model.h) to files that other tools open: Perfetto's
+// native trace, Chrome's JSON trace, PyTorch's memory_viz snapshot, CSV tables, and the
+// self-contained HTML viewer. docs/exports.md describes each. The functions only write to
+// the stream they are given; the caller checks it and owns the files.
+#pragma once
+
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collector/engine/report.h"
+#include "collector/engine/timeline_model.h"
+
+namespace cumemtrace {
+
+// Perfetto protobuf (a `perfetto.protos.Trace`): per process a process track; per device
+// counter tracks of bytes in use (the program's, and module globals and tracer buffers, which
+// are not the program's); per thread a track of NVTX ranges; per GPU stream a track of
+// kernels; instants for the peak and failed allocations. Slices that would overlap without
+// nesting go to extra tracks under the same parent.
+void WritePerfettoTrace(const AnalyzedTrace& trace, std::ostream& out);
+
+// Chrome trace event JSON ({"traceEvents": [...]}): the same content, times in microseconds.
+void WriteChromeTrace(const AnalyzedTrace& trace, std::ostream& out);
+
+// PyTorch memory_viz snapshot (a pickle, protocol 2) of one process:
+// `trace.report->processes[process]`. Allocations are categorized by phase of origin.
+void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out);
+
+// The process memory_viz exports by default: the one with the highest device peak.
+size_t ProcessWithHighestPeak(const Report& report);
+
+// The summary's tables as CSV files: (file name, content), e.g. ("devices.csv", "...").
+std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report);
+
+// The HTML viewer (viewer/) with this trace's data embedded: one file, no network.
+void WriteViewerHtml(const AnalyzedTrace& trace, std::ostream& out);
+
+}  // namespace cumemtrace

@@ -1,0 +1,42 @@
+// Iterations of a training loop and per-phase statistics over them. Iterations come from a
+// range the user names, from a range the rules mark as an iteration (step, train_step, ...),
+// or from the repetition of the top-level phase sequence (forward, backward, optimizer, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collector/engine/phases.h"
+
+namespace cumemtrace::internal {
+
+struct IterationWindow {
+  uint64_t start_ns;  // absolute
+  uint64_t end_ns;
+};
+
+struct IterationDetection {
+  std::string source;  // "range", "repetition" or "" (none found)
+  std::string range;   // the range or the repeated phase sequence ("forward > backward > ...")
+  std::string note;    // why none were found, when so
+  std::vector<IterationWindow> windows;
+};
+
+IterationDetection DetectIterations(const std::vector<PhaseName>& names,
+                                    const std::vector<OccurrenceRecord>& occurrences,
+                                    const std::string& requested);
+
+// Values of one metric over iterations 2..N (the first, warm-up, is reported apart).
+struct Spread {
+  uint64_t count = 0;
+  int64_t median = 0;  // the lower median: an observed value, exact to the byte
+  int64_t min = 0;
+  int64_t max = 0;
+};
+Spread SpreadOf(std::vector<int64_t> values);
+
+// Index of the window holding `ts`, or -1 (before the first, after the last, or between).
+int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts);
+
+}  // namespace cumemtrace::internal

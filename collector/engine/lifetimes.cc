@@ -1,0 +1,74 @@
+#include "collector/engine/lifetimes.h"
+
+#include <algorithm>
+
+#include "collector/engine/phase_rules.h"
+
+namespace cumemtrace::internal {
+
+const char* LifetimeClassName(LifetimeClass c) {
+  switch (c) {
+    case LifetimeClass::kTemporary: return "temporary";
+    case LifetimeClass::kActivation: return "activation";
+    case LifetimeClass::kGradient: return "gradient";
+    case LifetimeClass::kPersistent: return "persistent";
+    case LifetimeClass::kOther: return "other";
+  }
+  return "other";
+}
+
+LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
+                                       const std::vector<OccurrenceRecord>& occurrences,
+                                       const std::vector<IterationWindow>& iterations)
+    : names_(names), by_phase_(names.size()), iterations_(iterations) {
+  for (const OccurrenceRecord& o : occurrences) {
+    by_phase_[static_cast<size_t>(o.phase)].push_back(&o);
+    if (IsOptimizerLikePhase(names_[static_cast<size_t>(o.phase)].name)) {
+      optimizer_starts_.push_back(o.start_ns);
+    }
+  }
+  for (auto& list : by_phase_) {
+    std::sort(list.begin(), list.end(), [](const OccurrenceRecord* x, const OccurrenceRecord* y) {
+      return x->start_ns < y->start_ns;
+    });
+  }
+  std::sort(optimizer_starts_.begin(), optimizer_starts_.end());
+}
+
+LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phase,
+                                           uint64_t death_ns, int32_t death_phase,
+                                           bool freed) const {
+  const std::string none;
+  const std::string& born = birth_phase >= 0 ? names_[static_cast<size_t>(birth_phase)].name : none;
+  const std::string& died = death_phase >= 0 ? names_[static_cast<size_t>(death_phase)].name : none;
+
+  if (freed && birth_phase >= 0 && birth_phase == death_phase) {
+    // The occurrence it was born in: the last one of that phase starting at or before birth.
+    const auto& list = by_phase_[static_cast<size_t>(birth_phase)];
+    auto after = std::upper_bound(list.begin(), list.end(), birth_ns,
+                                  [](uint64_t t, const OccurrenceRecord* o) {
+                                    return t < o->start_ns;
+                                  });
+    if (after != list.begin() && (*std::prev(after))->end_ns >= death_ns) {
+      return LifetimeClass::kTemporary;
+    }
+  }
+  // Alive at the start of an iteration it was not born in: the first iteration starting
+  // after the birth starts before the death.
+  auto next_iteration = std::upper_bound(
+      iterations_.begin(), iterations_.end(), birth_ns,
+      [](uint64_t t, const IterationWindow& w) { return t < w.start_ns; });
+  const bool crosses_iteration =
+      next_iteration != iterations_.end() && next_iteration->start_ns < death_ns;
+  if (freed && IsForwardLikePhase(born) && IsBackwardLikePhase(died) && !crosses_iteration) {
+    return LifetimeClass::kActivation;
+  }
+  if (IsBackwardLikePhase(born) && !crosses_iteration) {
+    auto next = std::upper_bound(optimizer_starts_.begin(), optimizer_starts_.end(), birth_ns);
+    if (next != optimizer_starts_.end() && *next < death_ns) return LifetimeClass::kGradient;
+  }
+  if (iterations_.empty() ? !freed : crosses_iteration) return LifetimeClass::kPersistent;
+  return LifetimeClass::kOther;
+}
+
+}  // namespace cumemtrace::internal

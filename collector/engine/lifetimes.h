@@ -1,0 +1,43 @@
+// Lifetime classes of allocations, from where each was born and where it died (the
+// analysis the EP plan's graph profiler did by hand):
+//   temporary  - born and freed inside one occurrence of one phase;
+//   activation - born in forward or settling (or energy), freed in backward or contrast;
+//   gradient   - born in backward or contrast, alive when an optimizer or update step starts,
+//                gone before the next iteration (else it is state: persistent);
+//   persistent - alive at the start of an iteration it was not born in (weights, optimizer
+//                state), or never freed when no iterations were found;
+//   other      - none of these.
+// The first class that fits wins, in that order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collector/engine/iterations.h"
+#include "collector/engine/phases.h"
+
+namespace cumemtrace::internal {
+
+enum class LifetimeClass : uint8_t { kTemporary, kActivation, kGradient, kPersistent, kOther };
+constexpr int kLifetimeClasses = 5;
+const char* LifetimeClassName(LifetimeClass c);
+
+class LifetimeClassifier {
+ public:
+  LifetimeClassifier(const std::vector<PhaseName>& names,
+                     const std::vector<OccurrenceRecord>& occurrences,
+                     const std::vector<IterationWindow>& iterations);
+  // birth/death: absolute times and phases (-1: none); death_ns is the process end for
+  // allocations never freed.
+  LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
+                         int32_t death_phase, bool freed) const;
+
+ private:
+  const std::vector<PhaseName>& names_;
+  std::vector<std::vector<const OccurrenceRecord*>> by_phase_;  // each sorted by start
+  std::vector<uint64_t> optimizer_starts_;                      // sorted
+  const std::vector<IterationWindow>& iterations_;              // sorted, disjoint
+};
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,138 @@
+#include "collector/engine/phase_rules.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace cumemtrace {
+namespace {
+
+// Built-in rules, checked in order after the user's. Case-insensitive regexes.
+struct BuiltIn {
+  const char* regex;
+  const char* target;
+};
+const BuiltIn kBuiltIns[] = {
+    // Per-op ranges (torch.autograd.profiler.emit_nvtx and friends) roll up.
+    {R"(^(aten|autograd|c10d|cudnn|cublas|torch|prim|profiler)::)", "@rollup"},
+    {R"(^(step|iteration|iter|train[_ ]?step|training[_ ]?step)( ?[#:]? ?\d+)?$)", "@iteration"},
+    {R"(^(forward|fwd|forward[_ ]pass|model[_ .]forward)$)", "forward"},
+    {R"(^(backward|bwd|backward[_ ]pass|loss[_ .]backward)$)", "backward"},
+    {R"(^(optimizer|optim|optimizer[_ .]step|opt[_ ]step)$)", "optimizer"},
+    {R"(^(free[_ ]?settl(e|ing)|settl(e|ing)[_ /:.-]?free|free[_ ]phase)$)", "settling/free"},
+    {R"(^(nudged[_ ]?settl(e|ing)|settl(e|ing)[_ /:.-]?nudged|nudged[_ ]phase)$)",
+     "settling/nudged"},
+    {R"(^settl(e|ing)$)", "settling"},
+    {R"(^(energy|compute[_ ]energy|energy[_ ]fn)$)", "energy"},
+    {R"(^(contrast|contrastive[_ ]step|contrast[_ ]step)$)", "contrast"},
+    {R"(^(update|param(eter)?[_ ]update|weight[_ ]update)$)", "update"},
+};
+
+std::string Trim(const std::string& s) {
+  const size_t begin = s.find_first_not_of(" \t\r");
+  if (begin == std::string::npos) return {};
+  const size_t end = s.find_last_not_of(" \t\r");
+  return s.substr(begin, end - begin + 1);
+}
+
+}  // namespace
+
+PhaseRules::Rule PhaseRules::MakeRule(const std::string& pattern, bool is_regex,
+                                      const std::string& target) {
+  Rule rule;
+  rule.pattern = pattern;
+  rule.is_regex = is_regex;
+  rule.target = target;
+  if (is_regex) {
+    rule.regex = std::make_shared<const std::regex>(
+        pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
+  }
+  return rule;
+}
+
+PhaseRules PhaseRules::Defaults() {
+  PhaseRules rules;
+  for (const BuiltIn& b : kBuiltIns) rules.rules_.push_back(MakeRule(b.regex, true, b.target));
+  return rules;
+}
+
+bool PhaseRules::AddFromText(const std::string& text, const std::string& origin,
+                             std::string* error) {
+  std::vector<Rule> added;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = Trim(line);  // comments are whole lines: '#' may be part of a regex
+    if (line.empty() || line[0] == '#') continue;
+    const size_t eq = line.rfind('=');
+    const std::string where = origin + ":" + std::to_string(number);
+    if (eq == std::string::npos) {
+      *error = where + ": expected NAME = PHASE or /REGEX/ = PHASE";
+      return false;
+    }
+    std::string pattern = Trim(line.substr(0, eq));
+    const std::string target = Trim(line.substr(eq + 1));
+    if (pattern.empty() || target.empty()) {
+      *error = where + ": empty name or phase";
+      return false;
+    }
+    if (target[0] == '@' && target != "@rollup" && target != "@iteration") {
+      *error = where + ": unknown target " + target + " (phases are names; @rollup, @iteration)";
+      return false;
+    }
+    const bool is_regex = pattern.size() >= 2 && pattern.front() == '/' && pattern.back() == '/';
+    if (is_regex) pattern = pattern.substr(1, pattern.size() - 2);
+    try {
+      added.push_back(MakeRule(pattern, is_regex, target));
+    } catch (const std::regex_error& e) {
+      *error = where + ": bad regular expression /" + pattern + "/: " + e.what();
+      return false;
+    }
+  }
+  rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(user_rules_.size()), added.begin(),
+                added.end());
+  user_rules_.insert(user_rules_.end(), added.begin(), added.end());
+  return true;
+}
+
+bool PhaseRules::AddFromFile(const std::string& path, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = "cannot read phase rules " + path;
+    return false;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return AddFromText(text.str(), path, error);
+}
+
+PhaseRules::Mapping PhaseRules::Map(const std::string& range_name) const {
+  Mapping m;
+  m.phase = range_name;
+  for (const Rule& rule : rules_) {
+    const bool hit = rule.is_regex ? std::regex_search(range_name, *rule.regex)
+                                   : range_name == rule.pattern;
+    if (!hit) continue;
+    m.matched = true;
+    if (rule.target == "@rollup") {
+      m.rollup = true;
+    } else if (rule.target == "@iteration") {
+      m.iteration = true;
+    } else {
+      m.phase = rule.target;
+    }
+    return m;
+  }
+  return m;
+}
+
+bool IsForwardLikePhase(const std::string& phase) {
+  return phase == "forward" || phase == "energy" || phase.rfind("settling", 0) == 0;
+}
+bool IsBackwardLikePhase(const std::string& phase) {
+  return phase == "backward" || phase == "contrast";
+}
+bool IsOptimizerLikePhase(const std::string& phase) {
+  return phase == "optimizer" || phase == "update";
+}
+
+}  // namespace cumemtrace

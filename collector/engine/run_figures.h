@@ -1,0 +1,51 @@
+// The headline figures of one traced run, for putting runs side by side (`cumemtrace
+// compare`) and for memory-vs-parameter tables (`cumemtrace sweep`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collector/engine/report.h"
+
+namespace cumemtrace {
+
+struct PhaseFigures {
+  uint64_t peak_bytes = 0;                       // highest inside the phase (all occurrences)
+  int64_t peak_above_entry_median_bytes = -1;    // over iterations 2..N; -1 when unknown
+  uint64_t allocated_bytes = 0;
+};
+
+struct RunFigures {
+  std::string label;
+  bool found = false;  // a process with device memory was found
+  uint32_t pid = 0;
+  uint32_t device = 0;
+  uint64_t peak_bytes = 0;
+  std::map<std::string, uint64_t> lifetime_bytes;  // at the peak, by class
+  uint64_t activation_memory_bytes = 0;            // peak - persistent
+  uint64_t iterations = 0;
+  std::map<std::string, PhaseFigures> phases;
+  std::vector<std::string> phase_order;
+};
+
+// The process with the highest device peak, on its device with the highest peak.
+RunFigures FiguresOf(const Report& report, const std::string& label);
+
+// Runs side by side, with each run's difference from the first. Text and CSV (one row per
+// run and metric: label,metric,bytes,difference_from_first).
+std::string CompareText(const std::vector<RunFigures>& runs);
+std::string CompareCsv(const std::vector<RunFigures>& runs);
+
+struct SweepPoint {
+  std::string label;  // the command's label
+  std::string value;  // the parameter's value
+  int exit_status = 0;
+  RunFigures figures;
+};
+// Memory versus the parameter: one row per value, one column group per label.
+std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points);
+std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>& points);
+
+}  // namespace cumemtrace

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Checks a memory_viz snapshot written by `cumemtrace export --format memory-viz` against the
+summary of the same trace, reading it with Python's own pickle (as PyTorch's tools do).
+
+  check_memory_viz.py SNAPSHOT.pickle SUMMARY.json
+
+- segments: each segment's blocks tile it exactly (contiguous, sizes add up);
+- device_traces: replaying the actions never frees what is not allocated, never allocates an
+  address twice, and ends with exactly the segments (and active blocks) of the snapshot;
+- in async mode the highest sum of live `alloc`s is the summary's device peak, in native mode
+  the highest sum of live segments is;
+- categories are the summary's phase names or "unknown"; times never go back.
+"""
+import json
+import pickle
+import sys
+
+
+def fail(message):
+    print("FAIL: " + message)
+    sys.exit(1)
+
+
+def main(snapshot_path, summary_path):
+    with open(snapshot_path, "rb") as f:
+        snap = pickle.load(f)
+    with open(summary_path) as f:
+        summary = json.load(f)
+    if set(snap) != {"segments", "device_traces"}:
+        fail("top-level keys %s" % sorted(snap))
+    for seg in snap["segments"]:
+        at = seg["address"]
+        for block in seg["blocks"]:
+            if block["address"] != at:
+                fail("blocks of segment %#x do not tile it" % seg["address"])
+            at += block["size"]
+        if at != seg["address"] + seg["total_size"]:
+            fail("blocks of segment %#x do not add up to its size" % seg["address"])
+
+    # The exported process: the one whose devices' peaks match (highest peak by default).
+    process = max(summary["processes"],
+                  key=lambda p: max([d["peak"]["bytes"] for d in p["devices"]] or [0]))
+    native = process["allocator"]["mode"] == "native"
+    phases = {p["name"] for p in process["phases"]} | {"unknown"}
+    peaks = {d["index"]: d["peak"]["bytes"] for d in process["devices"]}
+
+    for device, trace in enumerate(snap["device_traces"]):
+        segments, blocks = {}, {}
+        live = peak = 0
+        last_time = 0
+        for entry in trace:
+            action, addr, size = entry["action"], entry["addr"], entry["size"]
+            if entry["category"] not in phases:
+                fail("category %r is not a phase" % entry["category"])
+            if entry["time_us"] < last_time:
+                fail("time goes back on device %d" % device)
+            last_time = entry["time_us"]
+            if action == "segment_alloc":
+                if addr in segments:
+                    fail("segment %#x allocated twice" % addr)
+                segments[addr] = size
+                if native:
+                    live += size
+            elif action == "segment_free":
+                if segments.pop(addr, None) != size:
+                    fail("segment_free of %#x that is not allocated with that size" % addr)
+                if native:
+                    live -= size
+            elif action == "alloc":
+                if addr in blocks or addr not in segments:
+                    fail("alloc of %#x outside a free segment" % addr)
+                blocks[addr] = size
+                live += size
+            elif action == "free_requested":
+                if blocks.get(addr) != size:
+                    fail("free_requested of %#x that is not allocated" % addr)
+            elif action == "free_completed":
+                if blocks.pop(addr, None) != size:
+                    fail("free_completed of %#x that is not allocated" % addr)
+                live -= size
+            elif action != "oom":
+                fail("unknown action %r" % action)
+            peak = max(peak, live)
+        if device in peaks and peak != peaks[device]:
+            fail("device %d: replayed peak %d, summary says %d" % (device, peak, peaks[device]))
+        at_end = {s["address"]: s["total_size"] for s in snap["segments"] if s["device"] == device}
+        if at_end != segments:
+            fail("device %d: segments at the end of the trace differ from the snapshot's" % device)
+        active = {b["address"]: b["size"] for s in snap["segments"] if s["device"] == device
+                  for b in s["blocks"] if b["state"] == "active_allocated"}
+        if active != blocks:
+            fail("device %d: live blocks differ from the snapshot's active blocks" % device)
+    print("ok: %d segments, %d trace entries" %
+          (len(snap["segments"]), sum(len(t) for t in snap["device_traces"])))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,291 @@
+// Phase analysis for training programs on synthetic streams: rules and roll-up, inferred
+// forward/backward/optimizer, iterations and their statistics, lifetime classes, and the
+// compare/sweep tables.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/phase_rules.h"
+#include "collector/engine/report.h"
+#include "collector/engine/run_figures.h"
+#include "collector/engine/tests/trace_builder.h"
+
+namespace cumemtrace {
+namespace {
+
+using testing::Analyze;
+using testing::FindDevice;
+using testing::StreamBuilder;
+
+constexpr uint64_t MiB = 1 << 20;
+
+const PhaseReport* Phase(const ProcessReport& p, const std::string& name) {
+  for (const PhaseReport& r : p.phases) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+const IterationPhaseStats* IterPhase(const ProcessReport& p, const std::string& name) {
+  for (const IterationPhaseStats& s : p.iterations.phases) {
+    if (s.phase == name) return &s;
+  }
+  return nullptr;
+}
+
+void NameThread(StreamBuilder& s, uint32_t tid, const std::string& name) {
+  v1::Event e;
+  e.mutable_thread_name()->set_thread_id(tid);
+  e.mutable_thread_name()->set_name(name);
+  s.Raw(e);
+}
+
+TEST(PhaseRules, BuiltInsMapCommonNamesAndKeepTheRest) {
+  const PhaseRules rules = PhaseRules::Defaults();
+  EXPECT_EQ(rules.Map("Forward").phase, "forward");
+  EXPECT_EQ(rules.Map("loss.backward").phase, "backward");
+  EXPECT_EQ(rules.Map("optimizer.step").phase, "optimizer");
+  EXPECT_EQ(rules.Map("free_settling").phase, "settling/free");
+  EXPECT_EQ(rules.Map("settle_nudged").phase, "settling/nudged");
+  EXPECT_EQ(rules.Map("settling").phase, "settling");
+  EXPECT_EQ(rules.Map("contrast").phase, "contrast");
+  EXPECT_TRUE(rules.Map("aten::addmm, seq = 12").rollup);
+  EXPECT_TRUE(rules.Map("train_step").iteration);
+  const PhaseRules::Mapping own = rules.Map("my_phase");
+  EXPECT_FALSE(own.matched);
+  EXPECT_EQ(own.phase, "my_phase");
+}
+
+TEST(PhaseRules, FileRulesComeFirstAndErrorsNameTheLine) {
+  PhaseRules rules = PhaseRules::Defaults();
+  std::string error;
+  ASSERT_TRUE(rules.AddFromText("# EP names\n/^ep\\.relax_.*$/ = settling\nforward = backward\n"
+                                "mine = @rollup\n",
+                                "rules.txt", &error))
+      << error;
+  EXPECT_EQ(rules.Map("ep.relax_free").phase, "settling");
+  EXPECT_EQ(rules.Map("forward").phase, "backward");  // the user's rule wins
+  EXPECT_TRUE(rules.Map("mine").rollup);
+  EXPECT_FALSE(rules.AddFromText("no equals sign\n", "r2", &error));
+  EXPECT_EQ(error.rfind("r2:1:", 0), 0u) << error;
+  EXPECT_FALSE(rules.AddFromText("\n/([/ = x\n", "r3", &error));
+  EXPECT_EQ(error.rfind("r3:2: bad regular expression", 0), 0u) << error;
+  EXPECT_FALSE(rules.AddFromText("a = @nonsense\n", "r4", &error));
+  EXPECT_NE(error.find("unknown target"), std::string::npos) << error;
+}
+
+TEST(Phases, PerOpRangesRollUpIntoTheEnclosingPhase) {
+  StreamBuilder s(1, 100);
+  s.String(1, "forward").String(2, "aten::mm, seq = 3").String(3, "fwd");
+  s.Push(10, 100, 1).Push(11, 100, 2).Alloc(12, 0, 0xA0, 64, testing::kDevice, 100);
+  s.Pop(13, 100).Pop(14, 100);
+  s.Push(20, 100, 3).Alloc(21, 0, 0xB0, 32, testing::kDevice, 100).Pop(22, 100);
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  ASSERT_EQ(p.phases.size(), 1u);  // "aten::mm" is not a phase; "fwd" is forward
+  const PhaseReport& forward = p.phases[0];
+  EXPECT_EQ(forward.name, "forward");
+  EXPECT_EQ(forward.range_names, (std::vector<std::string>{"forward", "fwd"}));
+  EXPECT_EQ(forward.occurrences, 2u);
+  EXPECT_EQ(forward.devices.at(0).allocated_bytes, 96u);
+  EXPECT_EQ(p.rolled_up_ranges, 1u);
+  ASSERT_FALSE(p.devices.at(0).peak.live_by_phase_and_kind.empty());
+  EXPECT_EQ(p.devices.at(0).peak.live_by_phase_and_kind[0].phase, "forward");
+}
+
+// A PyTorch-shaped training loop with no NVTX: the calling thread (10) runs forward and the
+// optimizer, the autograd worker (11) the backward pass; weights exist before the loop.
+StreamBuilder UnlabeledTraining(int iterations) {
+  StreamBuilder s(1, 10);
+  NameThread(s, 10, "python3");
+  NameThread(s, 11, "pt_autograd_0");
+  s.Alloc(1, 0, 0x1000, 100 * MiB, testing::kDevice, 10);  // weights
+  uint64_t t = 100;
+  for (int k = 0; k < iterations; ++k) {
+    const uint64_t act = 0x10000 + k * 0x1000, tmp = 0x20000 + k * 0x1000;
+    const uint64_t grad = 0x30000 + k * 0x1000, opt = 0x40000 + k * 0x1000;
+    s.Alloc(t + 1, 0, act, 10 * MiB, testing::kDevice, 10);   // forward: activation
+    s.Alloc(t + 2, 0, tmp, 1 * MiB, testing::kDevice, 11);    // backward: temporary
+    s.Free(t + 3, 0, tmp, 1 * MiB, testing::kDevice, 11);
+    s.Alloc(t + 4, 0, grad, 5 * MiB, testing::kDevice, 11);   // backward: gradient
+    s.Free(t + 5, 0, act, 10 * MiB, testing::kDevice, 11);    // activation freed in backward
+    s.Alloc(t + 6, 0, opt, 2 * MiB, testing::kDevice, 10);    // optimizer: temporary
+    s.Free(t + 7, 0, opt, 2 * MiB, testing::kDevice, 10);
+    s.Free(t + 8, 0, grad, 5 * MiB, testing::kDevice, 10);    // zero_grad(set_to_none=True)
+    t += 100;
+  }
+  s.Flush();
+  return s;
+}
+
+TEST(Inference, ForwardBackwardAndOptimizerFromTheAutogradThread) {
+  auto report = Analyze(UnlabeledTraining(4).Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  ASSERT_TRUE(p.phase_inference.applied) << p.phase_inference.reason;
+  EXPECT_EQ(p.phase_inference.calling_thread, 10u);
+  EXPECT_EQ(p.phase_inference.backward_passes, 4u);
+  EXPECT_EQ(p.phase_inference.optimizers_inferred, 4u);
+  const PhaseReport* forward = Phase(p, "forward");
+  const PhaseReport* backward = Phase(p, "backward");
+  const PhaseReport* optimizer = Phase(p, "optimizer");
+  ASSERT_TRUE(forward && backward && optimizer);
+  EXPECT_TRUE(forward->inferred && backward->inferred && optimizer->inferred);
+  EXPECT_EQ(backward->occurrences, 4u);
+  // The first forward also holds the weights (work before the first iteration).
+  EXPECT_EQ(forward->devices[0].allocated_bytes, 100 * MiB + 4 * 10 * MiB);
+  EXPECT_EQ(backward->devices[0].allocated_bytes, 4 * 6 * MiB);
+  EXPECT_EQ(backward->devices[0].freed_bytes, 4 * 11 * MiB);
+  EXPECT_EQ(optimizer->devices[0].allocated_bytes, 4 * 2 * MiB);
+  EXPECT_EQ(optimizer->devices[0].freed_bytes, 4 * 7 * MiB);
+  EXPECT_EQ(p.iterations.source, "repetition");
+  EXPECT_EQ(p.iterations.range, "forward > backward > optimizer");
+  EXPECT_EQ(p.iterations.count, 4u);
+}
+
+TEST(Inference, NotAppliedWhenTheProgramLabelsItsPhases) {
+  StreamBuilder s = UnlabeledTraining(2);
+  s.String(50, "forward").Push(1000, 10, 50).Pop(1001, 10).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_FALSE(p.phase_inference.applied);
+  EXPECT_NE(p.phase_inference.reason.find("NVTX"), std::string::npos);
+  AnalysisOptions no_infer;
+  no_infer.infer_phases = false;
+  auto plain = Analyze(UnlabeledTraining(2).Chunks(), no_infer);
+  EXPECT_TRUE(plain->processes.at(0).phases.empty());
+}
+
+TEST(Lifetimes, ClassesAtThePeakAndActivationMemory) {
+  auto report = Analyze(UnlabeledTraining(3).Chunks());
+  const DeviceReport* d = FindDevice(report->processes.at(0), 0);
+  ASSERT_NE(d, nullptr);
+  // The peak: weights + activation + gradient = 115 MiB, while the backward pass finishes.
+  EXPECT_EQ(d->peak.bytes, 115 * MiB);
+  const auto& classes = d->lifetime_at_peak.bytes_by_class;
+  EXPECT_EQ(classes.at("persistent"), 100 * MiB);
+  EXPECT_EQ(classes.at("activation"), 10 * MiB);
+  EXPECT_EQ(classes.at("gradient"), 5 * MiB);
+  EXPECT_EQ(d->lifetime_at_peak.activation_memory_bytes, 15 * MiB);
+
+  AnalysisOptions keep;
+  keep.keep_lifetimes = true;
+  auto detailed = Analyze(UnlabeledTraining(3).Chunks(), keep);
+  std::map<std::string, int> count;
+  for (const AllocationLifetime& a : detailed->processes.at(0).lifetimes) {
+    ++count[a.lifetime_class];
+    if (a.bytes == 1 * MiB) {
+      EXPECT_EQ(a.birth_phase, "backward");
+      EXPECT_EQ(a.death_phase, "backward");
+      EXPECT_EQ(a.birth_iteration, a.death_iteration);
+    }
+  }
+  EXPECT_EQ(count["persistent"], 1);
+  EXPECT_EQ(count["activation"], 3);
+  EXPECT_EQ(count["gradient"], 3);
+  EXPECT_EQ(count["temporary"], 6);  // backward scratch and optimizer scratch
+}
+
+TEST(Iterations, FromStepRangesWithWarmupApartAndLowerMedian) {
+  StreamBuilder s(1, 7);
+  s.String(1, "train_step").String(2, "forward");
+  const uint64_t sizes[] = {100, 10, 30, 20};  // forward's rise per iteration
+  uint64_t t = 10;
+  for (int k = 0; k < 4; ++k) {
+    const uint64_t a = 0x100 + k;
+    s.Push(t, 7, 1).Push(t + 1, 7, 2).Alloc(t + 2, 0, a, sizes[k], testing::kDevice, 7);
+    s.Free(t + 3, 0, a, sizes[k], testing::kDevice, 7).Pop(t + 4, 7).Pop(t + 5, 7);
+    t += 10;
+  }
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.iterations.source, "range");
+  EXPECT_EQ(p.iterations.range, "train_step");
+  EXPECT_EQ(p.iterations.count, 4u);
+  const IterationPhaseStats* forward = IterPhase(p, "forward");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_TRUE(forward->in_warmup);
+  ASSERT_EQ(forward->devices.size(), 1u);
+  const IterationPhaseDevice& d = forward->devices[0];
+  EXPECT_EQ(d.warmup_peak_above_entry_bytes, 100);
+  EXPECT_EQ(d.peak_above_entry_bytes.count, 3u);
+  EXPECT_EQ(d.peak_above_entry_bytes.median, 20);  // lower median of {10, 20, 30}
+  EXPECT_EQ(d.peak_above_entry_bytes.min, 10);
+  EXPECT_EQ(d.peak_above_entry_bytes.max, 30);
+  EXPECT_EQ(d.net_change_bytes.max, 0);
+  EXPECT_EQ(IterPhase(p, "train_step"), nullptr);  // the iteration range is not a phase row
+
+  AnalysisOptions named;
+  named.iteration_range = "forward";
+  EXPECT_EQ(Analyze(s.Chunks(), named)->processes.at(0).iterations.range, "forward");
+  named.iteration_range = "nothing_like_it";
+  const IterationReport none = Analyze(s.Chunks(), named)->processes.at(0).iterations;
+  EXPECT_EQ(none.count, 0u);
+  EXPECT_NE(none.note.find("nothing_like_it"), std::string::npos);
+}
+
+TEST(Iterations, RepetitionAfterASetupPrefix) {
+  StreamBuilder s(1, 7);
+  s.String(1, "setup").String(2, "settle_free").String(3, "settle_nudged").String(4, "update");
+  s.Push(1, 7, 1).Pop(5, 7);
+  uint64_t t = 10;
+  for (int k = 0; k < 3; ++k) {
+    for (uint32_t phase : {2u, 3u, 4u}) {
+      s.Push(t, 7, phase).Pop(t + 2, 7);
+      t += 3;
+    }
+  }
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const IterationReport& it = report->processes.at(0).iterations;
+  EXPECT_EQ(it.source, "repetition");
+  EXPECT_EQ(it.range, "settling/free > settling/nudged > update");
+  EXPECT_EQ(it.count, 3u);
+  ASSERT_EQ(it.windows_ns.size(), 3u);
+  EXPECT_EQ(it.windows_ns[1].first - it.windows_ns[0].first, 9u);
+}
+
+TEST(RunFigures, CompareAndSweepTablesAgreeWithTheReports) {
+  auto small = Analyze(UnlabeledTraining(3).Chunks());
+  StreamBuilder bigger(1, 10);
+  bigger.Alloc(1, 0, 0x1, 300 * MiB, testing::kDevice, 10).Flush();
+  auto large = Analyze(bigger.Chunks());
+  const RunFigures a = FiguresOf(*small, "EP");
+  const RunFigures b = FiguresOf(*large, "BP");
+  ASSERT_TRUE(a.found && b.found);
+  EXPECT_EQ(a.peak_bytes, 115 * MiB);
+  EXPECT_EQ(a.activation_memory_bytes, 15 * MiB);
+  const std::string text = CompareText({a, b});
+  EXPECT_NE(text.find("115.0 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("+185.0 MiB"), std::string::npos) << text;  // BP's peak vs EP's
+  const std::string csv = CompareCsv({a, b});
+  EXPECT_NE(csv.find("BP,10,0,peak," + std::to_string(300 * MiB) + "," +
+                     std::to_string(185 * MiB) + "\r\n"),
+            std::string::npos)
+      << csv;
+
+  std::vector<SweepPoint> points = {{"EP", "10", 0, a}, {"BP", "10", 0, b},
+                                    {"EP", "50", 3, RunFigures{}}};
+  const std::string table = SweepText("depth", points);
+  std::istringstream lines(table);
+  std::string header, row10, row50;
+  std::getline(lines, header);
+  std::getline(lines, row10);
+  std::getline(lines, row50);
+  EXPECT_NE(header.find("EP peak"), std::string::npos) << table;
+  EXPECT_NE(header.find("BP activation"), std::string::npos) << table;
+  EXPECT_EQ(row10.rfind("10", 0), 0u) << table;
+  EXPECT_NE(row10.find("300.0 MiB"), std::string::npos) << table;
+  EXPECT_NE(row50.find("exit 3"), std::string::npos) << table;
+  const std::string sweep_csv = SweepCsv("depth", points);
+  EXPECT_NE(sweep_csv.find("EP,10,0," + std::to_string(115 * MiB) + "," +
+                           std::to_string(100 * MiB) + "," + std::to_string(15 * MiB)),
+            std::string::npos)
+      << sweep_csv;
+  EXPECT_NE(sweep_csv.find("EP,50,3,,,,,,"), std::string::npos) << sweep_csv;
+}
+
+}  // namespace
+}  // namespace cumemtrace

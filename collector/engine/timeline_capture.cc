@@ -1,0 +1,206 @@
+#include "collector/engine/timeline_capture.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace cumemtrace::internal {
+namespace {
+
+// Deduplicated names of one process (kernel names repeat millions of times).
+class StringTable {
+ public:
+  explicit StringTable(std::vector<std::string>* strings) : strings_(strings) {
+    for (uint32_t i = 0; i < strings_->size(); ++i) index_.emplace((*strings_)[i], i);
+  }
+  uint32_t Intern(const std::string& value) {
+    auto [it, inserted] = index_.emplace(value, static_cast<uint32_t>(strings_->size()));
+    if (inserted) strings_->push_back(value);
+    return it->second;
+  }
+
+ private:
+  std::vector<std::string>* strings_;
+  std::unordered_map<std::string, uint32_t> index_;
+};
+
+// One counter series from the allocation table: a step at every birth and every death of the
+// selected kinds on each device, in event order. A death and a birth at one position (an
+// address reused while its release was lost) are a kill then a birth, as in MemoryTimeline.
+template <typename Select, typename Record>
+void BuildSteps(const std::vector<Allocation>& allocations, uint64_t end_pos,
+                const std::vector<Event>& events, uint64_t first_ns, Select select,
+                Record record) {
+  struct Change {
+    uint64_t pos;
+    uint32_t is_birth;
+    uint32_t index;
+  };
+  std::vector<Change> changes;
+  for (uint32_t i = 0; i < allocations.size(); ++i) {
+    const Allocation& a = allocations[i];
+    if (!select(a)) continue;
+    changes.push_back(Change{a.birth_pos, 1, i});
+    if (a.death_pos < end_pos) changes.push_back(Change{a.death_pos, 0, i});
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
+    return x.pos != y.pos ? x.pos < y.pos : x.is_birth < y.is_birth;
+  });
+  for (const Change& c : changes) {
+    const uint64_t ts = events[c.pos].timestamp_ns;
+    record(c.index, c.is_birth != 0, ts >= first_ns ? ts - first_ns : 0);
+  }
+}
+
+}  // namespace
+
+void CaptureTimeline(const DecodedStream& s, const std::vector<Allocation>& allocations,
+                     const std::vector<PhaseName>& phases,
+                     const std::vector<std::string>& phase_names, const ProcessReport& report,
+                     ProcessTimeline* out) {
+  out->phase_names = phase_names;
+  const std::vector<Event>& events = s.events;
+  const uint64_t first = report.first_timestamp_abs_ns;
+  const uint64_t end_ns = report.duration_ns;
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  StringTable strings(&out->strings);
+
+  out->devices.resize(report.devices.size());
+  for (size_t slot = 0; slot < report.devices.size(); ++slot) {
+    out->devices[slot].index = report.devices[slot].index;
+  }
+
+  out->allocations.resize(allocations.size());
+  std::unordered_map<uint32_t, uint32_t> interned;  // wire string id -> strings index
+  auto name_of = [&](uint32_t id) {
+    auto [it, inserted] = interned.emplace(id, 0);
+    if (inserted) it->second = strings.Intern(s.Resolve(id));
+    return it->second;
+  };
+  for (size_t i = 0; i < allocations.size(); ++i) {
+    const Allocation& a = allocations[i];
+    TimelineAllocation& t = out->allocations[i];
+    t.address = a.address;
+    t.bytes = a.bytes;
+    t.birth_ns = rel(a.birth_ns);
+    t.live_at_exit = a.death_pos >= events.size();
+    t.death_ns = t.live_at_exit ? end_ns : rel(events[a.death_pos].timestamp_ns);
+    t.device_slot = a.slot;
+    t.phase = a.phase;
+    t.api = name_of(a.api_id);
+    t.library = name_of(a.caller_id);
+    t.thread_id = a.thread_id;
+    t.kind = a.kind;
+  }
+
+  // Device memory: steps, with each allocation's birth and death step.
+  std::vector<uint64_t> in_use(out->devices.size(), 0);
+  BuildSteps(
+      allocations, events.size(), events, first,
+      [](const Allocation& a) { return IsDeviceMemory(a.kind); },
+      [&](uint32_t index, bool is_birth, uint64_t ts) {
+        TimelineAllocation& t = out->allocations[index];
+        DeviceTimeline& d = out->devices[t.device_slot];
+        uint64_t& bytes = in_use[t.device_slot];
+        bytes = is_birth ? bytes + t.bytes : bytes - t.bytes;
+        const auto step = static_cast<uint32_t>(d.device_memory.size());
+        d.device_memory.push_back(MemoryStep{ts, bytes});
+        if (is_birth) {
+          t.birth_step = step;
+          // As MemoryTimeline: the peak is first reached by an allocation.
+          if (d.peak_step == kNoStep || bytes > d.device_memory[d.peak_step].bytes) {
+            d.peak_step = step;
+          }
+        } else {
+          t.death_step = step;
+        }
+      });
+  std::fill(in_use.begin(), in_use.end(), 0);
+  BuildSteps(
+      allocations, events.size(), events, first,
+      [](const Allocation& a) { return IsStaticMemory(a.kind); },
+      [&](uint32_t index, bool is_birth, uint64_t ts) {
+        const TimelineAllocation& t = out->allocations[index];
+        uint64_t& bytes = in_use[t.device_slot];
+        bytes = is_birth ? bytes + t.bytes : bytes - t.bytes;
+        out->devices[t.device_slot].static_memory.push_back(MemoryStep{ts, bytes});
+      });
+
+  // NVTX ranges, paired as PhaseTracker pairs them: a pop closes the most recent push of its
+  // thread and domain, an end the start with its id.
+  std::map<std::pair<std::string, std::string>, int32_t> phase_by_strings;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    phase_by_strings.emplace(
+        std::make_pair(s.Resolve(phases[i].domain_id), s.Resolve(phases[i].message_id)),
+        static_cast<int32_t>(i));
+  }
+  struct Open {
+    RangeSlice slice;
+    uint32_t domain_id;
+    bool is_push;
+    uint64_t range_id;
+  };
+  std::vector<Open> open;
+  for (const Event& e : events) {
+    switch (e.type) {
+      case EventType::kRangeOpen: {
+        auto it = phase_by_strings.find({s.Resolve(e.aux_id), s.Resolve(e.name_id)});
+        RangeSlice slice;
+        slice.start_ns = rel(e.timestamp_ns);
+        slice.thread_id = e.thread_id;
+        slice.phase = it == phase_by_strings.end() ? -1 : it->second;
+        open.push_back(Open{slice, e.aux_id, e.nvtx_op == 1 /* PUSH */, e.a});
+        break;
+      }
+      case EventType::kRangeClose: {
+        const bool is_pop = e.nvtx_op == 2;  // POP; otherwise END
+        for (size_t i = open.size(); i-- > 0;) {  // most recent first
+          const Open& o = open[i];
+          const bool match = is_pop ? (o.is_push && o.slice.thread_id == e.thread_id &&
+                                       o.domain_id == e.aux_id)
+                                    : (!o.is_push && o.range_id == e.a);
+          if (!match) continue;
+          RangeSlice slice = o.slice;
+          slice.end_ns = rel(e.timestamp_ns);
+          out->ranges.push_back(slice);
+          open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+        break;
+      }
+      case EventType::kKernel: {
+        KernelSlice k;
+        k.start_ns = rel(e.timestamp_ns);
+        k.end_ns = std::max(k.start_ns, rel(e.a));
+        k.device = e.device;
+        k.stream = static_cast<uint32_t>(e.c);
+        k.name = name_of(e.name_id);
+        k.thread_id = e.thread_id;
+        out->kernels.push_back(k);
+        break;
+      }
+      case EventType::kMark: {
+        const std::string domain = s.Resolve(e.aux_id);
+        const std::string message = s.Resolve(e.name_id);
+        out->marks.push_back(MarkInstant{rel(e.timestamp_ns), e.thread_id,
+                                         strings.Intern(domain.empty() ? message
+                                                                       : domain + ": " + message)});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  for (const Open& o : open) {
+    RangeSlice slice = o.slice;
+    slice.end_ns = std::max(slice.start_ns, end_ns);
+    slice.still_open = true;
+    out->ranges.push_back(slice);
+  }
+  std::stable_sort(out->ranges.begin(), out->ranges.end(),
+                   [](const RangeSlice& x, const RangeSlice& y) { return x.start_ns < y.start_ns; });
+}
+
+}  // namespace cumemtrace::internal

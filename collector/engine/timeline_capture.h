@@ -1,0 +1,23 @@
+// Internal: fills a ProcessTimeline (timeline_model.h) at the end of the process sweep, from
+// the sorted events and the allocation table the sweep built.
+#pragma once
+
+#include <vector>
+
+#include "collector/engine/decoded.h"
+#include "collector/engine/phases.h"
+#include "collector/engine/report.h"
+#include "collector/engine/timeline.h"
+#include "collector/engine/timeline_model.h"
+
+namespace cumemtrace::internal {
+
+// `stream.events` must be sorted as the sweep sorted them; `allocations` and `phases` are the
+// sweep's, `phase_names` the display name of each of its phases (Allocation::phase indexes
+// both); `report` is the finished ProcessReport (devices, time origin, end).
+void CaptureTimeline(const DecodedStream& stream, const std::vector<Allocation>& allocations,
+                     const std::vector<PhaseName>& phases,
+                     const std::vector<std::string>& phase_names, const ProcessReport& report,
+                     ProcessTimeline* out);
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,156 @@
+#include "collector/engine/training_report.h"
+
+#include <algorithm>
+
+#include "collector/engine/iterations.h"
+#include "collector/engine/lifetimes.h"
+#include "collector/engine/process_sweep.h"
+
+namespace cumemtrace::internal {
+namespace {
+
+cumemtrace::Spread ToReport(const internal::Spread& s) {
+  return cumemtrace::Spread{s.count, s.median, s.min, s.max};
+}
+
+void AddIterationStats(const TrainingInputs& in, const IterationDetection& detection,
+                       ProcessReport* p) {
+  IterationReport& r = p->iterations;
+  r.source = detection.source;
+  r.range = detection.range;
+  r.note = detection.note;
+  r.count = detection.windows.size();
+  auto rel = [&in](uint64_t ts) { return ts >= in.first_ns ? ts - in.first_ns : 0; };
+  std::vector<int64_t> durations;
+  for (size_t k = 0; k < detection.windows.size(); ++k) {
+    const IterationWindow& w = detection.windows[k];
+    r.windows_ns.emplace_back(rel(w.start_ns), rel(w.end_ns));
+    const int64_t d = static_cast<int64_t>(w.end_ns - w.start_ns);
+    if (k == 0) {
+      r.warmup_ns = d;
+    } else {
+      durations.push_back(d);
+    }
+  }
+  r.duration_ns = ToReport(SpreadOf(durations));
+  if (detection.windows.empty()) return;
+
+  const std::vector<PhaseName>& names = in.phases.names();
+  const size_t slots = in.slot_device.size();
+  // [phase][iteration] -> time, and per slot peak above entry / net change.
+  struct Cell {
+    bool present = false;
+    int64_t time = 0;
+    std::vector<int64_t> above, net;
+  };
+  std::vector<std::vector<Cell>> cells(names.size(), std::vector<Cell>(detection.windows.size()));
+  for (const OccurrenceRecord& o : in.phases.occurrences()) {
+    const PhaseName& n = names[static_cast<size_t>(o.phase)];
+    if (n.iteration) continue;
+    const int64_t k = IterationOf(detection.windows, o.start_ns);
+    if (k < 0) continue;
+    Cell& c = cells[static_cast<size_t>(o.phase)][static_cast<size_t>(k)];
+    if (!c.present) {
+      c.present = true;
+      c.above.assign(slots, 0);
+      c.net.assign(slots, 0);
+    }
+    c.time += static_cast<int64_t>(o.end_ns - o.start_ns);
+    for (size_t s = 0; s < slots; ++s) {
+      c.above[s] = std::max(c.above[s], static_cast<int64_t>(o.peak[s] - o.entry[s]));
+      c.net[s] += static_cast<int64_t>(o.exit[s]) - static_cast<int64_t>(o.entry[s]);
+    }
+  }
+  for (size_t phase = 0; phase < names.size(); ++phase) {
+    const std::vector<Cell>& row = cells[phase];
+    IterationPhaseStats stats;
+    stats.phase = names[phase].name;
+    stats.inferred = names[phase].inferred;
+    std::vector<int64_t> times;
+    std::vector<std::vector<int64_t>> above(slots), net(slots);
+    for (size_t k = 0; k < row.size(); ++k) {
+      if (!row[k].present) continue;
+      ++stats.iterations_with_phase;
+      if (k == 0) {
+        stats.in_warmup = true;
+        stats.warmup_ns = row[k].time;
+        continue;
+      }
+      times.push_back(row[k].time);
+      for (size_t s = 0; s < slots; ++s) {
+        above[s].push_back(row[k].above[s]);
+        net[s].push_back(row[k].net[s]);
+      }
+    }
+    if (stats.iterations_with_phase == 0) continue;
+    stats.time_ns = ToReport(SpreadOf(times));
+    for (size_t s = 0; s < slots; ++s) {
+      IterationPhaseDevice d;
+      d.index = in.slot_device[s];
+      if (stats.in_warmup) {
+        d.warmup_peak_above_entry_bytes = row[0].above[s];
+        d.warmup_net_change_bytes = row[0].net[s];
+      }
+      d.peak_above_entry_bytes = ToReport(SpreadOf(above[s]));
+      d.net_change_bytes = ToReport(SpreadOf(net[s]));
+      stats.devices.push_back(d);
+    }
+    r.phases.push_back(std::move(stats));
+  }
+}
+
+}  // namespace
+
+void AddTrainingAnalysis(const TrainingInputs& in, ProcessReport* p) {
+  const IterationDetection detection = DetectIterations(
+      in.phases.names(), in.phases.occurrences(), in.options.iteration_range);
+  AddIterationStats(in, detection, p);
+
+  const std::vector<PhaseName>& names = in.phases.names();
+  const LifetimeClassifier classifier(names, in.phases.occurrences(), detection.windows);
+  auto phase_name = [&names](int32_t phase) {
+    return phase < 0 ? std::string() : names[static_cast<size_t>(phase)].name;
+  };
+  auto rel = [&in](uint64_t ts) { return ts >= in.first_ns ? ts - in.first_ns : 0; };
+  std::vector<std::map<std::string, uint64_t>> at_peak(in.slot_device.size());
+  const std::vector<Allocation>& table = in.timeline.allocations();
+  for (const Allocation& a : table) {
+    if (!IsDeviceMemory(a.kind)) continue;
+    const bool freed = a.death_pos < in.events.size();
+    const uint64_t death_ns = freed ? in.events[a.death_pos].timestamp_ns : in.end_ns;
+    const LifetimeClass c = classifier.Classify(a.birth_ns, a.phase, death_ns,
+                                                freed ? a.death_phase : -1, freed);
+    const uint64_t peak_pos = in.timeline.device(a.slot).peak_pos;
+    if (peak_pos != kNever && a.birth_pos <= peak_pos && a.death_pos > peak_pos) {
+      at_peak[a.slot][LifetimeClassName(c)] += a.bytes;
+    }
+    if (!in.options.keep_lifetimes) continue;
+    AllocationLifetime row;
+    row.device = in.slot_device[a.slot];
+    row.stream = a.stream;
+    row.kind = MemoryKindName(a.kind);
+    row.api = in.stream.Resolve(a.api_id);
+    row.library = in.stream.Resolve(a.caller_id);
+    row.address = a.address;
+    row.bytes = a.bytes;
+    row.birth_ns = rel(a.birth_ns);
+    row.death_ns = freed ? static_cast<int64_t>(rel(death_ns)) : -1;
+    row.birth_phase = phase_name(a.phase);
+    row.death_phase = freed ? phase_name(a.death_phase) : std::string();
+    row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
+    row.death_iteration = freed ? IterationOf(detection.windows, death_ns) : -1;
+    row.lifetime_class = LifetimeClassName(c);
+    p->lifetimes.push_back(std::move(row));
+  }
+  for (size_t slot = 0; slot < in.slot_device.size(); ++slot) {
+    for (DeviceReport& d : p->devices) {
+      if (d.index != in.slot_device[slot]) continue;
+      d.lifetime_at_peak.bytes_by_class = at_peak[slot];
+      auto persistent = at_peak[slot].find("persistent");
+      const uint64_t held = persistent == at_peak[slot].end() ? 0 : persistent->second;
+      d.lifetime_at_peak.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
+    }
+  }
+}
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,30 @@
+// Internal: the training-loop view of one process, computed after the sweep: iterations and
+// per-phase statistics over them, lifetime classes at each device's peak, and (on request)
+// one lifetime row per allocation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/decoded.h"
+#include "collector/engine/phases.h"
+#include "collector/engine/report.h"
+#include "collector/engine/timeline.h"
+
+namespace cumemtrace::internal {
+
+struct TrainingInputs {
+  const DecodedStream& stream;
+  const std::vector<Event>& events;  // sorted, as swept
+  const PhaseTracker& phases;
+  const MemoryTimeline& timeline;
+  std::vector<uint32_t> slot_device;  // device index of each slot
+  uint64_t first_ns;                  // the process's first timestamp
+  uint64_t end_ns;                    // its last
+  const AnalysisOptions& options;
+};
+
+void AddTrainingAnalysis(const TrainingInputs& in, ProcessReport* p);
+
+}  // namespace cumemtrace::internal
