@@ -53,8 +53,15 @@ struct Command {
 };
 
 bool SplitCommand(const std::string& text, std::vector<std::string>* words, std::string* error) {
+  // wordexp refuses '{' and '}' (shell syntax), which the {NAME} placeholders need: carry
+  // them through as control characters and put them back after the split.
+  std::string protected_text = text;
+  for (char& c : protected_text) {
+    if (c == '{') c = '\x01';
+    if (c == '}') c = '\x02';
+  }
   wordexp_t expansion;
-  const int rc = wordexp(text.c_str(), &expansion, WRDE_NOCMD);
+  const int rc = wordexp(protected_text.c_str(), &expansion, WRDE_NOCMD);
   if (rc != 0) {
     *error = "cannot split '" + text + "'" +
              (rc == WRDE_CMDSUB ? " (command substitution is not allowed)" : "");
@@ -62,6 +69,12 @@ bool SplitCommand(const std::string& text, std::vector<std::string>* words, std:
   }
   words->assign(expansion.we_wordv, expansion.we_wordv + expansion.we_wordc);
   wordfree(&expansion);
+  for (std::string& word : *words) {
+    for (char& c : word) {
+      if (c == '\x01') c = '{';
+      if (c == '\x02') c = '}';
+    }
+  }
   return !words->empty();
 }
 

@@ -645,5 +645,97 @@ TEST_F(CliEndToEnd, DaemonPrintEnvNamesTheTracerAndSocket) {
   EXPECT_FALSE(fs::exists(tmp_ + "/s"));
 }
 
+// --- compare and sweep -------------------------------------------------------------------
+
+constexpr int kExitUsageCode = 2;
+
+TEST_F(CliEndToEnd, SweepRunsEveryValueOfEveryCommandAndTabulatesThePeaks) {
+  // The fake client allocates --events MiB per batch and never frees: peak = batches x events.
+  const std::string out = tmp_ + "/sweep";
+  const Result r = RunCli({"sweep", "-o", out, "--param", "n=1,3", "--run",
+                           "A=" + kFake + " --events={n}", "--run",
+                           "B=" + kFake + " --events={n} --batches=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream table(r.out);
+  std::string header, row1, row3;
+  std::getline(table, header);
+  std::getline(table, row1);
+  std::getline(table, row3);
+  EXPECT_NE(header.find("A peak"), std::string::npos) << r.out;
+  EXPECT_NE(header.find("B activation"), std::string::npos) << r.out;
+  EXPECT_EQ(row3.rfind("3 ", 0), 0u) << r.out;
+  EXPECT_NE(row3.find("9.0 MiB"), std::string::npos) << r.out;  // A: 3 batches x 3 MiB
+  EXPECT_NE(row3.find("6.0 MiB"), std::string::npos) << r.out;  // B: 2 batches x 3 MiB
+  std::ifstream csv(out + "/sweep.csv");
+  std::string line;
+  std::map<std::string, std::string> peak;  // "label,n" -> peak_bytes
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("label,n,exit_status,peak_bytes,", 0), 0u) << line;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    ASSERT_GE(f.size(), 4u) << line;
+    peak[f[0] + "," + f[1]] = f[3];
+  }
+  EXPECT_EQ(peak, (std::map<std::string, std::string>{{"A,1", "3145728"}, {"A,3", "9437184"},
+                                                       {"B,1", "2097152"}, {"B,3", "6291456"}}));
+  EXPECT_TRUE(fs::exists(out + "/A-n=3/trace.cmtrace"));
+  // The sweep fails (status 1) when a run fails, and says so in the table.
+  const Result failing = RunCli({"sweep", "-o", tmp_ + "/failing", "--param", "code=0,5", "--",
+                                 kFake, "--exit={code}"});
+  EXPECT_EQ(failing.exit_code, 1) << failing.err;
+  EXPECT_NE(failing.out.find("(exit 5)"), std::string::npos) << failing.out;
+}
+
+TEST_F(CliEndToEnd, SweepUsageErrors) {
+  EXPECT_EQ(RunCli({"sweep", "--", kFake}).exit_code, kExitUsageCode);
+  EXPECT_EQ(RunCli({"sweep", "--param", "n=", "--", kFake}).exit_code, kExitUsageCode);
+  EXPECT_EQ(RunCli({"sweep", "--param", "n=1", "--run", "nolabel"}).exit_code, kExitUsageCode);
+  EXPECT_EQ(RunCli({"sweep", "--param", "n=1", "--run", "A=$(rm -rf /)"}).exit_code,
+            kExitUsageCode);  // no command substitution, ever
+}
+
+TEST_F(CliEndToEnd, CompareGoldenRunsWithDifferencesAndCsv) {
+  const std::string golden = GOLDEN_DIR;
+  const std::string csv = tmp_ + "/compare.csv";
+  const Result r = RunCli({"compare", "--csv", csv, "async=" + golden + "/torch_async.cmtrace",
+                           "native=" + golden + "/torch_native.cmtrace"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("vs async"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optimizer: peak"), std::string::npos) << r.out;
+  std::ifstream in(csv);
+  std::string line;
+  std::string async_peak, native_peak;
+  while (std::getline(in, line)) {
+    if (line.find(",peak,") == std::string::npos) continue;
+    if (line.rfind("async,", 0) == 0) async_peak = line;
+    if (line.rfind("native,", 0) == 0) native_peak = line;
+  }
+  // The device peaks of the golden traces, and native's difference from async.
+  EXPECT_NE(async_peak.find(",876564684,0\r"), std::string::npos) << async_peak;
+  EXPECT_NE(native_peak.find(",883165184,6600500\r"), std::string::npos) << native_peak;
+  EXPECT_EQ(RunCli({"compare", golden + "/torch_async.cmtrace"}).exit_code, kExitUsageCode);
+  EXPECT_EQ(RunCli({"compare", "--csv", csv, golden + "/torch_async.cmtrace",
+                    golden + "/torch_native.cmtrace"})
+                .exit_code,
+            kExitUsageCode);  // never overwrites
+}
+
+TEST_F(CliEndToEnd, ReportTakesPhaseRulesAndAnIterationRange) {
+  const std::string rules = tmp_ + "/rules.txt";
+  std::ofstream(rules) << "# the golden trace's ranges, renamed\nforward = fwd_renamed\n";
+  const Result r = RunCli({"report", "--json", "--phase-rules", rules, "--iteration", "fwd_renamed",
+                           std::string(GOLDEN_DIR) + "/torch_async.cmtrace"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"name\": \"fwd_renamed\""), std::string::npos);
+  EXPECT_NE(r.out.find("\"range\": \"fwd_renamed\""), std::string::npos);
+  std::ofstream(tmp_ + "/bad.txt") << "/(/ = x\n";
+  const Result bad = RunCli({"report", "--phase-rules", tmp_ + "/bad.txt",
+                             std::string(GOLDEN_DIR) + "/torch_async.cmtrace"});
+  EXPECT_EQ(bad.exit_code, kExitUsageCode);
+  EXPECT_NE(bad.err.find("bad.txt:1: bad regular expression"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace cumemtrace

@@ -26,15 +26,28 @@ struct Mlp : torch::nn::Module {
 
 int main(int argc, char** argv) {
   int depth = 8, width = 2048, batch = 256, steps = 5, exit_code = 0;
+  bool nvtx = true;  // --no-nvtx: the unlabeled twin, for inferred phases
   std::string stats_path;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--no-nvtx")) {
+      nvtx = false;
+      continue;
+    }
+    if (i + 1 >= argc) break;
     if (!strcmp(argv[i], "--depth")) depth = std::stoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--width")) width = std::stoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--batch")) batch = std::stoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--steps")) steps = std::stoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--stats")) stats_path = argv[i + 1];
     else if (!strcmp(argv[i], "--exit-code")) exit_code = std::stoi(argv[i + 1]);
+    ++i;
   }
+  auto push = [nvtx](const char* name) {
+    if (nvtx) nvtxRangePushA(name);
+  };
+  auto pop = [nvtx] {
+    if (nvtx) nvtxRangePop();
+  };
   torch::manual_seed(0);
   torch::Device device(torch::kCUDA, 0);
   auto model = std::make_shared<Mlp>(depth, width);
@@ -44,16 +57,16 @@ int main(int argc, char** argv) {
   auto y = torch::randint(0, 10, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
   torch::Tensor loss;
   for (int step = 0; step < steps; ++step) {
-    nvtxRangePushA("forward");
+    push("forward");
     loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-    nvtxRangePop();
-    nvtxRangePushA("backward");
+    pop();
+    push("backward");
     loss.backward();
-    nvtxRangePop();
-    nvtxRangePushA("optimizer");
+    pop();
+    push("optimizer");
     optimizer.step();
     optimizer.zero_grad(true);
-    nvtxRangePop();
+    pop();
   }
   torch::cuda::synchronize();
   printf("final loss %.4f\n", loss.item<float>());

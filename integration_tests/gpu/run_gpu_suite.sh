@@ -3,14 +3,17 @@
 # case under `cumemtrace run`, and prints a pass/fail table. Needs: CUDA toolkit (nvcc,
 # CUPTI), cmake, ninja, protoc, PyTorch (python3) with its bundled LibTorch.
 #
-#   integration_tests/gpu/run_gpu_suite.sh [RESULTS_DIR]
+#   integration_tests/gpu/run_gpu_suite.sh [RESULTS_DIR [SUITE...]]
 #
 # RESULTS_DIR (default: build-gpu/results) receives every case's output folder, the
-# programs' own statistics, and suite.json with the table.
+# programs' own statistics, and the tables. SUITE: main (the pipeline: gpu_suite.py),
+# phases (phase analysis: gpu_phases.py), reliability (gpu_reliability.py); default all.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
 results=${1:-"$build/results"}
+shift $(( $# > 0 ? 1 : 0 ))
+suites=${*:-main phases reliability}
 mkdir -p "$results"
 
 [ -s "$top/third_party/protobuf/protobuf_3.21.12.orig.tar.gz" ] || "$top/tools/fetch-protobuf-source.sh"
@@ -24,6 +27,18 @@ cmake -S "$top/integration_tests/gpu" -B "$build/programs" -G Ninja -DCMAKE_BUIL
 cmake --build "$build/programs" >>"$results/build.log" 2>&1
 echo "built: $build/bin/cumemtrace and $build/programs/{cuda_phases,libtorch_train}"
 
-python3 "$top/integration_tests/gpu/gpu_suite.py" run --cumemtrace "$build/bin/cumemtrace" \
-  --programs "$build/programs" --results "$results"
-python3 "$top/integration_tests/gpu/gpu_suite.py" check --results "$results"
+# Each suite runs, then is checked; all run even when one fails, and the status says.
+status=0
+for suite in $suites; do
+  case "$suite" in
+    main) script=gpu_suite.py; dir="$results" ;;
+    phases) script=gpu_phases.py; dir="$results" ;;
+    reliability) script=gpu_reliability.py; dir="$results/reliability" ;;
+    *) echo "unknown suite $suite (main, phases, reliability)" >&2; exit 2 ;;
+  esac
+  echo "== suite: $suite"
+  python3 "$top/integration_tests/gpu/$script" run --cumemtrace "$build/bin/cumemtrace" \
+    --programs "$build/programs" --results "$dir" || status=1
+  python3 "$top/integration_tests/gpu/$script" check --results "$dir" || status=1
+done
+exit $status

@@ -1,0 +1,111 @@
+// `cumemtrace run --phase PHASE=MODULE:QUALNAME` on an unmodified Python program, through the
+// real tracer and the Python start-up hooks, without a GPU: the named methods become phases,
+// the loop's iterations are found, and a name that cannot be resolved gets one warning.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int Shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class PythonPhases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/cumemtrace-pyphase-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    tmp_ = pattern;
+    // The real interpreter, not a launcher shim, so the summary has one python process.
+    ASSERT_EQ(Shell("python3 -c 'import sys; print(sys.executable)' > " + tmp_ + "/python"), 0);
+    python_ = ReadFile(tmp_ + "/python");
+    while (!python_.empty() && python_.back() == '\n') python_.pop_back();
+    std::ofstream(tmp_ + "/toy_train.py") << R"(import sys
+class Trainer:
+    def settle(self, n):
+        return sum(range(n))
+    def update(self):
+        return 1
+    @staticmethod
+    def energy(x):
+        return x * 2
+trainer = Trainer()
+for _ in range(3):
+    trainer.settle(1000)
+    Trainer.energy(3)
+    trainer.update()
+print("trained")
+sys.exit(4)
+)";
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(tmp_, ignored);
+  }
+  std::string tmp_;
+  std::string python_;
+};
+
+TEST_F(PythonPhases, NamedMethodsBecomePhasesWithoutEditingTheProgram) {
+  const std::string out = tmp_ + "/out";
+  const int status = Shell(
+      "cd " + tmp_ + " && env -u CUMEMTRACE_TRACER_LIB -u CUMEMTRACE_SOCKET " CUMEMTRACE_BIN
+      " run -o " + out + " --quiet --phase settling=toy_train:Trainer.settle"
+      " --phase energy=toy_train:Trainer.energy --phase update=toy_train:Trainer.update"
+      " --phase ghost=no_such_package.module:f -- " + python_ + " toy_train.py > " + tmp_ +
+      "/stdout 2> " + tmp_ + "/stderr");
+  EXPECT_EQ(status, 4);
+  EXPECT_EQ(ReadFile(tmp_ + "/stdout"), "trained\n");
+  const std::string err = ReadFile(tmp_ + "/stderr");
+  EXPECT_NE(err.find("ghost=no_such_package.module:f: no module 'no_such_package.module'"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("ghost=no_such_package.module:f was never called"), std::string::npos)
+      << "one warning per name is enough: " << err;
+
+  std::ifstream in(out + "/summary.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  const nlohmann::json* program = nullptr;
+  for (const nlohmann::json& p : summary["processes"]) {
+    if (!p["phases"].empty()) program = &p;
+  }
+  ASSERT_NE(program, nullptr) << summary.dump(1);
+  std::map<std::string, uint64_t> occurrences;
+  for (const nlohmann::json& phase : (*program)["phases"]) {
+    occurrences[phase["name"]] = phase["occurrences"];
+  }
+  EXPECT_EQ(occurrences, (std::map<std::string, uint64_t>{{"settling", 3}, {"energy", 3},
+                                                           {"update", 3}}));
+  EXPECT_EQ((*program)["iterations"]["count"], 3);
+  EXPECT_EQ((*program)["iterations"]["range"], "settling > energy > update");
+}
+
+TEST_F(PythonPhases, MalformedPhaseIsAUsageError) {
+  const int status = Shell("env -u CUMEMTRACE_TRACER_LIB " CUMEMTRACE_BIN " run -o " + tmp_ +
+                           "/x --phase settling -- true 2> " + tmp_ + "/stderr");
+  EXPECT_EQ(status, 2);
+  EXPECT_NE(ReadFile(tmp_ + "/stderr").find("PHASE=MODULE:QUALNAME"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp_ + "/x"));  // nothing created for a refused command line
+}
+
+}  // namespace
