@@ -12,6 +12,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/report_html.h"
 #include "collector/cli/trace_summary.h"
 
 namespace cumemtrace {
@@ -25,8 +26,9 @@ was being written, a full disk) is reported up to where it ends, with a warning.
 
 Options:
       --json          print summary.json's content instead of the text summary
-  -o, --output=DIR    also write DIR/summary.json (DIR is created if missing)
-  -f, --force         replace an existing DIR/summary.json
+  -o, --output=DIR    also write DIR/summary.json and DIR/report.html, the viewer
+                      (DIR is created if missing)
+  -f, --force         replace an existing DIR/summary.json or DIR/report.html
   -h, --help          show this help
 %s
 Exit status: 0 on success (also for a truncated trace), 1 when TRACE cannot be read or is
@@ -106,9 +108,11 @@ int ReportCommand(int argc, char** argv) {
     path = inside;
   }
 
-  if (!output_dir.empty() && !force && PathExists(output_dir + "/summary.json")) {
-    LogLine(output_dir + "/summary.json already exists (use --force to replace it)");
-    return kExitUsage;
+  for (const char* name : {"/summary.json", "/report.html"}) {
+    if (!output_dir.empty() && !force && PathExists(output_dir + name)) {
+      LogLine(output_dir + name + " already exists (use --force to replace it)");
+      return kExitUsage;
+    }
   }
 
   TraceSummary summary;
@@ -121,6 +125,11 @@ int ReportCommand(int argc, char** argv) {
   }
   if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
   if (!output_dir.empty() && !WriteSummary(output_dir, summary.json, force, &error)) {
+    LogLine(error);
+    return 1;
+  }
+  if (!output_dir.empty() &&
+      !WriteReportHtml(path, options, output_dir + "/report.html", force, &error)) {
     LogLine(error);
     return 1;
   }

@@ -20,6 +20,7 @@
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/report_html.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/cli/trace_writer.h"
 
@@ -36,7 +37,7 @@ program's own stdout is left untouched).
 
 Options:
   -o, --output=DIR        write the trace into DIR (created if missing; refused when
-                          DIR/trace.cmtrace or DIR/summary.json already exists). Default: a
+                          DIR/trace.cmtrace, summary.json or report.html exists). Default: a
                           new folder cumemtrace-<program>-<n>/ in the current directory.
       --allocator=MODE    async (default): PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,
                           so CUPTI sees every allocation; native: leave PyTorch's caching
@@ -52,7 +53,8 @@ Options:
   -h, --help              show this help
 %s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
-summary.json. Exit status: the program's own, 128+N when it was killed by signal N,
+summary.json, and report.html, the viewer (one file; open it in a browser). Exit status:
+the program's own, 128+N when it was killed by signal N,
 127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage.
 )";
 
@@ -284,7 +286,7 @@ int RunCommand(int argc, char** argv) {
   std::string error;
   if (!output_dir.empty()) {
     while (output_dir.size() > 1 && output_dir.back() == '/') output_dir.pop_back();
-    for (const char* name : {"trace.cmtrace", "summary.json"}) {
+    for (const char* name : {"trace.cmtrace", "summary.json", "report.html"}) {
       if (PathExists(output_dir + "/" + name)) {
         LogLine(output_dir + "/" + name +
                 " already exists; choose another folder with -o (nothing was changed)");
@@ -463,6 +465,10 @@ int RunCommand(int argc, char** argv) {
   } else {
     if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
     if (!WriteNewFile(output_dir + "/summary.json", summary.json, &error)) LogLine(error);
+    if (!WriteReportHtml(trace_path, analysis_options, output_dir + "/report.html", false,
+                         &error)) {
+      LogLine(error);
+    }
     if (!quiet) fputs(summary.text.c_str(), stderr);
   }
   LogLine("trace written to " + output_dir + "/ \xe2\x80\x94 look again with: cumemtrace report " +
