@@ -15,6 +15,7 @@
 #include "collector/cli/log.h"
 #include "collector/engine/framing.h"
 #include "collector/engine/trace_file.h"
+#include "collector/engine/wire_validator.h"
 
 namespace cumemtrace {
 namespace {
@@ -29,12 +30,6 @@ const char* CloseReasonName(v1::CloseReason reason) {
     case v1::CLOSE_REASON_IO_ERROR: return "I/O error";
     default: return "unknown";
   }
-}
-
-std::string Hex32(uint32_t value) {
-  char text[16];
-  snprintf(text, sizeof(text), "0x%08x", value);
-  return text;
 }
 
 }  // namespace
@@ -53,8 +48,7 @@ struct CollectorServer::Connection {
   std::string held;             // chunks produced before the file was known
   bool file_failed = false;     // the policy could not give the stream a file
   uint64_t bytes_received = 0;
-  uint64_t frames = 0;
-  v1::StreamMessage message;    // reused to validate frames
+  WireStreamValidator validator;
 };
 
 int ListenOnUnixSocket(const std::string& path, std::string* error) {
@@ -240,28 +234,10 @@ bool CollectorServer::ReadFrom(Connection* c, bool drain) {
 
 bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::string* out,
                                   std::string* error) {
-  const uint64_t index = c->frames++;
-  if (!c->message.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
-    *error = "frame " + std::to_string(index) + " is not a StreamMessage";
-    return false;
-  }
-  if (!c->handshake_done) {
-    if (!c->message.has_handshake()) {
-      *error = "the first frame is not a handshake";
-      return false;
-    }
-    const v1::Handshake& handshake = c->message.handshake();
-    if (handshake.magic() != static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)) {
-      *error = "handshake magic " + Hex32(handshake.magic()) + " is not " +
-               Hex32(static_cast<uint32_t>(v1::HANDSHAKE_MAGIC));
-      return false;
-    }
-    if (handshake.protocol_version() != static_cast<uint32_t>(v1::PROTOCOL_VERSION)) {
-      *error = "protocol version " + std::to_string(handshake.protocol_version()) +
-               " is not supported (this collector speaks " +
-               std::to_string(v1::PROTOCOL_VERSION) + ")";
-      return false;
-    }
+  const WireStreamValidator::Verdict verdict = c->validator.Check(frame, error);
+  if (verdict == WireStreamValidator::Verdict::kRefused) return false;
+  if (verdict == WireStreamValidator::Verdict::kHandshake) {
+    const v1::Handshake& handshake = c->validator.message().handshake();
     c->handshake_done = true;
     c->handshake_pid = handshake.pid();
     if (handshake.command_line_size() > 0) c->program = handshake.command_line(0);
@@ -279,9 +255,6 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
     if (options_.log_streams) {
       LogLine(Describe(*c) + " opened -> " + c->file->path());
     }
-  } else if (!c->message.has_batch()) {
-    *error = "frame " + std::to_string(index) + " after the handshake is not an event batch";
-    return false;
   }
   AppendWireFrameChunk(c->stream_id, frame, out);
   return true;

@@ -1,0 +1,37 @@
+// The rules a live connection's frames must follow, as a pure function of the bytes so the
+// collector and the fuzzer run the very same code: the first frame is a Handshake with the
+// right magic and protocol version, every later one an EventBatch. Framing (the length
+// prefix and MAX_WIRE_FRAME_BYTES) is FrameDecoder's job; this sees one frame body at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+
+class WireStreamValidator {
+ public:
+  enum class Verdict {
+    kHandshake,  // the valid first frame: message().handshake() is usable
+    kBatch,      // a valid later frame
+    kRefused,    // the connection must be closed; *error says why
+  };
+
+  // Parses and checks the next frame of the connection. After kRefused the connection is
+  // broken and further calls keep refusing.
+  Verdict Check(std::string_view frame, std::string* error);
+  // The last frame checked, parsed (valid until the next Check).
+  const v1::StreamMessage& message() const { return message_; }
+  bool handshake_done() const { return handshake_done_; }
+
+ private:
+  v1::StreamMessage message_;  // reused: the collector's hot path allocates nothing per frame
+  uint64_t frames_ = 0;
+  bool handshake_done_ = false;
+  bool refused_ = false;
+};
+
+}  // namespace cumemtrace
