@@ -176,6 +176,18 @@ void CuptiSession::Flush(bool forced) {
   api_.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 
+void CuptiSession::ForgetInChildAfterFork() {
+  started_ = false;
+  // Another parent thread (a CUPTI buffer callback) may have held these at fork: rebuild
+  // them, and leak the vectors it may have been changing (heaptrack, memray: leak, never
+  // destroy, state inherited across fork).
+  new (&flush_mutex_) std::mutex();
+  new (&buffers_mutex_) std::mutex();
+  new (&free_buffers_) std::vector<uint8_t*>();
+  new (&completed_) std::vector<CompletedBuffer>();
+  dropped_records_ = 0;
+}
+
 void CuptiSession::TakeCompletedBuffers(std::vector<CompletedBuffer>* out) {
   out->clear();
   std::lock_guard<std::mutex> lock(buffers_mutex_);

@@ -72,6 +72,11 @@ class CuptiSession {
   // Device memory CUPTI reserves per context for its buffers (an estimate for the report).
   uint64_t device_buffer_bytes_per_context() const { return device_buffer_bytes_; }
 
+  // In a forked child: CUPTI's state is the parent's, and CUDA cannot be used in a child of
+  // a process that initialized it. Forget the session without calling CUPTI; the child's
+  // sender then never touches CUPTI or the parent's buffers.
+  void ForgetInChildAfterFork();
+
   const DriverApi& driver() const { return driver_; }
   bool LoadDriver();
 

@@ -47,11 +47,19 @@ size_t EventEncoder::FlushBatch(std::string* out) {
   return n;
 }
 
-size_t EventEncoder::DiscardBatch() {
+size_t EventEncoder::DiscardBatch(uint64_t* first_ns, uint64_t* last_ns) {
   const size_t n = pending_events();
+  uint64_t first = 0;
+  uint64_t last = 0;
   for (const v1::Event& event : batch_.events()) {
     if (event.has_interned_string()) string_ids_.erase(event.interned_string().value());
+    const uint64_t t = event.timestamp_ns();
+    if (t == 0) continue;
+    if (first == 0 || t < first) first = t;
+    if (t > last) last = t;
   }
+  if (first_ns != nullptr) *first_ns = first;
+  if (last_ns != nullptr) *last_ns = last;
   // The sequence number still advances: the collector sees the gap.
   if (n > 0) ++next_sequence_;
   batch_.Clear();

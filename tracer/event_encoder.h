@@ -32,8 +32,9 @@ class EventEncoder {
   // number of events framed.
   size_t FlushBatch(std::string* out);
   // Throws the current batch away (the caller counts its events as dropped). Interned ids
-  // defined in it are forgotten so later uses define them again.
-  size_t DiscardBatch();
+  // defined in it are forgotten so later uses define them again. When given, *first_ns and
+  // *last_ns receive the time span of the discarded events (0 when none had a timestamp).
+  size_t DiscardBatch(uint64_t* first_ns = nullptr, uint64_t* last_ns = nullptr);
 
   uint64_t next_sequence() const { return next_sequence_; }
 

@@ -16,6 +16,11 @@ bool RecordQueue::Push(HostRecord&& record) {
   return true;
 }
 
+void RecordQueue::PushPastCapacity(HostRecord&& record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_.push_back(std::move(record));
+}
+
 DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out) {
   out->clear();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -26,7 +31,8 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out) {
   return drops;
 }
 
-void RecordQueue::ResetAfterFork() {
+void RecordQueue::ResetInChildAfterFork() {
+  // Held by the forking thread (LockBeforeFork), which is the child's only thread.
   new (&mutex_) std::mutex();
   records_.clear();
   drops_ = DropWindow{};

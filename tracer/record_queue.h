@@ -24,11 +24,18 @@ class RecordQueue {
 
   // Returns false (and counts a drop) when the queue is full.
   bool Push(HostRecord&& record);
+  // For the one record that must never be lost to a full queue, the process exit: one
+  // record past the bound, once per process.
+  void PushPastCapacity(HostRecord&& record);
   // Moves all queued records into *out (cleared first) and returns the drops since the
   // last call.
   DropWindow TakeAll(std::vector<HostRecord>* out);
-  // After fork the child owns a copy of the mutex in an unknown state: rebuild it.
-  void ResetAfterFork();
+  // Around fork (pthread_atfork): the forking thread holds the lock across fork(), so the
+  // child never inherits a vector another thread was in the middle of changing.
+  void LockBeforeFork() { mutex_.lock(); }
+  void UnlockInParentAfterFork() { mutex_.unlock(); }
+  // In the child: the parent's records are the parent's stream, not the child's.
+  void ResetInChildAfterFork();
   size_t capacity() const { return capacity_; }
 
  private:

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +30,10 @@ namespace {
 constexpr size_t kDefaultQueueRecords = 1u << 20;
 constexpr auto kDrainInterval = std::chrono::milliseconds(10);
 constexpr uint64_t kCuptiFlushIntervalNs = 100'000'000;  // at most 200 ms between flushes
+// An encoded event takes 10 to 40 bytes: 32 per queued event lets the outbox hold about as
+// many events as the queue, within [1 MiB, 32 MiB].
+constexpr size_t kOutboxBytesPerQueuedEvent = 32;
+constexpr size_t kMinOutboxBytes = 1u << 20;
 constexpr size_t kMaxOutboxBytes = 32u << 20;
 constexpr int kExitSendBudgetMs = 2000;
 constexpr auto kExitWait = std::chrono::milliseconds(3000);
@@ -118,7 +123,11 @@ struct SenderState {
   std::vector<CompletedBuffer> buffers;
   std::unordered_set<uint32_t> named_threads;
   std::unordered_set<uint32_t> described_devices;
+  // Events lost to a full queue or thrown away because the outbox was full (the collector
+  // is not reading), with their time span: reported as one DroppedRecords gap.
   uint64_t dropped_while_full = 0;
+  uint64_t dropped_first_ns = 0;
+  uint64_t dropped_last_ns = 0;
   uint64_t last_cupti_flush_ns = 0;
 };
 
@@ -131,7 +140,11 @@ TracerRuntime& TracerRuntime::Get() {
   return *runtime;
 }
 
-TracerRuntime::TracerRuntime() : queue_(QueueCapacityFromEnv()) {}
+TracerRuntime::TracerRuntime()
+    : queue_(QueueCapacityFromEnv()) {
+  max_outbox_bytes_ = std::clamp(queue_.capacity() * kOutboxBytesPerQueuedEvent, kMinOutboxBytes,
+                                 kMaxOutboxBytes);
+}
 
 void TracerRuntime::Notice(v1::NoticeLevel level, const std::string& code,
                            const std::string& text) {
@@ -160,11 +173,20 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   const char* socket = getenv("CUMEMTRACE_SOCKET");
   socket_path_ = (socket != nullptr && *socket) ? socket : DefaultSocketPath();
 
-  pthread_atfork(nullptr, nullptr, AtForkChild);
-  // Registered now, it runs after the program's later-registered exit handlers: the last
-  // word of the stream. It does not touch CUPTI (that handler is registered later).
-  on_exit(OnExit, nullptr);
+  // A forked child inherits these registrations: it must not add a second pair.
+  if (!exit_and_fork_handlers_registered_) {
+    exit_and_fork_handlers_registered_ = true;
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+    // Registered now, it runs after the program's later-registered exit handlers: the last
+    // word of the stream. It does not touch CUPTI (that handler is registered later).
+    on_exit(OnExit, nullptr);
+  }
 
+  // Constructed here, before the sender thread exists: a fork while another thread is
+  // inside a function-local static's first initialization leaves the child waiting on that
+  // guard forever, and AtForkChild needs the session (seen: fork_probe children hung in
+  // __cxa_guard_acquire under CuptiSession::Get).
+  CuptiSession::Get();
   recording_.store(true);
   // The sender starts with every signal blocked so the program's signals never land on it.
   sigset_t all;
@@ -186,7 +208,6 @@ void TracerRuntime::StartCupti() {
   WakeSender();
 }
 
-void TracerRuntime::Record(HostRecord&& record) { queue_.Push(std::move(record)); }
 
 void TracerRuntime::WakeSender() {
   std::lock_guard<std::mutex> lock(wake_mutex_);
@@ -220,7 +241,8 @@ void TracerRuntime::OnExit(int status, void* arg) {
   record.type = HostRecord::Type::kProcessExit;
   record.timestamp_ns = MonotonicNs();
   record.error_code = status;
-  self.Record(std::move(record));
+  // Threads that just stopped pushing may have left the queue full: the exit still goes.
+  self.queue_.PushPastCapacity(std::move(record));
   std::unique_lock<std::mutex> lock(self.wake_mutex_);
   self.stop_requested_ = true;
   self.wake_.notify_one();
@@ -229,16 +251,44 @@ void TracerRuntime::OnExit(int status, void* arg) {
   self.recording_.store(false);
 }
 
+void TracerRuntime::AtForkPrepare() { Get().queue_.LockBeforeFork(); }
+
+void TracerRuntime::AtForkParent() { Get().queue_.UnlockInParentAfterFork(); }
+
 void TracerRuntime::AtForkChild() {
   // The sender thread does not exist in the child and the parent's stream is not ours.
-  // A child that execs loads the tracer afresh and opens its own stream.
+  // A child that execs loads the tracer afresh and opens its own stream. A child that goes
+  // on without exec (DataLoader workers, multiprocessing) is traced as its own process from
+  // its first event: NVTX and process lifetime only, since CUDA cannot be used in a child
+  // of a process that initialized it. Nothing here may block or call CUPTI.
   TracerRuntime& self = Get();
   ++g_tid_generation;
+  const bool parent_was_recording = self.recording_.load();
   self.recording_.store(false);
-  self.queue_.ResetAfterFork();
+  self.queue_.ResetInChildAfterFork();
+  // Rebuilt, never destroyed: another parent thread may have held them, and the parent's
+  // sender was waiting on the condition variable (a copied waiter can block notify).
   new (&self.wake_mutex_) std::mutex();
+  new (&self.wake_) std::condition_variable();
   new (&self.notices_mutex_) std::mutex();
+  new (&self.notices_) std::vector<v1::TracerNotice>();
+  self.wake_requested_ = false;
+  self.stop_requested_ = false;
+  self.sender_done_ = false;
   if (g_sender != nullptr) g_sender->connection.AbandonAfterFork();
+  g_sender = nullptr;  // the parent's, leaked
+  CuptiSession::Get().ForgetInChildAfterFork();
+  if (self.started_.load() && parent_was_recording) {
+    self.started_.store(false);
+    self.cupti_started_.store(true);  // never CUPTI in this child
+    self.restart_in_child_.store(true);
+    self.recording_.store(true);  // hooks queue events; the first one starts the stream
+  }
+}
+
+void TracerRuntime::RestartInForkedChild() {
+  if (!restart_in_child_.exchange(false)) return;
+  Start(mode_);
 }
 
 void TracerRuntime::SenderMain() {
@@ -295,7 +345,9 @@ void TracerRuntime::SenderMain() {
       cupti.Flush(/*forced=*/false);
       s.last_cupti_flush_ns = now;
     }
-    const bool alive = DrainOnce(&outbox);
+    // The last drain keeps everything: the exit record and the count of what was dropped
+    // while the collector did not read must not be the next thing thrown away.
+    const bool alive = DrainOnce(&outbox, /*final=*/stopping);
     if (alive && !outbox.empty()) {
       if (s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0) ==
           CollectorConnection::SendResult::kClosed) {
@@ -314,7 +366,7 @@ void TracerRuntime::SenderMain() {
   }
 }
 
-bool TracerRuntime::DrainOnce(std::string* outbox) {
+bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   SenderState& s = *g_sender;
   CuptiSession& cupti = CuptiSession::Get();
   // Buffers first, host records second: every record in a taken buffer was produced after
@@ -323,10 +375,27 @@ bool TracerRuntime::DrainOnce(std::string* outbox) {
   const DropWindow queue_drops = queue_.TakeAll(&s.host_records);
   s.translator.set_cupti_clock_offset_ns(cupti.clock_offset_ns());
 
+  // The collector is not reading and the outbox is at its bound: drop the batch, remember
+  // how many events and which time span, so the report shows the gap.
+  auto note_dropped = [&](uint64_t count, uint64_t first, uint64_t last) {
+    s.dropped_while_full += count;
+    if (first != 0 && (s.dropped_first_ns == 0 || first < s.dropped_first_ns)) {
+      s.dropped_first_ns = first;
+    }
+    s.dropped_last_ns = std::max(s.dropped_last_ns, last);
+  };
+  auto discard_batch = [&] {
+    uint64_t first = 0;
+    uint64_t last = 0;
+    const size_t count = s.encoder.DiscardBatch(&first, &last);
+    note_dropped(count, first, last);
+  };
+  // At exit the outbox may exceed its bound by what the queue held (itself bounded).
+  const size_t outbox_bound = final ? SIZE_MAX : max_outbox_bytes_;
   auto flush_if_full = [&] {
     if (!s.encoder.batch_full()) return;
-    if (outbox->size() > kMaxOutboxBytes) {
-      s.dropped_while_full += s.encoder.DiscardBatch();
+    if (outbox->size() > outbox_bound) {
+      discard_batch();
     } else {
       s.encoder.FlushBatch(outbox);
     }
@@ -367,18 +436,20 @@ bool TracerRuntime::DrainOnce(std::string* outbox) {
   }
 
   const uint64_t now = MonotonicNs();
+  // Queue drops join the outbox drops: one DroppedRecords event, sent only when it can
+  // really go out (added to a batch that is then discarded, its count would be lost).
   if (queue_drops.count > 0) {
-    v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
-    dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
-    dropped->set_count(queue_drops.count);
-    dropped->set_first_ns(queue_drops.first_ns);
-    dropped->set_last_ns(queue_drops.last_ns);
+    note_dropped(queue_drops.count, queue_drops.first_ns, queue_drops.last_ns);
   }
-  if (s.dropped_while_full > 0 && outbox->size() <= kMaxOutboxBytes) {
+  if (s.dropped_while_full > 0 && outbox->size() <= outbox_bound) {
     v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
     dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
     dropped->set_count(s.dropped_while_full);
+    dropped->set_first_ns(s.dropped_first_ns);
+    dropped->set_last_ns(s.dropped_last_ns);
     s.dropped_while_full = 0;
+    s.dropped_first_ns = 0;
+    s.dropped_last_ns = 0;
   }
   if (const uint64_t cupti_drops = cupti.TakeDroppedRecords(); cupti_drops > 0) {
     v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
@@ -392,8 +463,8 @@ bool TracerRuntime::DrainOnce(std::string* outbox) {
     }
     notices_.clear();
   }
-  if (outbox->size() > kMaxOutboxBytes) {
-    s.dropped_while_full += s.encoder.DiscardBatch();
+  if (outbox->size() > outbox_bound) {
+    discard_batch();
   } else {
     s.encoder.FlushBatch(outbox);
   }

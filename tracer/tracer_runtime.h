@@ -30,7 +30,11 @@ class TracerRuntime {
 
   // True while events are wanted: hooks test this first and return at once otherwise.
   bool recording() const { return recording_.load(std::memory_order_relaxed); }
-  void Record(HostRecord&& record);
+  void Record(HostRecord&& record) {
+    // A forked child's first event starts its own stream (see AtForkChild).
+    if (restart_in_child_.load(std::memory_order_relaxed)) RestartInForkedChild();
+    queue_.Push(std::move(record));
+  }
   void WakeSender();
   // A CUDA context was created on `device` (resource callback, program thread).
   void OnContextCreated(uint32_t device);
@@ -40,22 +44,33 @@ class TracerRuntime {
  private:
   TracerRuntime();
   void SenderMain();
-  bool DrainOnce(std::string* outbox);
+  // Moves queued records and CUPTI buffers into *outbox as framed batches. Past the outbox
+  // bound, batches are dropped and counted, except in the final drain at exit.
+  bool DrainOnce(std::string* outbox, bool final);
   void EmitDeviceInfo(uint32_t device, std::vector<HostRecord>* unused);
   static void OnExit(int status, void* arg);
   static void OnExitFlushCupti(int status, void* arg);
+  static void AtForkPrepare();
+  static void AtForkParent();
   static void AtForkChild();
+  void RestartInForkedChild();
 
   std::atomic<bool> started_{false};
   std::atomic<bool> cupti_started_{false};
   std::atomic<bool> recording_{false};
   std::atomic<bool> exit_flush_registered_{false};
+  // Set in a forked child of a recording process until its first event starts its stream.
+  std::atomic<bool> restart_in_child_{false};
+  bool exit_and_fork_handlers_registered_ = false;  // inherited by forked children
   pid_t pid_ = 0;
   v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
   bool kernels_ = true;
   bool quiet_ = false;
   std::string socket_path_;
   uint64_t start_ns_ = 0;
+  // Encoded bytes held for a collector that does not read; derived from the queue bound so
+  // that CUMEMTRACE_QUEUE_EVENTS bounds the tracer's memory as a whole.
+  size_t max_outbox_bytes_ = 0;
 
   RecordQueue queue_;
   std::mutex wake_mutex_;

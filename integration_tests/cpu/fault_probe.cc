@@ -1,0 +1,208 @@
+// A CPU-only program with the process shapes that break tracers: many threads pushing NVTX
+// ranges, fork without exec from a multi-threaded process, threads created and destroyed
+// constantly, dlopen/dlclose of a library that uses NVTX, and death by signal. It knows
+// nothing about cumemtrace; reliability_test runs it under the real tracer.
+//
+//   fault_probe [--threads=T] [--ranges=N]   T threads, N "step" ranges each (default 1, 1000)
+//               [--duration-ms=D]            instead of N ranges, push ranges for D ms
+//               [--ready-fd=R]               write "r" to R once the first range is pushed
+//               [--go-fd=G]                  then read G to EOF before the work starts
+//               [--done-fd=D]                write "d" to D when the work is done
+//               [--stats-fd=S]               write "ranges=N max_range_ns=X work_ns=Y" to S
+//               [--fork-children=K]          while the threads run, fork K children (no
+//                                            exec); each pushes --child-ranges "child"
+//                                            ranges, then exit(0)
+//               [--child-ranges=M]           (default 10)
+//               [--thread-churn=K]           create and join K short threads, one "churn"
+//                                            range each
+//               [--dlopen=PATH] [--dlopen-times=K]  dlopen PATH, call its plugin_work()
+//                                            (one "plugin" range), dlclose; K times
+//               [--die=kill|segv|abort]      die that way after the work
+//               [--death-fd=F]               before dying, read F to EOF
+//               [--exit=CODE]
+// stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
+#include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Options {
+  int threads = 1;
+  long ranges = 1000;
+  long duration_ms = 0;
+  int ready_fd = -1;
+  int go_fd = -1;
+  int done_fd = -1;
+  int stats_fd = -1;
+  int fork_children = 0;
+  long child_ranges = 10;
+  int thread_churn = 0;
+  std::string dlopen_path;
+  int dlopen_times = 1;
+  std::string die;
+  int death_fd = -1;
+  int exit_code = 0;
+};
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void WriteAll(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) _exit(98);
+    done += static_cast<size_t>(n);
+  }
+}
+
+void ReadToEof(int fd) {
+  char buffer[64];
+  while (read(fd, buffer, sizeof(buffer)) > 0) {
+  }
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* prefix) -> const char* {
+      const size_t n = strlen(prefix);
+      return arg.compare(0, n, prefix) == 0 ? argv[i] + n : nullptr;
+    };
+    if (const char* v = value("--threads=")) o.threads = atoi(v);
+    else if (const char* v1 = value("--ranges=")) o.ranges = atol(v1);
+    else if (const char* v2 = value("--ready-fd=")) o.ready_fd = atoi(v2);
+    else if (const char* v3 = value("--go-fd=")) o.go_fd = atoi(v3);
+    else if (const char* v4 = value("--done-fd=")) o.done_fd = atoi(v4);
+    else if (const char* v5 = value("--stats-fd=")) o.stats_fd = atoi(v5);
+    else if (const char* v6 = value("--fork-children=")) o.fork_children = atoi(v6);
+    else if (const char* v7 = value("--child-ranges=")) o.child_ranges = atol(v7);
+    else if (const char* v8 = value("--thread-churn=")) o.thread_churn = atoi(v8);
+    else if (const char* v9 = value("--dlopen=")) o.dlopen_path = v9;
+    else if (const char* v10 = value("--dlopen-times=")) o.dlopen_times = atoi(v10);
+    else if (const char* v11 = value("--die=")) o.die = v11;
+    else if (const char* v12 = value("--exit=")) o.exit_code = atoi(v12);
+    else if (const char* v13 = value("--death-fd=")) o.death_fd = atoi(v13);
+    else if (const char* v14 = value("--duration-ms=")) o.duration_ms = atol(v14);
+    else {
+      fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
+      exit(2);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  nvtxRangePushA("startup");
+  nvtxRangePop();
+  if (o.ready_fd >= 0) {
+    WriteAll(o.ready_fd, "r");
+    close(o.ready_fd);
+  }
+  if (o.go_fd >= 0) ReadToEof(o.go_fd);
+
+  const uint64_t work_start = NowNs();
+  const uint64_t deadline = work_start + static_cast<uint64_t>(o.duration_ms) * 1000000;
+  std::atomic<uint64_t> max_range_ns{0};
+  std::atomic<long> ranges_done{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < o.threads; ++t) {
+    workers.emplace_back([&] {
+      uint64_t worst = 0;
+      long done = 0;
+      for (; o.duration_ms > 0 ? NowNs() < deadline : done < o.ranges; ++done) {
+        const uint64_t before = NowNs();
+        nvtxRangePushA("step");
+        nvtxRangePop();
+        worst = std::max(worst, NowNs() - before);
+      }
+      ranges_done += done;
+      uint64_t seen = max_range_ns.load();
+      while (worst > seen && !max_range_ns.compare_exchange_weak(seen, worst)) {
+      }
+    });
+  }
+
+  // Forked while the workers push ranges: whatever lock a worker holds at that instant is
+  // copied into the child held.
+  std::vector<pid_t> children;
+  for (int c = 0; c < o.fork_children; ++c) {
+    const pid_t pid = fork();
+    if (pid < 0) return 97;
+    if (pid == 0) {
+      for (long i = 0; i < o.child_ranges; ++i) {
+        nvtxRangePushA("child");
+        nvtxRangePop();
+      }
+      exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (int c = 0; c < o.thread_churn; ++c) {
+    std::thread([] {
+      nvtxRangePushA("churn");
+      nvtxRangePop();
+    }).join();
+  }
+  for (int k = 0; k < (o.dlopen_path.empty() ? 0 : o.dlopen_times); ++k) {
+    void* plugin = dlopen(o.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (plugin == nullptr) {
+      fprintf(stderr, "fault_probe: %s\n", dlerror());
+      return 96;
+    }
+    auto work = reinterpret_cast<void (*)()>(dlsym(plugin, "plugin_work"));
+    if (work == nullptr) return 95;
+    work();
+    dlclose(plugin);
+  }
+
+  for (std::thread& w : workers) w.join();
+  int failed_children = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed_children;
+    }
+  }
+  const uint64_t work_ns = NowNs() - work_start;
+  if (failed_children > 0) {
+    fprintf(stderr, "fault_probe: %d children failed\n", failed_children);
+    return 94;
+  }
+  if (o.stats_fd >= 0) {
+    WriteAll(o.stats_fd, "ranges=" + std::to_string(ranges_done.load()) +
+                             " max_range_ns=" + std::to_string(max_range_ns.load()) +
+                             " work_ns=" + std::to_string(work_ns) + "\n");
+    close(o.stats_fd);
+  }
+  printf("fault_probe: %ld ranges\n", ranges_done.load());
+  fflush(stdout);
+  if (o.done_fd >= 0) {
+    WriteAll(o.done_fd, "d");
+    close(o.done_fd);
+  }
+  if (o.death_fd >= 0) ReadToEof(o.death_fd);
+  if (o.die == "kill") raise(SIGKILL);
+  if (o.die == "segv") raise(SIGSEGV);
+  if (o.die == "abort") abort();
+  return o.exit_code;
+}
