@@ -125,12 +125,12 @@ InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) 
     return out;
   }
 
-  // Gradients: memory born on the autograd thread during burst k and live at its end. The
-  // optimizer of iteration k ends when the last of them is freed.
+  // Gradients: memory born on the autograd thread during burst k and freed after it, before
+  // the next one. The optimizer of iteration k ends with the last such free. Memory that is
+  // never freed (a library's workspace made by the first backward pass) is not a gradient.
   std::vector<uint64_t> optimizer_end(bursts.size(), 0);
   if (out.signal == "memory") {
     std::unordered_map<uint64_t, size_t> born_in_burst;  // (device, address) -> burst
-    std::vector<int64_t> live_gradients(bursts.size(), 0);
     size_t burst = 0;
     for (const Event& e : s->events) {
       if ((e.type != EventType::kAllocate && e.type != EventType::kRelease) ||
@@ -144,7 +144,6 @@ InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) 
         if (burst < bursts.size() && e.timestamp_ns >= bursts[burst].first_ns &&
             IsAutograd(out.autograd_threads, e.thread_id)) {
           born_in_burst[key] = burst;
-          ++live_gradients[burst];
         }
         continue;
       }
@@ -153,13 +152,9 @@ InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) 
       const size_t k = it->second;
       born_in_burst.erase(it);
       // Freed inside its own burst: a temporary of the backward pass, not a gradient.
-      if (e.timestamp_ns <= bursts[k].last_ns) {
-        --live_gradients[k];
-        continue;
-      }
-      if (--live_gradients[k] == 0 &&
-          (k + 1 == bursts.size() || e.timestamp_ns < bursts[k + 1].first_ns)) {
-        optimizer_end[k] = e.timestamp_ns;
+      if (e.timestamp_ns <= bursts[k].last_ns) continue;
+      if (k + 1 == bursts.size() || e.timestamp_ns < bursts[k + 1].first_ns) {
+        optimizer_end[k] = std::max(optimizer_end[k], e.timestamp_ns);
       }
     }
   }

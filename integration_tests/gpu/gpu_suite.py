@@ -130,7 +130,8 @@ class Table:
         return ok
 
     def close(self, case, what, expected, observed, tolerance):
-        ok = expected > 0 and abs(observed - expected) <= tolerance * expected
+        # Zero expected means zero observed (a phase that allocates nothing).
+        ok = abs(observed - expected) <= tolerance * expected if expected > 0 else observed == 0
         diff = (observed - expected) / expected * 100 if expected else float("nan")
         return self.check(case, what, f"{expected:,} (±{tolerance * 100:g}%)",
                           f"{observed:,} ({diff:+.4f}%)", ok)

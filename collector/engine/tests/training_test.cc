@@ -97,7 +97,7 @@ TEST(Phases, PerOpRangesRollUpIntoTheEnclosingPhase) {
 
 // A PyTorch-shaped training loop with no NVTX: the calling thread (10) runs forward and the
 // optimizer, the autograd worker (11) the backward pass; weights exist before the loop.
-StreamBuilder UnlabeledTraining(int iterations) {
+StreamBuilder UnlabeledTraining(int iterations, bool library_workspace = false) {
   StreamBuilder s(1, 10);
   NameThread(s, 10, "python3");
   NameThread(s, 11, "pt_autograd_0");
@@ -114,6 +114,11 @@ StreamBuilder UnlabeledTraining(int iterations) {
     s.Alloc(t + 6, 0, opt, 2 * MiB, testing::kDevice, 10);    // optimizer: temporary
     s.Free(t + 7, 0, opt, 2 * MiB, testing::kDevice, 10);
     s.Free(t + 8, 0, grad, 5 * MiB, testing::kDevice, 10);    // zero_grad(set_to_none=True)
+    if (k == 0 && library_workspace) {
+      // The first backward pass also makes a library workspace that is never freed (cuBLAS
+      // does, per thread): it must not keep the first optimizer from being found.
+      s.Alloc(t + 4, 0, 0x90000, 64 * MiB, testing::kDevice, 11);
+    }
     t += 100;
   }
   s.Flush();
@@ -142,6 +147,16 @@ TEST(Inference, ForwardBackwardAndOptimizerFromTheAutogradThread) {
   EXPECT_EQ(p.iterations.source, "repetition");
   EXPECT_EQ(p.iterations.range, "forward > backward > optimizer");
   EXPECT_EQ(p.iterations.count, 4u);
+}
+
+TEST(Inference, ANeverFreedWorkspaceOfTheFirstBackwardPassKeepsEveryOptimizer) {
+  auto report = Analyze(UnlabeledTraining(4, /*library_workspace=*/true).Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  ASSERT_TRUE(p.phase_inference.applied) << p.phase_inference.reason;
+  EXPECT_EQ(p.phase_inference.optimizers_inferred, 4u);
+  EXPECT_EQ(p.iterations.count, 4u);
+  EXPECT_EQ(p.iterations.range, "forward > backward > optimizer");
+  EXPECT_EQ(Phase(p, "backward")->devices[0].allocated_bytes, 4 * 6 * MiB + 64 * MiB);
 }
 
 TEST(Inference, NotAppliedWhenTheProgramLabelsItsPhases) {
