@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "collector/cli/analysis_flags.h"
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
@@ -45,7 +46,7 @@ Options:
   -f, --force           replace an existing output
       --pid=PID         memory-viz: the traced process to export
   -h, --help            show this help
-
+%s
 Exit status: 0 on success (also for a truncated trace, with a warning), 1 when TRACE
 cannot be read or the output cannot be written, 2 for bad usage (including an existing
 output without --force). docs/exports.md describes every format.
@@ -113,20 +114,20 @@ bool WriteFileAtomically(const std::string& path, bool force, Write write, std::
 }  // namespace
 
 int ExportCommand(int argc, char** argv) {
-  static const option kOptions[] = {
+  static const std::vector<option> kOptions = WithAnalysisOptions({
       {"format", required_argument, nullptr, 'F'},
       {"output", required_argument, nullptr, 'o'},
       {"force", no_argument, nullptr, 'f'},
       {"pid", required_argument, nullptr, 'p'},
       {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0},
-  };
+  });
+  AnalysisFlags flags;
   std::string format_name, output;
   bool force = false;
   long pid = -1;
   opterr = 0;
   optind = 1;
-  for (int opt; (opt = getopt_long(argc, argv, ":F:o:fh", kOptions, nullptr)) != -1;) {
+  for (int opt; (opt = getopt_long(argc, argv, ":F:o:fh", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'F': format_name = optarg; break;
       case 'o': output = optarg; break;
@@ -139,10 +140,11 @@ int ExportCommand(int argc, char** argv) {
         }
         break;
       }
-      case 'h': fputs(kExportHelp, stdout); return 0;
+      case 'h': PrintHelpWithAnalysisOptions(kExportHelp); return 0;
       case ':': return UsageError("export", std::string("option '") + argv[optind - 1] +
                                                 "' needs a value");
       default:
+        if (TakeAnalysisOption(opt, optarg, &flags)) break;
         return UsageError("export", std::string("unknown option '") + argv[optind - 1] + "'");
     }
   }
@@ -190,7 +192,10 @@ int ExportCommand(int argc, char** argv) {
   }
 
   std::string error;
-  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  AnalysisOptions options;
+  if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("export", error);
+  options.keep_lifetimes = format == Format::kCsv;  // lifetimes.csv: a row per allocation
+  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(path, options, &error);
   if (trace == nullptr) {
     LogLine(error);
     return 1;

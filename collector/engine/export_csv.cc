@@ -54,6 +54,62 @@ void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
   }
 }
 
+std::string Signed(int64_t v) { return std::to_string(v); }
+
+// Per-phase statistics over iterations, lifetime classes at the peak, and (when the analysis
+// kept them) one row per allocation's life.
+void AppendTrainingTables(const Report& report,
+                          std::vector<std::pair<std::string, std::string>>* tables) {
+  CsvTable iterations({"stream_id", "pid", "phase", "inferred", "device", "iterations_with_phase",
+                       "warmup_ns", "time_ns_median", "time_ns_min", "time_ns_max",
+                       "warmup_peak_above_entry_bytes", "peak_above_entry_bytes_median",
+                       "peak_above_entry_bytes_min", "peak_above_entry_bytes_max",
+                       "warmup_net_change_bytes", "net_change_bytes_median",
+                       "net_change_bytes_min", "net_change_bytes_max"});
+  CsvTable classes({"stream_id", "pid", "device", "lifetime_class", "bytes_at_peak",
+                    "activation_memory_bytes"});
+  CsvTable lifetimes({"stream_id", "pid", "device", "stream", "kind", "api", "library", "address",
+                      "bytes", "birth_ns", "death_ns", "birth_phase", "death_phase",
+                      "birth_iteration", "death_iteration", "lifetime_class"});
+  auto spread = [](CsvTable& t, const Spread& s) -> CsvTable& {
+    if (s.count == 0) return t.Field(std::string()).Field(std::string()).Field(std::string());
+    return t.Field(Signed(s.median)).Field(Signed(s.min)).Field(Signed(s.max));
+  };
+  for (const ProcessReport& p : report.processes) {
+    for (const IterationPhaseStats& s : p.iterations.phases) {
+      for (const IterationPhaseDevice& d : s.devices) {
+        iterations.Row().Process(p).Field(s.phase).Field(s.inferred ? "true" : "false")
+            .Field(uint64_t{d.index}).Field(s.iterations_with_phase)
+            .Field(s.in_warmup ? Signed(s.warmup_ns) : std::string());
+        spread(iterations, s.time_ns);
+        iterations.Field(s.in_warmup ? Signed(d.warmup_peak_above_entry_bytes) : std::string());
+        spread(iterations, d.peak_above_entry_bytes);
+        iterations.Field(s.in_warmup ? Signed(d.warmup_net_change_bytes) : std::string());
+        spread(iterations, d.net_change_bytes);
+      }
+    }
+    for (const DeviceReport& d : p.devices) {
+      for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
+        classes.Row().Process(p).Field(uint64_t{d.index}).Field(name).Field(bytes)
+            .Field(d.lifetime_at_peak.activation_memory_bytes);
+      }
+    }
+    for (const AllocationLifetime& a : p.lifetimes) {
+      lifetimes.Row().Process(p).Field(uint64_t{a.device}).Field(uint64_t{a.stream}).Field(a.kind)
+          .Field(a.api).Field(a.library).Field(a.address).Field(a.bytes).Field(a.birth_ns)
+          .Field(a.death_ns < 0 ? std::string() : Signed(a.death_ns))
+          .Field(PhaseOrNone(a.birth_phase))
+          .Field(a.death_ns < 0 ? std::string() : PhaseOrNone(a.death_phase))
+          .Field(a.birth_iteration < 0 ? std::string() : Signed(a.birth_iteration))
+          .Field(a.death_iteration < 0 ? std::string() : Signed(a.death_iteration))
+          .Field(a.lifetime_class);
+    }
+  }
+  tables->emplace_back("iteration_phases.csv", iterations.Text());
+  tables->emplace_back("lifetime_at_peak.csv", classes.Text());
+  tables->emplace_back("lifetimes.csv", lifetimes.Text());
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report) {
@@ -117,10 +173,13 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
           .Field(f.device_total_bytes);
     }
   }
-  return {{"devices.csv", devices.Text()},         {"live_at_peak.csv", live.Text()},
-          {"by_kind.csv", kinds.Text()},           {"by_api.csv", apis.Text()},
-          {"by_library.csv", libraries.Text()},    {"phases.csv", phases.Text()},
-          {"failed_allocations.csv", failed.Text()}};
+  std::vector<std::pair<std::string, std::string>> tables = {
+      {"devices.csv", devices.Text()},         {"live_at_peak.csv", live.Text()},
+      {"by_kind.csv", kinds.Text()},           {"by_api.csv", apis.Text()},
+      {"by_library.csv", libraries.Text()},    {"phases.csv", phases.Text()},
+      {"failed_allocations.csv", failed.Text()}};
+  AppendTrainingTables(report, &tables);
+  return tables;
 }
 
 }  // namespace cumemtrace

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "collector/engine/analysis.h"
+#include "collector/engine/export.h"
 #include "collector/engine/phase_rules.h"
 #include "collector/engine/report.h"
 #include "collector/engine/run_figures.h"
@@ -200,6 +201,57 @@ TEST(Lifetimes, ClassesAtThePeakAndActivationMemory) {
   EXPECT_EQ(count["activation"], 3);
   EXPECT_EQ(count["gradient"], 3);
   EXPECT_EQ(count["temporary"], 6);  // backward scratch and optimizer scratch
+}
+
+// Splits RFC 4180 CSV text without quoted fields (these tables have none) into rows of fields.
+std::vector<std::vector<std::string>> CsvRows(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<std::string> fields;
+    std::istringstream cells(line);
+    for (std::string f; std::getline(cells, f, ',');) fields.push_back(f);
+    if (!line.empty() && line.back() == ',') fields.emplace_back();
+    rows.push_back(fields);
+  }
+  return rows;
+}
+
+TEST(TrainingCsv, IterationStatisticsAndOneLifetimeRowPerAllocation) {
+  AnalysisOptions keep;
+  keep.keep_lifetimes = true;
+  auto report = Analyze(UnlabeledTraining(3).Chunks(), keep);
+  std::map<std::string, std::string> tables;
+  for (auto& [name, text] : SummaryCsvTables(*report)) tables[name] = text;
+  const auto lifetimes = CsvRows(tables.at("lifetimes.csv"));
+  ASSERT_EQ(lifetimes.size(), 1u + 1 + 3 * 4);  // header, weights, 4 allocations x 3
+  const std::vector<std::string>& header = lifetimes[0];
+  const size_t cls = std::find(header.begin(), header.end(), "lifetime_class") - header.begin();
+  const size_t death = std::find(header.begin(), header.end(), "death_ns") - header.begin();
+  ASSERT_LT(cls, header.size());
+  std::map<std::string, int> classes;
+  for (size_t i = 1; i < lifetimes.size(); ++i) {
+    ++classes[lifetimes[i].at(cls)];
+    if (lifetimes[i].at(cls) == "persistent") {
+      EXPECT_EQ(lifetimes[i].at(death), "");  // never freed
+    }
+  }
+  EXPECT_EQ(classes, (std::map<std::string, int>{
+                         {"activation", 3}, {"gradient", 3}, {"persistent", 1}, {"temporary", 6}}));
+  const auto iterations = CsvRows(tables.at("iteration_phases.csv"));
+  const auto& h = iterations[0];
+  const size_t phase = std::find(h.begin(), h.end(), "phase") - h.begin();
+  const size_t median =
+      std::find(h.begin(), h.end(), "peak_above_entry_bytes_median") - h.begin();
+  bool found = false;
+  for (size_t i = 1; i < iterations.size(); ++i) {
+    if (iterations[i].at(phase) != "backward") continue;
+    found = true;
+    // Backward: +1 MiB scratch, then +5 MiB gradient after the scratch is freed.
+    EXPECT_EQ(iterations[i].at(median), std::to_string(5 * MiB));
+  }
+  EXPECT_TRUE(found) << tables.at("iteration_phases.csv");
 }
 
 TEST(Iterations, FromStepRangesWithWarmupApartAndLowerMedian) {
