@@ -31,6 +31,7 @@ echo "built: $build/bin/cumemtrace and $build/programs/{cuda_phases,libtorch_tra
 status=0
 for suite in $suites; do
   case "$suite" in
+    build) continue ;;  # build only (benchmarks/gpu/overhead.py uses the binaries)
     main) script=gpu_suite.py; dir="$results" ;;
     phases) script=gpu_phases.py; dir="$results" ;;
     reliability) script=gpu_reliability.py; dir="$results/reliability" ;;

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Tracing overhead on the GPU machine: the workloads of workloads.py and the LibTorch
+training program, untraced, under cumemtrace (memory + NVTX, and with kernels), and under
+PyTorch's own memory recorders, one process per run, configurations interleaved round by
+round so that drift of the machine falls on all of them alike.
+
+  overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
+
+Prints, per workload, the median over processes of each configuration's per-process median,
+and its ratio to the untraced run (native allocator: what the program does by itself) and,
+for cumemtrace's default async mode, to the untraced run with the async allocator too.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+
+
+def python_configs(cumemtrace, scratch):
+    workloads = [sys.executable, os.path.join(HERE, "workloads.py")]
+    run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
+                                *flags, "--", *workloads]
+    return {
+        "untraced": (workloads, {}),
+        "untraced, async allocator": (workloads, ASYNC),
+        "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
+        "cumemtrace": (run("default"), {}),
+        "cumemtrace --allocator=native": (run("native", "--allocator=native"), {}),
+        "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
+        "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
+    }
+
+
+def libtorch_configs(cumemtrace, program, scratch):
+    argv = [program, "--steps", "40", "--timing", "-"]
+    run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
+                                *flags, "--", *argv]
+    return {
+        "untraced": (argv, {}),
+        "untraced, async allocator": (argv, ASYNC),
+        "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
+        "cumemtrace": (run("lt-default"), {}),
+    }
+
+
+def run_once(argv, env_extra, scratch):
+    for name in os.listdir(scratch):
+        shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
+    env = dict(os.environ, **env_extra)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"{argv}: no JSON line in {proc.stdout[-500:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cumemtrace", required=True)
+    parser.add_argument("--libtorch-train", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
+    samples = {}  # (workload, config) -> [per-process figure]
+    suites = [python_configs(args.cumemtrace, scratch),
+              libtorch_configs(args.cumemtrace, args.libtorch_train, scratch)]
+    for round_index in range(args.rounds):
+        for configs in suites:
+            names = list(configs)
+            # Rotate the order every round: no configuration always runs first or last.
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                argv, env = configs[name]
+                figures = run_once(argv, env, scratch)
+                for workload, value in figures.items():
+                    samples.setdefault((workload, name), []).append(value)
+                print(f"round {round_index + 1}: {name}: {figures}", flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    units = {"mlp": "ms/step", "launch": "ms/step", "alloc": "us/alloc+free",
+             "libtorch": "ms/step"}
+    titles = {"mlp": "MLP 8x2048, batch 256", "launch": "MLP 48x256, batch 32 (launch-bound)",
+              "alloc": "allocation loop (torch.empty + del)", "libtorch": "LibTorch training program"}
+    results = []
+    for workload in ["mlp", "launch", "alloc", "libtorch"]:
+        rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
+        if not rows:
+            continue
+        base = rows.get("untraced")
+        base_async = rows.get("untraced, async allocator")
+        print(f"\n{titles[workload]} ({units[workload]}, median of {args.rounds} processes)")
+        for name, value in rows.items():
+            ratio = value / base if base else float("nan")
+            extra = ""
+            if name.startswith("cumemtrace") and "native" not in name and base_async:
+                extra = f"   vs untraced async: {value / base_async:.3f}x"
+            print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
+            results.append({"workload": workload, "config": name, "median": value,
+                            "unit": units[workload], "ratio_to_untraced": ratio,
+                            "ratio_to_untraced_async": value / base_async if base_async else None,
+                            "samples": samples[(workload, name)]})
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
