@@ -1,0 +1,20 @@
+# make_big_trace at a tiny size, then `cumemtrace report --json` on what it wrote.
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+set(trace "${WORK_DIR}/small.cmtrace")
+execute_process(COMMAND "${MAKE_BIG_TRACE}" --events 20000 --layers 8 "${trace}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "make_big_trace failed (${rc}): ${out}${err}")
+endif()
+execute_process(COMMAND "${CUMEMTRACE}" report --json "${trace}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cumemtrace report failed (${rc}): ${err}")
+endif()
+foreach(expected "\"forward\"" "\"backward\"" "\"optimizer\"" "cudaMallocAsync")
+  string(FIND "${json}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the report of the synthetic trace lacks ${expected}:\n${json}")
+  endif()
+endforeach()

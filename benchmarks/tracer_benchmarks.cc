@@ -1,0 +1,217 @@
+// What the tracer costs per event, in nanoseconds (docs/benchmarks.md has the figures):
+//   Hook/*   - on a program thread: build the HostRecord as the hook does (clock, thread id,
+//              fields) and push it onto the bounded queue. This is all the traced program
+//              pays for an NVTX call or a CUDA API call's entry callback.
+//   Encode/* - on the sender thread: translate one record (RecordTranslator), add it to the
+//              batch (EventEncoder, interning) and frame full batches for the socket.
+#include <benchmark/benchmark.h>
+
+#include <cupti_activity.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tracer/api_catalog.h"
+#include "tracer/clock.h"
+#include "tracer/correlation_table.h"
+#include "tracer/event_encoder.h"
+#include "tracer/host_record.h"
+#include "tracer/record_queue.h"
+#include "tracer/record_translator.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+constexpr size_t kQueueCapacity = 1 << 20;  // the tracer's default (CUMEMTRACE_QUEUE_EVENTS)
+
+uint16_t ApiRow(const char* name) {
+  uint16_t count = 0;
+  const ApiInfo* apis = ApiCatalog(&count);
+  for (uint16_t i = 0; i < count; ++i) {
+    if (strcmp(apis[i].name, name) == 0) return i;
+  }
+  return 0;
+}
+
+// The queue is emptied by the sender thread in the tracer; here it is emptied outside the
+// timed region whenever it fills, so every timed push is an accepted one.
+// With several threads, each drains after its share of the capacity, so the queue never
+// holds more than the capacity and no push is a drop.
+template <typename MakeRecord>
+void PushLoop(benchmark::State& state, RecordQueue& queue, MakeRecord make_record) {
+  std::vector<HostRecord> taken;
+  const size_t share = kQueueCapacity / static_cast<size_t>(state.threads());
+  size_t pushed = 0;
+  for (auto _ : state) {
+    if (pushed == share) {
+      state.PauseTiming();
+      queue.TakeAll(&taken);
+      taken.clear();
+      pushed = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(queue.Push(make_record()));
+    ++pushed;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// nvtxRangePushA("forward") as nvtx_injection.cc records it.
+void BM_Hook_NvtxPush(benchmark::State& state) {
+  static RecordQueue queue(kQueueCapacity);
+  if (state.thread_index() == 0) {
+    std::vector<HostRecord> drained;
+    queue.TakeAll(&drained);
+  }
+  PushLoop(state, queue, [] {
+    HostRecord record;
+    record.type = HostRecord::Type::kNvtx;
+    record.nvtx_operation = 1;  // PUSH
+    record.timestamp_ns = MonotonicNs();
+    record.thread_id = CurrentThreadId();
+    record.text = "forward";
+    return record;
+  });
+}
+BENCHMARK(BM_Hook_NvtxPush)->Name("Hook/NvtxPush")->Threads(1)->Threads(2)->UseRealTime();
+
+// A CUDA API call's entry callback (cupti_session.cc): correlation id -> thread, API.
+void BM_Hook_Correlation(benchmark::State& state) {
+  static RecordQueue queue(kQueueCapacity);
+  if (state.thread_index() == 0) {
+    std::vector<HostRecord> drained;
+    queue.TakeAll(&drained);
+  }
+  const uint16_t api = ApiRow("cudaLaunchKernel");
+  uint32_t correlation = 0;
+  PushLoop(state, queue, [&] {
+    HostRecord record;
+    record.type = HostRecord::Type::kCorrelation;
+    record.thread_id = CurrentThreadId();
+    record.correlation_id = ++correlation;
+    record.api = api;
+    return record;
+  });
+}
+BENCHMARK(BM_Hook_Correlation)->Name("Hook/Correlation")->Threads(1)->Threads(2)->UseRealTime();
+
+// The sender's pipeline for one record type. Full batches are framed into an outbox that
+// is emptied as the socket write would empty it.
+class SenderPipeline {
+ public:
+  SenderPipeline() : translator_(&encoder_, &correlations_, &namer_) {}
+  RecordTranslator& translator() { return translator_; }
+  CorrelationTable& correlations() { return correlations_; }
+  void FlushIfFull() {
+    if (!encoder_.batch_full()) return;
+    encoder_.FlushBatch(&outbox_);
+    bytes_ += outbox_.size();
+    outbox_.clear();
+  }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  EventEncoder encoder_;
+  CorrelationTable correlations_;
+  ErrorNamer namer_;
+  RecordTranslator translator_;
+  std::string outbox_;
+  uint64_t bytes_ = 0;
+};
+
+void BM_Encode_Memory(benchmark::State& state) {
+  SenderPipeline pipeline;
+  const uint16_t api = ApiRow("cudaMallocAsync");
+  CUpti_ActivityMemory4 record;
+  memset(&record, 0, sizeof(record));
+  record.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
+  record.memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE;
+  record.bytes = 4 << 20;
+  record.deviceId = 0;
+  record.contextId = 1;
+  record.streamId = 7;
+  record.isAsync = 1;
+  record.memoryPoolConfig.memoryPoolType = CUPTI_ACTIVITY_MEMORY_POOL_TYPE_LOCAL;
+  record.memoryPoolConfig.address = 0x1000;
+  uint32_t correlation = 0;
+  uint64_t now = 1'000'000'000;
+  for (auto _ : state) {
+    // The entry callback's correlation record reaches the table before the activity.
+    pipeline.correlations().Put(++correlation, 4242, api);
+    record.correlationId = correlation;
+    record.timestamp = now += 1000;
+    record.address = 0x7f0000000000 + ((correlation & 1023) << 22);
+    record.memoryOperationType = (correlation & 1) != 0
+                                     ? CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION
+                                     : CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE;
+    pipeline.translator().AddActivity(reinterpret_cast<const CUpti_Activity*>(&record));
+    pipeline.FlushIfFull();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(pipeline.bytes()));
+}
+BENCHMARK(BM_Encode_Memory)->Name("Encode/Memory");
+
+void BM_Encode_Kernel(benchmark::State& state) {
+  SenderPipeline pipeline;
+  const uint16_t api = ApiRow("cudaLaunchKernel");
+  static const char* const kNames[] = {"ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel",
+                                       "reduce_kernel", "softmax_warp_forward"};
+  CUpti_ActivityKernel10 record;
+  memset(&record, 0, sizeof(record));
+  record.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  record.deviceId = 0;
+  record.contextId = 1;
+  record.streamId = 7;
+  record.gridX = 1024;
+  record.gridY = record.gridZ = 1;
+  record.blockX = 256;
+  record.blockY = record.blockZ = 1;
+  uint32_t correlation = 0;
+  uint64_t now = 1'000'000'000;
+  for (auto _ : state) {
+    pipeline.correlations().Put(++correlation, 4242, api);
+    record.correlationId = correlation;
+    record.start = now += 1000;
+    record.end = now + 20000;
+    // Kernel names are interned: a few names, looked up on every record.
+    record.name = kNames[correlation & 3];
+    pipeline.translator().AddActivity(reinterpret_cast<const CUpti_Activity*>(&record));
+    pipeline.FlushIfFull();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(pipeline.bytes()));
+}
+BENCHMARK(BM_Encode_Kernel)->Name("Encode/Kernel");
+
+void BM_Encode_Nvtx(benchmark::State& state) {
+  SenderPipeline pipeline;
+  static const char* const kPhases[] = {"forward", "backward", "optimizer"};
+  HostRecord record;
+  record.type = HostRecord::Type::kNvtx;
+  record.thread_id = 4242;
+  uint64_t now = 1'000'000'000;
+  uint32_t n = 0;
+  for (auto _ : state) {
+    // Alternating push/pop, as a training loop's ranges arrive.
+    const bool push = (++n & 1) != 0;
+    record.nvtx_operation = push ? 1 : 2;
+    record.timestamp_ns = now += 1000;
+    if (push) {
+      record.text = kPhases[(n >> 1) % 3];
+    } else {
+      record.text.clear();
+    }
+    pipeline.translator().AddHostRecord(record);
+    pipeline.FlushIfFull();
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(pipeline.bytes()));
+}
+BENCHMARK(BM_Encode_Nvtx)->Name("Encode/Nvtx");
+
+}  // namespace
+}  // namespace cumemtrace::tracer
+
+BENCHMARK_MAIN();
