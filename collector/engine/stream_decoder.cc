@@ -6,9 +6,230 @@
 #include <google/protobuf/arena.h>
 #pragma GCC diagnostic pop
 
+#include <string_view>
+
 namespace cumemtrace::internal {
 namespace {
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
+
+// The fields of the three hot payloads, as protobuf's accessors return them. Both decoding
+// paths fill these and turn them into compact events through the same functions below.
+struct MemoryFields {
+  int32_t operation = 0;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  int32_t kind = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  uint32_t thread_id = 0;
+  uint32_t api_name_id = 0;
+  uint32_t caller_module_id = 0;
+};
+
+struct KernelFields {
+  uint32_t name_id = 0;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  uint64_t end_ns = 0;
+  uint32_t thread_id = 0;
+};
+
+struct NvtxFields {
+  int32_t operation = 0;
+  uint32_t thread_id = 0;
+  uint32_t domain_id = 0;
+  uint32_t message_id = 0;
+  uint64_t range_id = 0;
+};
+
+// False when the event accounts for nothing (an operation this reader does not know).
+bool CompactMemory(const MemoryFields& m, Event* e) {
+  if (m.operation == v1::MEMORY_OPERATION_ALLOCATE) {
+    e->type = EventType::kAllocate;
+  } else if (m.operation == v1::MEMORY_OPERATION_RELEASE) {
+    e->type = EventType::kRelease;
+  } else {
+    return false;  // neither: nothing to account
+  }
+  e->a = m.address;
+  e->b = m.bytes;
+  e->kind = static_cast<uint8_t>(m.kind);
+  e->device = m.device;
+  e->thread_id = m.thread_id;
+  e->name_id = m.api_name_id;
+  e->caller_id = m.caller_module_id;
+  e->c = m.stream;
+  return true;
+}
+
+void CompactKernel(const KernelFields& k, Event* e) {
+  e->type = EventType::kKernel;
+  e->a = k.end_ns;
+  e->c = k.stream;
+  e->name_id = k.name_id;
+  e->device = k.device;
+  e->thread_id = k.thread_id;
+}
+
+bool CompactNvtx(const NvtxFields& n, Event* e) {
+  switch (n.operation) {
+    case v1::NVTX_OPERATION_PUSH:
+    case v1::NVTX_OPERATION_START: e->type = EventType::kRangeOpen; break;
+    case v1::NVTX_OPERATION_POP:
+    case v1::NVTX_OPERATION_END: e->type = EventType::kRangeClose; break;
+    case v1::NVTX_OPERATION_MARK: e->type = EventType::kMark; break;
+    default: return false;
+  }
+  e->nvtx_op = static_cast<uint8_t>(n.operation);
+  e->thread_id = n.thread_id;
+  e->aux_id = n.domain_id;
+  e->name_id = n.message_id;
+  e->a = n.range_id;
+  return true;
+}
+
+// A forward-only reader of protobuf wire format that gives up (returns false) rather than
+// guess: every case it declines is left to the generated parser.
+class WireReader {
+ public:
+  WireReader(const char* begin, const char* end)
+      : p_(reinterpret_cast<const uint8_t*>(begin)), end_(reinterpret_cast<const uint8_t*>(end)) {}
+  bool done() const { return p_ == end_; }
+
+  bool Varint(uint64_t* value) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_) return false;
+      const uint8_t byte = *p_++;
+      // The tenth byte holds bit 63 only; anything more is left to protobuf's judgment.
+      if (shift == 63 && byte > 1) return false;
+      result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) {
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+  // A field's tag; false at a malformed or zero tag.
+  bool Tag(uint32_t* field, uint32_t* wire_type) {
+    uint64_t tag = 0;
+    if (!Varint(&tag) || tag > 0xffffffffu || (tag >> 3) == 0) return false;
+    *field = static_cast<uint32_t>(tag >> 3);
+    *wire_type = static_cast<uint32_t>(tag & 7);
+    return true;
+  }
+  // A length-delimited field's bytes.
+  bool Bytes(const char** begin, const char** end) {
+    uint64_t size = 0;
+    if (!Varint(&size) || size > static_cast<uint64_t>(end_ - p_)) return false;
+    *begin = reinterpret_cast<const char*>(p_);
+    p_ += size;
+    *end = reinterpret_cast<const char*>(p_);
+    return true;
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+constexpr uint32_t kVarint = 0;
+constexpr uint32_t kLengthDelimited = 2;
+
+// Reads a message made only of varint fields: set(field, value) stores one and returns
+// false for a field number it does not know (then the whole frame goes to protobuf).
+// Scalars that repeat keep the last value, as protobuf does.
+template <typename Set>
+bool ReadVarintMessage(const char* begin, const char* end, Set set) {
+  WireReader in(begin, end);
+  while (!in.done()) {
+    uint32_t field = 0, wire_type = 0;
+    uint64_t value = 0;
+    if (!in.Tag(&field, &wire_type) || wire_type != kVarint || !in.Varint(&value) ||
+        !set(field, value)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// proto3 scalar conversions, as the generated parser does them.
+uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
+int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
+  return ReadVarintMessage(begin, end, [m](uint32_t field, uint64_t v) {
+    switch (field) {
+      case 1: m->operation = I32(v); return true;
+      case 2: m->address = v; return true;
+      case 3: m->bytes = v; return true;
+      case 4: m->kind = I32(v); return true;
+      case 5: m->device = U32(v); return true;
+      case 7: m->stream = U32(v); return true;
+      case 12: m->thread_id = U32(v); return true;
+      case 13: m->api_name_id = U32(v); return true;
+      case 14: m->caller_module_id = U32(v); return true;
+      case 6: case 8: case 9: case 10: case 11: return true;  // known, not kept
+      default: return false;
+    }
+  });
+}
+
+bool ReadKernel(const char* begin, const char* end, KernelFields* k) {
+  return ReadVarintMessage(begin, end, [k](uint32_t field, uint64_t v) {
+    switch (field) {
+      case 1: k->name_id = U32(v); return true;
+      case 2: k->device = U32(v); return true;
+      case 3: k->stream = U32(v); return true;
+      case 4: k->end_ns = v; return true;
+      case 6: k->thread_id = U32(v); return true;
+      case 5: case 7: case 8: case 9: return true;  // known, not kept
+      default: return false;
+    }
+  });
+}
+
+bool ReadNvtx(const char* begin, const char* end, NvtxFields* n) {
+  return ReadVarintMessage(begin, end, [n](uint32_t field, uint64_t v) {
+    switch (field) {
+      case 1: n->operation = I32(v); return true;
+      case 2: n->thread_id = U32(v); return true;
+      case 3: n->domain_id = U32(v); return true;
+      case 4: n->message_id = U32(v); return true;
+      case 5: n->range_id = v; return true;
+      case 6: case 7: return true;  // known, not kept
+      default: return false;
+    }
+  });
+}
+
+bool ReadInternedString(const char* begin, const char* end, uint32_t* id,
+                        std::string_view* value) {
+  WireReader in(begin, end);
+  *id = 0;
+  *value = std::string_view();
+  bool saw_value = false;
+  while (!in.done()) {
+    uint32_t field = 0, wire_type = 0;
+    if (!in.Tag(&field, &wire_type)) return false;
+    if (field == 1 && wire_type == kVarint) {
+      uint64_t v = 0;
+      if (!in.Varint(&v)) return false;
+      *id = U32(v);
+    } else if (field == 2 && wire_type == kLengthDelimited && !saw_value) {
+      const char* b = nullptr;
+      const char* e = nullptr;
+      if (!in.Bytes(&b, &e)) return false;
+      *value = std::string_view(b, static_cast<size_t>(e - b));
+      saw_value = true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 StreamDecoder::StreamDecoder() : arena_block_(new char[kArenaBlockBytes]) {
@@ -45,6 +266,7 @@ void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
 }
 
 void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame) {
+  if (AddBatchFrameFast(stream, frame)) return;
   auto* message = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(arena_.get());
   struct ResetAfterFrame {
     google::protobuf::Arena* arena;
@@ -78,6 +300,115 @@ void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame
   }
 }
 
+bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view frame) {
+  // StreamMessage { batch = 2 }, once, and nothing else.
+  WireReader message(frame.data(), frame.data() + frame.size());
+  uint32_t field = 0, wire_type = 0;
+  const char* batch_begin = nullptr;
+  const char* batch_end = nullptr;
+  if (!message.Tag(&field, &wire_type) || field != 2 || wire_type != kLengthDelimited ||
+      !message.Bytes(&batch_begin, &batch_end) || !message.done()) {
+    return false;
+  }
+
+  // Events are appended as they are read and cut back if the frame is declined; strings
+  // and the rare payloads are staged and applied only once the whole frame has been read.
+  const size_t events_before = stream.events.size();
+  fast_strings_.clear();
+  fast_other_events_.clear();
+  struct Rollback {
+    StreamDecoder* decoder;
+    DecodedStream& stream;
+    size_t events_before;
+    bool committed = false;
+    ~Rollback() {
+      if (!committed) stream.events.resize(events_before);
+      decoder->arena_->Reset();
+    }
+  } rollback{this, stream, events_before};
+
+  WireReader batch(batch_begin, batch_end);
+  uint64_t sequence = 0;
+  while (!batch.done()) {
+    if (!batch.Tag(&field, &wire_type)) return false;
+    if (field == 1 && wire_type == kVarint) {
+      if (!batch.Varint(&sequence)) return false;
+      continue;
+    }
+    if (field != 2 || wire_type != kLengthDelimited) return false;
+    const char* event_begin = nullptr;
+    const char* event_end = nullptr;
+    if (!batch.Bytes(&event_begin, &event_end)) return false;
+
+    WireReader in(event_begin, event_end);
+    Event e{};
+    uint32_t payload = 0;  // field number of the oneof member seen, 0 for none
+    const char* payload_begin = nullptr;
+    const char* payload_end = nullptr;
+    while (!in.done()) {
+      if (!in.Tag(&field, &wire_type)) return false;
+      if (field == 1 && wire_type == kVarint) {
+        if (!in.Varint(&e.timestamp_ns)) return false;
+        continue;
+      }
+      // A second oneof member (replace or merge semantics) is protobuf's business.
+      if (field < 2 || field > 13 || wire_type != kLengthDelimited || payload != 0) return false;
+      payload = field;
+      if (!in.Bytes(&payload_begin, &payload_end)) return false;
+    }
+    switch (payload) {
+      case 0:
+        break;  // PAYLOAD_NOT_SET
+      case 2: {
+        uint32_t id = 0;
+        std::string_view value;
+        if (!ReadInternedString(payload_begin, payload_end, &id, &value)) return false;
+        fast_strings_.emplace_back(id, value);
+        break;
+      }
+      case 4: {
+        MemoryFields m;
+        if (!ReadMemory(payload_begin, payload_end, &m)) return false;
+        if (CompactMemory(m, &e)) stream.events.push_back(e);
+        break;
+      }
+      case 7: {
+        KernelFields k;
+        if (!ReadKernel(payload_begin, payload_end, &k)) return false;
+        CompactKernel(k, &e);
+        stream.events.push_back(e);
+        break;
+      }
+      case 8: {
+        NvtxFields n;
+        if (!ReadNvtx(payload_begin, payload_end, &n)) return false;
+        if (CompactNvtx(n, &e)) stream.events.push_back(e);
+        break;
+      }
+      default: {
+        // Rare payloads (devices, thread names, drops, notices...): the generated parser.
+        auto* other = google::protobuf::Arena::CreateMessage<v1::Event>(arena_.get());
+        if (!other->ParseFromArray(event_begin, static_cast<int>(event_end - event_begin))) {
+          return false;
+        }
+        fast_other_events_.push_back(other);
+        break;
+      }
+    }
+  }
+
+  rollback.committed = true;
+  if (!stream.has_handshake && stream.batches == 0) {
+    stream.damage.push_back("event batch before any handshake");
+  }
+  BeginBatch(stream, sequence);
+  // Ids are never reused within a connection, so a table filled in arrival order resolves
+  // every reference, whatever the timestamps say.
+  for (const auto& [id, value] : fast_strings_) stream.strings[id].assign(value.data(), value.size());
+  for (const v1::Event* other : fast_other_events_) AddEvent(stream, *other);
+  return true;
+}
+
 void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& handshake) {
   stream.has_handshake = true;
   if (handshake.magic() != static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)) {
@@ -101,8 +432,12 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
 }
 
 void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch) {
+  BeginBatch(stream, batch.sequence());
+  for (const v1::Event& event : batch.events()) AddEvent(stream, event);
+}
+
+void StreamDecoder::BeginBatch(DecodedStream& stream, uint64_t sequence) {
   // Batches of one connection arrive in order, so any jump is loss, not reordering.
-  const uint64_t sequence = batch.sequence();
   if (sequence != stream.next_sequence) {
     SequenceGap gap;
     gap.at_start = !stream.saw_batch;
@@ -114,7 +449,6 @@ void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch)
   stream.saw_batch = true;
   stream.next_sequence = sequence + 1;
   ++stream.batches;
-  for (const v1::Event& event : batch.events()) AddEvent(stream, event);
 }
 
 void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
@@ -136,21 +470,17 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kMemory: {
       const v1::MemoryOp& m = event.memory();
-      if (m.operation() == v1::MEMORY_OPERATION_ALLOCATE) {
-        e.type = EventType::kAllocate;
-      } else if (m.operation() == v1::MEMORY_OPERATION_RELEASE) {
-        e.type = EventType::kRelease;
-      } else {
-        return;  // neither: nothing to account
-      }
-      e.a = m.address();
-      e.b = m.bytes();
-      e.kind = static_cast<uint8_t>(m.kind());
-      e.device = m.device();
-      e.thread_id = m.thread_id();
-      e.name_id = m.api_name_id();
-      e.caller_id = m.caller_module_id();
-      e.c = m.stream();
+      MemoryFields f;
+      f.operation = m.operation();
+      f.address = m.address();
+      f.bytes = m.bytes();
+      f.kind = m.kind();
+      f.device = m.device();
+      f.stream = m.stream();
+      f.thread_id = m.thread_id();
+      f.api_name_id = m.api_name_id();
+      f.caller_module_id = m.caller_module_id();
+      if (!CompactMemory(f, &e)) return;
       break;
     }
     case v1::Event::kFailedAllocation: {
@@ -170,29 +500,24 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kKernel: {
       const v1::Kernel& k = event.kernel();
-      e.type = EventType::kKernel;
-      e.a = k.end_ns();
-      e.c = k.stream();
-      e.name_id = k.name_id();
-      e.device = k.device();
-      e.thread_id = k.thread_id();
+      KernelFields f;
+      f.name_id = k.name_id();
+      f.device = k.device();
+      f.stream = k.stream();
+      f.end_ns = k.end_ns();
+      f.thread_id = k.thread_id();
+      CompactKernel(f, &e);
       break;
     }
     case v1::Event::kNvtx: {
       const v1::Nvtx& n = event.nvtx();
-      switch (n.operation()) {
-        case v1::NVTX_OPERATION_PUSH:
-        case v1::NVTX_OPERATION_START: e.type = EventType::kRangeOpen; break;
-        case v1::NVTX_OPERATION_POP:
-        case v1::NVTX_OPERATION_END: e.type = EventType::kRangeClose; break;
-        case v1::NVTX_OPERATION_MARK: e.type = EventType::kMark; break;
-        default: return;
-      }
-      e.nvtx_op = static_cast<uint8_t>(n.operation());
-      e.thread_id = n.thread_id();
-      e.aux_id = n.domain_id();
-      e.name_id = n.message_id();
-      e.a = n.range_id();
+      NvtxFields f;
+      f.operation = n.operation();
+      f.thread_id = n.thread_id();
+      f.domain_id = n.domain_id();
+      f.message_id = n.message_id();
+      f.range_id = n.range_id();
+      if (!CompactNvtx(f, &e)) return;
       break;
     }
     case v1::Event::kThreadName:

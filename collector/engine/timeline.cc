@@ -64,6 +64,7 @@ int64_t MemoryTimeline::Release(const Event& event, uint32_t slot, uint64_t pos)
 void MemoryTimeline::Kill(uint32_t index, uint64_t pos) {
   Allocation& a = allocations_[index];
   a.death_pos = pos;
+  death_order_.push_back(index);
   DeviceCounters& d = devices_[a.slot];
   d.kind_live[a.kind] -= a.bytes;
   if (IsStaticMemory(a.kind)) d.static_live -= a.bytes;
@@ -77,6 +78,7 @@ void MemoryTimeline::CloseLive(uint64_t end_pos) {
     ++k.live_at_exit_count;
     k.live_at_exit_bytes += a.bytes;
     a.death_pos = end_pos;
+    death_order_.push_back(index);
   });
   live_.Clear();
 }

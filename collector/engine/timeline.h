@@ -148,12 +148,16 @@ class MemoryTimeline {
   }
   const DeviceCounters& device(uint32_t slot) const { return devices_[slot]; }
   const std::vector<Allocation>& allocations() const { return allocations_; }
+  // Allocation indices in the order they died (ascending death_pos): the sweep visits
+  // positions in order, so this costs an append per death instead of a sort afterwards.
+  const std::vector<uint32_t>& death_order() const { return death_order_; }
 
  private:
   void Kill(uint32_t index, uint64_t pos);
 
   std::vector<DeviceCounters> devices_;
   std::vector<Allocation> allocations_;
+  std::vector<uint32_t> death_order_;
   // (slot, address) -> live allocation index. Slot in the top bits: device addresses are
   // 49-bit virtual addresses, so the packing cannot collide in practice.
   AddressMap live_;

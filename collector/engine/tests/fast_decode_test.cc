@@ -1,0 +1,98 @@
+// The decoder reads EventBatch frames on a fast path and hands anything it cannot vouch for
+// to protobuf (stream_decoder.h). These tests make the fast path decline, frame by frame,
+// and check that the summary does not change: which path ran must never show.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/tests/trace_builder.h"
+
+namespace cumemtrace {
+namespace {
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+void AppendLengthDelimited(uint32_t field, const std::string& bytes, std::string* out) {
+  AppendVarint(field << 3 | 2, out);
+  AppendVarint(bytes.size(), out);
+  out->append(bytes);
+}
+
+// Re-encodes each batch frame by hand, appending `extra` to every event's bytes.
+std::vector<v1::TraceChunk> WithExtraEventBytes(std::vector<v1::TraceChunk> chunks,
+                                                const std::string& extra) {
+  for (v1::TraceChunk& chunk : chunks) {
+    v1::StreamMessage message;
+    if (!chunk.has_wire_frame() || !message.ParseFromString(chunk.wire_frame()) ||
+        !message.has_batch()) {
+      continue;
+    }
+    std::string batch;
+    AppendVarint(1 << 3 | 0, &batch);
+    AppendVarint(message.batch().sequence(), &batch);
+    for (const v1::Event& event : message.batch().events()) {
+      AppendLengthDelimited(2, event.SerializeAsString() + extra, &batch);
+    }
+    std::string frame;
+    AppendLengthDelimited(2, batch, &frame);
+    chunk.set_wire_frame(frame);
+  }
+  return chunks;
+}
+
+std::vector<v1::TraceChunk> TrainingLikeTrace() {
+  testing::StreamBuilder s(1, 100);
+  s.String(1, "forward").String(2, "cudaMallocAsync").String(3, "gemm");
+  s.Device(0, "GPU", 80ull << 30);
+  s.Push(1000, 7, 1);
+  s.Alloc(1100, 0, 0x1000, 4096, testing::kDevice, 7, 2);
+  s.Kernel(1200, 1500, 0, 7, 3);
+  s.Alloc(1300, 0, 0x9000, 8192, testing::kDevice, 7, 2);
+  s.Flush();
+  s.Free(1400, 0, 0x1000, 4096, testing::kDevice, 7);
+  s.Pop(1600, 7);
+  s.Mark(1700, 7, 1);
+  s.Exit(2000, 0);
+  return s.Chunks();
+}
+
+TEST(FastDecode, UnknownEventFieldGivesTheSameSummaryThroughProtobuf) {
+  const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
+  // Field 15 (varint): unknown to this reader, skipped by protobuf, declined by the fast path.
+  const std::string unknown_field = std::string("\x78\x01", 2);
+  const auto expected = testing::Analyze(plain);
+  const auto declined = testing::Analyze(WithExtraEventBytes(plain, unknown_field));
+  EXPECT_EQ(SummaryJson(*declined), SummaryJson(*expected));
+  EXPECT_GT(expected->processes.at(0).events, 0u);
+}
+
+TEST(FastDecode, HandEncodedBatchesReadAsTheGeneratedEncodersDo) {
+  const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
+  const auto expected = testing::Analyze(plain);
+  const auto reencoded = testing::Analyze(WithExtraEventBytes(plain, std::string()));
+  EXPECT_EQ(SummaryJson(*reencoded), SummaryJson(*expected));
+}
+
+TEST(FastDecode, SecondPayloadInOneEventIsLeftToProtobuf) {
+  const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
+  // Every event also carries an empty Nvtx payload after its own. protobuf replaces another
+  // oneof member (memory, kernel: an Nvtx with no operation, which accounts for nothing) but
+  // merges into an Nvtx of the same member (push, pop, mark survive).
+  std::string empty_nvtx;
+  AppendLengthDelimited(8, std::string(), &empty_nvtx);
+  const auto merged = testing::Analyze(WithExtraEventBytes(plain, empty_nvtx));
+  ASSERT_EQ(merged->processes.size(), 1u);
+  EXPECT_EQ(merged->processes[0].events, 3u);
+  EXPECT_EQ(merged->processes[0].nvtx_marks, 1u);
+}
+
+}  // namespace
+}  // namespace cumemtrace
