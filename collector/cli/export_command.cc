@@ -253,7 +253,9 @@ int ExportCommand(int argc, char** argv) {
       }
       for (const auto& [name, content] : SummaryCsvTables(*trace->report)) {
         ok = WriteFileAtomically(
-            output + "/" + name, force, [&](std::ostream& out) { out << content; }, &error);
+            output + "/" + name, force,
+            // Captures the table, not the structured binding (C++20 only; clang rejects it).
+            [&table = content](std::ostream& out) { out << table; }, &error);
         if (!ok) break;
       }
       break;

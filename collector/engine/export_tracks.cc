@@ -62,7 +62,9 @@ std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
   for (uint32_t i : nesting_order(timeline.ranges)) {
     by_thread[timeline.ranges[i].thread_id].push_back(i);
   }
-  for (const auto& [thread, order] : by_thread) {
+  for (const auto& [thread_key, order] : by_thread) {
+    // A copy: lambdas may not capture structured bindings before C++20 (clang rejects it).
+    const uint32_t thread = thread_key;
     auto name_it = report.thread_names.find(thread);
     const std::string thread_name =
         name_it != report.thread_names.end() ? name_it->second : "thread " + std::to_string(thread);
@@ -86,7 +88,8 @@ std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
   for (uint32_t i : nesting_order(timeline.kernels)) {
     by_stream[{timeline.kernels[i].device, timeline.kernels[i].stream}].push_back(i);
   }
-  for (const auto& [key, order] : by_stream) {
+  for (const auto& [stream_key, order] : by_stream) {
+    const std::pair<uint32_t, uint32_t> key = stream_key;  // captured below (see above)
     const std::string name = DeviceLabel(key.first) + " stream " + std::to_string(key.second);
     AddLaneTracks(
         order,
