@@ -135,7 +135,11 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
     return false;
   }
 
-  for (uint16_t i = 0; i < count; ++i) {
+  // CUMEMTRACE_API_CALLBACKS=0 is a diagnostic: it measures what the per-call callbacks
+  // cost (records then lack their thread and API, and failed allocations are not seen).
+  const char* callbacks = getenv("CUMEMTRACE_API_CALLBACKS");
+  const bool api_callbacks = !(callbacks != nullptr && callbacks[0] == '0');
+  for (uint16_t i = 0; i < count && api_callbacks; ++i) {
     if (apis[i].role == ApiRole::kLaunch && !kernels) continue;
     api_.EnableCallback(1, subscriber_, apis[i].domain, apis[i].cbid);
   }
