@@ -8,11 +8,15 @@ sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 packages=(cmake ninja-build g++ protobuf-compiler libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev clang-14 libclang-rt-14-dev chromium nodejs npm)
+          nlohmann-json3-dev clang-14 libclang-rt-14-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js and npm (the viewer's browser tests): by command, not by package, because a
+# Node.js from another source (nodesource's bundles npm) conflicts with Debian's npm package.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -141,7 +141,11 @@ def check_collector_killed(t, runs):
     name = "collector_killed"
     r = runs[name]
     t.check(name, "exit status unchanged", r["untraced_status"], r["status"])
-    t.check(name, "stdout unchanged", r["untraced_stdout"], r["stdout"])
+    # The program allocates for a fixed time, so how many it made varies run to run: its
+    # output must be the same but for that number.
+    import re
+    t.check(name, "stdout unchanged (but for the time-bound count)",
+            re.sub(r"\d+", "N", r["untraced_stdout"]), re.sub(r"\d+", "N", r["stdout"]))
     lines = tracer_lines(r["stderr"])
     t.check(name, "exactly one tracer notice", 1, len(lines))
     t.check(name, "notice says tracing stopped", True,
