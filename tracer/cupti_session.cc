@@ -48,6 +48,7 @@ CuptiSession& CuptiSession::Get() {
 }
 
 bool CuptiSession::LoadCupti(std::string* error) {
+  if (api_.Subscribe != nullptr) return true;
   // By soname only: if the program (PyTorch ships its own) already loaded a libcupti.so.13,
   // this returns that very copy. Loading a second one by path breaks both.
   void* handle = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
@@ -67,7 +68,9 @@ bool CuptiSession::LoadCupti(std::string* error) {
                     &api_.ActivityGetNumDroppedRecords) &&
             Resolve(handle, "cuptiActivityGetAttribute", &api_.ActivityGetAttribute) &&
             Resolve(handle, "cuptiGetResultString", &api_.GetResultString) &&
-            Resolve(handle, "cuptiGetDeviceId", &api_.GetDeviceId);
+            Resolve(handle, "cuptiGetDeviceId", &api_.GetDeviceId) &&
+            Resolve(handle, "cuptiUnsubscribe", &api_.Unsubscribe) &&
+            Resolve(handle, "cuptiActivityDisable", &api_.ActivityDisable);
   // Optional: older CUPTIs lack it; then timestamps are shifted from CLOCK_REALTIME.
   Resolve(handle, "cuptiActivityRegisterTimestampCallback",
           &api_.ActivityRegisterTimestampCallback);
@@ -97,6 +100,13 @@ std::string CuptiSession::ResultString(CUptiResult result) const {
 }
 
 bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  if (handed_over_) {
+    *code = "cupti_subscriber_taken";
+    *text = "the program runs its own CUPTI client (a profiler); memory and kernel tracing "
+            "off, recording NVTX ranges and process lifetime only";
+    return false;
+  }
   std::string error;
   if (!LoadCupti(&error)) {
     *code = "cupti_unavailable";
@@ -174,14 +184,38 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   return true;
 }
 
+CUptiResult CuptiSession::SubscribeForProgram(CUpti_SubscriberHandle* subscriber,
+                                              CUpti_CallbackFunc callback, void* userdata) {
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(start_mutex_);
+    if (!LoadCupti(&error)) return CUPTI_ERROR_NOT_INITIALIZED;
+    handed_over_ = true;
+    if (started_) {
+      // Deliver everything recorded so far, then give CUPTI back: the program's profiler
+      // must work, and the report says from when the memory timeline is missing.
+      Flush(/*forced=*/true);
+      started_.store(false, std::memory_order_release);
+      for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_MEMORY_POOL,
+                                      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
+        api_.ActivityDisable(kind);
+      }
+      api_.Unsubscribe(subscriber_);
+      subscriber_ = nullptr;
+      TracerRuntime::Get().OnCuptiHandedOver();
+    }
+  }
+  return api_.Subscribe(subscriber, callback, userdata);
+}
+
 void CuptiSession::Flush(bool forced) {
-  if (!started_) return;
+  if (!started()) return;
   std::lock_guard<std::mutex> lock(flush_mutex_);
   api_.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 
 void CuptiSession::ForgetInChildAfterFork() {
-  started_ = false;
+  started_.store(false);
   // Another parent thread (a CUPTI buffer callback) may have held these at fork: rebuild
   // them, and leak the vectors it may have been changing (heaptrack, memray: leak, never
   // destroy, state inherited across fork).

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cupti.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -16,6 +17,8 @@ namespace cumemtrace::tracer {
 // CUPTI entry points, resolved with dlsym from the already-loaded (or soname-loaded) copy.
 struct CuptiApi {
   decltype(&cuptiSubscribe) Subscribe = nullptr;
+  decltype(&cuptiUnsubscribe) Unsubscribe = nullptr;
+  decltype(&cuptiActivityDisable) ActivityDisable = nullptr;
   decltype(&cuptiEnableCallback) EnableCallback = nullptr;
   decltype(&cuptiEnableDomain) EnableDomain = nullptr;
   decltype(&cuptiActivityRegisterCallbacks) ActivityRegisterCallbacks = nullptr;
@@ -50,7 +53,15 @@ class CuptiSession {
  public:
   // Loads and starts CUPTI. On failure returns false with a stable code and a one-line text.
   bool Start(bool kernels, std::string* code, std::string* text);
-  bool started() const { return started_; }
+  bool started() const { return started_.load(std::memory_order_acquire); }
+
+  // The program itself subscribes to CUPTI (torch.profiler, Nsight): CUPTI takes one
+  // subscriber, so the tracer flushes what it has, steps aside, and passes the call on.
+  // Called through the tracer's exported cuptiSubscribe (it precedes libcupti's when
+  // preloaded). Returns the real cuptiSubscribe's result.
+  CUptiResult SubscribeForProgram(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
+                                  void* userdata);
+  bool handed_over() const { return handed_over_.load(); }
 
   // Asks CUPTI to deliver what it holds (forced: also buffers still being filled).
   // Never called with the tracer's own locks held: CUPTI calls back into BufferCompleted.
@@ -93,7 +104,9 @@ class CuptiSession {
 
   CuptiApi api_;
   DriverApi driver_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> handed_over_{false};
+  std::mutex start_mutex_;  // Start and the hand-over never interleave
   int64_t clock_offset_ns_ = 0;
   uint64_t device_buffer_bytes_ = 0;
   CUpti_SubscriberHandle subscriber_ = nullptr;

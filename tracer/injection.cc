@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "tracer/cupti_session.h"
 #include "tracer/tracer_runtime.h"
 
 namespace cumemtrace::tracer {
@@ -94,6 +95,15 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   TracerRuntime::Get().Start(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
+}
+
+// CUPTI takes one subscriber. Preloaded, this definition comes before libcupti's, so a
+// profiler started by the program (torch.profiler's Kineto, Nsight) reaches the tracer,
+// which steps aside for it (CuptiSession::SubscribeForProgram) instead of making it fail.
+extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
+cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
+  return cumemtrace::tracer::CuptiSession::Get().SubscribeForProgram(subscriber, callback,
+                                                                   userdata);
 }
 
 // Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/python/).

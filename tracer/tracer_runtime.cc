@@ -209,6 +209,16 @@ void TracerRuntime::StartCupti() {
 }
 
 
+void TracerRuntime::OnCuptiHandedOver() {
+  char when[64];
+  snprintf(when, sizeof(when), "%.3f s", static_cast<double>(MonotonicNs() - start_ns_) / 1e9);
+  Notice(v1::NOTICE_LEVEL_WARNING, "cupti_handed_over",
+         std::string("the program started its own CUPTI client (a profiler) ") + when +
+             " after tracing began: cumemtrace handed CUPTI over, so memory and kernel records "
+             "end there; NVTX ranges and process lifetime go on");
+  WakeSender();
+}
+
 void TracerRuntime::WakeSender() {
   std::lock_guard<std::mutex> lock(wake_mutex_);
   wake_requested_ = true;

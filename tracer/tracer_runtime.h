@@ -36,6 +36,8 @@ class TracerRuntime {
     queue_.Push(std::move(record));
   }
   void WakeSender();
+  // The program's own CUPTI client took CUPTI over (CuptiSession::SubscribeForProgram).
+  void OnCuptiHandedOver();
   // A CUDA context was created on `device` (resource callback, program thread).
   void OnContextCreated(uint32_t device);
   // Prints a one-line notice on stderr (unless CUMEMTRACE_QUIET=1) and sends it.
