@@ -1,5 +1,6 @@
 #include "tracer/tracer_runtime.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -244,9 +245,25 @@ void TracerRuntime::OnExitFlushCupti(int status, void* arg) {
   CuptiSession::Get().Flush(/*forced=*/true);
 }
 
+// True when the library is loaded in this process (never loads it).
+static bool Loaded(const char* soname) {
+  void* handle = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return false;
+  dlclose(handle);
+  return true;
+}
+
 void TracerRuntime::OnExit(int status, void* arg) {
   TracerRuntime& self = Get();
   if (getpid() != self.pid_ || !self.recording()) return;
+  // The driver starts CUPTI through the injection hook; without a driver that never
+  // happens, so say it once here when the program did load the CUDA runtime.
+  if (!self.cupti_started_.load() && !Loaded("libcuda.so.1") &&
+      (Loaded("libcudart.so.13") || Loaded("libcudart.so.12") || Loaded("libc10_cuda.so"))) {
+    self.Notice(v1::NOTICE_LEVEL_WARNING, "no_cuda_driver",
+                "the program loaded the CUDA runtime but no CUDA driver was found: no GPU "
+                "memory was recorded, only NVTX ranges and process lifetime");
+  }
   HostRecord record;
   record.type = HostRecord::Type::kProcessExit;
   record.timestamp_ns = MonotonicNs();

@@ -1,6 +1,9 @@
-// `cumemtrace run --phase PHASE=MODULE:QUALNAME` on an unmodified Python program, through the
-// real tracer and the Python start-up hooks, without a GPU: the named methods become phases,
-// the loop's iterations are found, and a name that cannot be resolved gets one warning.
+// `cumemtrace run` with the real tracer, without a GPU:
+// - --phase PHASE=MODULE:QUALNAME on an unmodified Python program, through the Python
+//   start-up hooks: the named methods become phases, the loop's iterations are found, and a
+//   name that cannot be resolved gets one warning;
+// - a CUDA program on a machine with no CUDA driver: NVTX phases and the process's lifetime
+//   are recorded, with one notice.
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,6 +109,33 @@ TEST_F(PythonPhases, MalformedPhaseIsAUsageError) {
   EXPECT_EQ(status, 2);
   EXPECT_NE(ReadFile(tmp_ + "/stderr").find("PHASE=MODULE:QUALNAME"), std::string::npos);
   EXPECT_FALSE(fs::exists(tmp_ + "/x"));  // nothing created for a refused command line
+}
+
+TEST_F(PythonPhases, NoCudaDriverStillRecordsPhasesWithOneNotice) {
+  const std::string out = tmp_ + "/out";
+  const int status = Shell("env -u CUMEMTRACE_TRACER_LIB -u CUMEMTRACE_SOCKET " CUMEMTRACE_BIN
+                           " run -o " + out + " -- " NO_DRIVER_PROBE " " CUDART_LIBRARY " > " +
+                           tmp_ + "/stdout 2> " + tmp_ + "/stderr");
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(ReadFile(tmp_ + "/stdout").find("cudaGetDeviceCount: error"), std::string::npos);
+  const std::string err = ReadFile(tmp_ + "/stderr");
+  size_t notices = 0;  // lines the tracer printed (the summary and the last line aside)
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("cumemtrace: ", 0) == 0 && line.rfind("cumemtrace: trace written", 0) != 0) {
+      ++notices;
+    }
+  }
+  EXPECT_EQ(notices, 1u) << err;
+  EXPECT_NE(err.find("no CUDA driver was found"), std::string::npos) << err;
+  std::ifstream in(out + "/summary.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json process = nlohmann::json::parse(in)["processes"][0];
+  ASSERT_EQ(process["notices"].size(), 1u);
+  EXPECT_EQ(process["notices"][0]["code"], "no_cuda_driver");
+  EXPECT_EQ(process["phases"].size(), 2u);  // setup, train
+  EXPECT_EQ(process["exit"]["code"], 0);
+  EXPECT_TRUE(process["devices"].empty());
 }
 
 }  // namespace
