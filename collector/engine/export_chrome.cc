@@ -84,6 +84,23 @@ void WriteProcess(ChromeWriter& w, const ProcessReport& p, const ProcessTimeline
                {"device_free_bytes", f.device_free_bytes}}}});
   }
 
+  // Records lost before they reached the trace: explicit gaps on their own row.
+  uint64_t drops_tid = 0;
+  for (const DropSummary& d : p.dropped) {
+    for (const DropWindow& window : d.windows) {
+      if (!window.has_window) continue;
+      if (drops_tid == 0) {
+        drops_tid = (*next_tid)++;
+        w.Event({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", drops_tid},
+                 {"args", {{"name", "records dropped (gaps)"}}}});
+      }
+      const uint64_t duration = std::max<uint64_t>(window.last_ns - window.first_ns, 1000);
+      w.Event({{"ph", "X"}, {"cat", "gap"}, {"name", "records dropped (" + d.source + ")"},
+               {"pid", pid}, {"tid", drops_tid}, {"ts", Micros(offset + window.first_ns)},
+               {"dur", Micros(duration)}, {"args", {{"count", window.count}}}});
+    }
+  }
+
   for (const internal::SliceTrack& plan : internal::PlanSliceTracks(p, t)) {
     const bool own_thread = !plan.kernels && plan.lane == 0;
     const uint64_t tid = own_thread ? plan.thread_id : (*next_tid)++;

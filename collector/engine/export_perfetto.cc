@@ -199,6 +199,30 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     }
   }
 
+  // Records lost before they reached the trace: explicit gaps, as slices on their own track.
+  uint64_t drops_track = 0;
+  for (const DropSummary& d : p.dropped) {
+    for (const DropWindow& window : d.windows) {
+      if (!window.has_window) continue;
+      if (drops_track == 0) drops_track = NamedTrack(w, process_track, "records dropped (gaps)");
+      for (const bool begin : {true, false}) {
+        pp::TracePacket packet;
+        // A window of one instant still gets a visible width of 1 us.
+        packet.set_timestamp(offset + (begin ? window.first_ns
+                                             : std::max(window.last_ns, window.first_ns + 1000)));
+        pp::TrackEvent* e = packet.mutable_track_event();
+        e->set_type(begin ? pp::TrackEvent::TYPE_SLICE_BEGIN : pp::TrackEvent::TYPE_SLICE_END);
+        e->set_track_uuid(drops_track);
+        if (begin) {
+          e->add_categories("gap");
+          w.SetName(packet, "records dropped (" + d.source + ")");
+          AddAnnotation(e, "count", window.count);
+        }
+        w.Emit(packet);
+      }
+    }
+  }
+
   // NVTX ranges per thread, kernels per stream; overflow lanes are child tracks.
   std::unordered_map<uint32_t, uint64_t> thread_tracks;
   std::unordered_map<uint64_t, uint64_t> stream_tracks;

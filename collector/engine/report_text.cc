@@ -354,6 +354,19 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     }
     if (lo != UINT64_MAX) out << " between " << At(lo) << " and " << At(hi);
     out << "; figures around then are incomplete\n";
+    // Each gap, so a reader knows which stretches of the timeline to distrust.
+    size_t shown = 0;
+    size_t with_window = 0;
+    for (const DropWindow& w : d.windows) with_window += w.has_window ? 1 : 0;
+    for (const DropWindow& w : d.windows) {
+      if (!w.has_window) continue;
+      if (++shown > 5) {
+        out << "    ... and " << with_window - 5 << " more gaps (summary.json lists them all)\n";
+        break;
+      }
+      out << "    gap: " << Grouped(w.count) << " records from " << At(w.first_ns) << " to "
+          << At(w.last_ns) << '\n';
+    }
   }
   if (p.lost_batches > 0 || !p.sequence_gaps.empty()) {
     out << "  warning: " << Plural(p.lost_batches, "event batch", "event batches") << " lost ("

@@ -502,3 +502,38 @@ TEST(MemoryVizExport, SnapshotOfTheSyntheticTrace) {
 
 }  // namespace
 }  // namespace cumemtrace::testing
+
+namespace cumemtrace {
+namespace {
+
+// Records the tracer lost are shown as explicit gaps in the exported timeline and the text.
+TEST(DropGaps, AppearInTheChromeTimelineAndTheTextReport) {
+  testing::StreamBuilder s(1, 77);
+  s.Alloc(1000, 0, 0x10, 64, testing::kDevice, 77)
+      .Dropped(v1::DROP_SOURCE_TRACER_QUEUE, 1234, 5000, 9000)
+      .Alloc(20000, 0, 0x20, 64, testing::kDevice, 77)
+      .Flush();
+  const std::string path =
+      testing::WriteTempFile("drops.cmtrace", testing::FileBytes(s.Chunks()));
+  std::string error;
+  auto trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  ASSERT_NE(trace, nullptr) << error;
+  std::ostringstream chrome;
+  WriteChromeTrace(*trace, chrome);
+  int gaps = 0;
+  const nlohmann::json doc = nlohmann::json::parse(chrome.str());  // outlives the loop
+  for (const nlohmann::json& e : doc.at("traceEvents")) {
+    if (!e.contains("cat") || e.at("cat") != "gap") continue;
+    ++gaps;
+    EXPECT_EQ(e.at("name"), "records dropped (tracer_queue)");
+    EXPECT_EQ(e.at("args").at("count"), 1234);
+    EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 4.0);  // 5000..9000 ns = 4 us
+  }
+  EXPECT_EQ(gaps, 1);
+  std::ostringstream text;
+  PrintSummaryText(*trace->report, text);
+  EXPECT_NE(text.str().find("gap: 1,234 records from"), std::string::npos) << text.str();
+}
+
+}  // namespace
+}  // namespace cumemtrace
