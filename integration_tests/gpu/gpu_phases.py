@@ -14,7 +14,6 @@ gpu_suite.py:
   NVTX-labeled twin within 1%;
 - `cumemtrace sweep` over depth 10..500 for EP and BP: the memory-vs-depth table.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, load  # noqa: E402
+from gpu_suite import Table, load, suite_main  # noqa: E402
 
 EP_PHASES = ["settling/free", "settling/nudged", "energy", "contrast", "update"]
 EP_METHODS = {"settling/free": "settle_free", "settling/nudged": "settle_nudged",
@@ -182,20 +181,7 @@ def check(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--cumemtrace", required=True)
-    r.add_argument("--programs", required=True)
-    r.add_argument("--results", required=True)
-    c = sub.add_parser("check")
-    c.add_argument("--results", required=True)
-    args = parser.parse_args()
-    if args.step == "run":
-        run(args)
-        return 0
-    return check(args)
+    return suite_main(__doc__, run, check)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ SIGSEGV and SIGABRT mid-run (the trace keeps what was sent: CUPTI is flushed at 
 200 ms); the collector (a daemon) killed under a running CUDA program; a PyTorch program
 that starts torch.profiler, another CUPTI client.
 """
-import argparse
 import json
 import os
 import signal
@@ -20,7 +19,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import PROFILED_PROGRAM, Table, device0, load, main_process, phase, tracer_lines  # noqa: E402
+from gpu_suite import (PROFILED_PROGRAM, Table, device0, load, main_process, phase,  # noqa: E402
+                       suite_main, tracer_lines)
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -178,20 +178,7 @@ def check(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="step", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--cumemtrace", required=True)
-    r.add_argument("--programs", required=True)
-    r.add_argument("--results", required=True)
-    c = sub.add_parser("check")
-    c.add_argument("--results", required=True)
-    args = parser.parse_args()
-    if args.step == "run":
-        run(args)
-        return 0
-    return check(args)
+    return suite_main(__doc__, run, check)
 
 
 if __name__ == "__main__":

@@ -311,8 +311,10 @@ def check(args):
     return 1 if failed else 0
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def suite_main(doc, run_step, check_step):
+    """The command line every GPU suite script shares: `run` (needs the GPU) and `check`."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
     r = sub.add_parser("run")
     r.add_argument("--cumemtrace", required=True)
@@ -322,9 +324,13 @@ def main():
     c.add_argument("--results", required=True)
     args = parser.parse_args()
     if args.step == "run":
-        run(args)
+        run_step(args)
         return 0
-    return check(args)
+    return check_step(args)
+
+
+def main():
+    return suite_main(__doc__, run, check)
 
 
 if __name__ == "__main__":
