@@ -355,6 +355,24 @@ void TracerRuntime::SenderMain() {
   handshake->set_injection_mode(mode_);
   handshake->set_kernels_enabled(kernels_);
   handshake->set_trace_start_ns(start_ns_);
+  // torchrun and SLURM name each process's place in the job in its environment.
+  auto env_int = [](const char* first, const char* second, int32_t* out) {
+    for (const char* name : {first, second}) {
+      const char* value = getenv(name);
+      if (value == nullptr || *value == '\0') continue;
+      char* end = nullptr;
+      const long n = strtol(value, &end, 10);
+      if (end != nullptr && *end == '\0') {
+        *out = static_cast<int32_t>(n);
+        return true;
+      }
+    }
+    return false;
+  };
+  int32_t value = 0;
+  if (env_int("RANK", "SLURM_PROCID", &value)) handshake->set_rank(value);
+  if (env_int("LOCAL_RANK", "SLURM_LOCALID", &value)) handshake->set_local_rank(value);
+  if (env_int("WORLD_SIZE", "SLURM_NTASKS", &value)) handshake->set_world_size(value);
   std::string outbox;
   AppendFramedMessage(hello, &outbox);
 

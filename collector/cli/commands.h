@@ -10,5 +10,6 @@ int DaemonCommand(int argc, char** argv);
 int ExportCommand(int argc, char** argv);
 int CompareCommand(int argc, char** argv);
 int SweepCommand(int argc, char** argv);
+int MergeCommand(int argc, char** argv);
 
 }  // namespace cumemtrace

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "collector/engine/analysis.h"
+#include "collector/engine/job_report.h"
 #include "collector/engine/process_sweep.h"
 #include "collector/engine/report.h"
 #include "collector/engine/stream_decoder.h"
@@ -37,6 +38,7 @@ class Analyzer {
       // Free each stream's events as soon as it is summarized.
       stream = internal::DecodedStream();
     }
+    internal::AddJobSummary(report.get());
     return report;
   }
 

@@ -90,6 +90,12 @@ struct DecodedStream {
   int injection_mode = 0;
   bool kernels_enabled = false;
   uint64_t trace_start_ns = 0;
+  int32_t rank = -1;        // rank in a distributed job, -1 when not in one
+  int32_t local_rank = -1;
+  int32_t world_size = 0;
+  // Added to this stream's timestamps to put them on CLOCK_REALTIME (multi-host jobs);
+  // 0 when unknown.
+  int64_t realtime_offset_ns = 0;
 
   std::vector<Event> events;  // arrival order until sorted
   std::unordered_map<uint32_t, std::string> strings;

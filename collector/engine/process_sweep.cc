@@ -83,6 +83,9 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   p->pytorch_alloc_conf = s.pytorch_alloc_conf;
   p->injection_mode = InjectionName(s.injection_mode);
   p->kernels_enabled = s.kernels_enabled;
+  p->rank = s.rank;
+  p->local_rank = s.local_rank;
+  p->world_size = s.world_size;
   p->notices = s.notices;
   p->thread_names = s.thread_names;
   p->sequence_gaps = s.gaps;
@@ -131,6 +134,28 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
 // sorted, then the events are permuted once. The keys are sorted by a stable LSD radix sort
 // over the bits in which they differ: a few linear passes, where std::sort on these run
 // patterns degenerated into its heapsort fallback (docs/benchmarks.md, profile).
+// Puts every timestamp of the stream on CLOCK_REALTIME (the handshake's clock pair gives the
+// offset), so that the processes of a job on several hosts line up; relative figures are
+// unchanged.
+void ShiftToRealtime(DecodedStream* s) {
+  const int64_t offset = s->realtime_offset_ns;
+  if (offset == 0) return;
+  auto shift = [offset](uint64_t t) {
+    return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
+  };
+  for (Event& e : s->events) {
+    e.timestamp_ns = shift(e.timestamp_ns);
+    if (e.type == EventType::kKernel) e.a = shift(e.a);  // its end
+  }
+  for (DropRecord& d : s->drops) {
+    d.first_ns = shift(d.first_ns);
+    d.last_ns = shift(d.last_ns);
+  }
+  s->process_exit_ns = shift(s->process_exit_ns);
+  s->trace_start_ns = shift(s->trace_start_ns);
+  s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
+}
+
 void SortEvents(std::vector<Event>* events) {
   auto before = [](const Event& x, const Event& y) {
     if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
@@ -251,6 +276,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
   ProcessReport p;
   FillStreamFacts(s, &p);
 
+  ShiftToRealtime(&s);
   std::vector<Event>& events = s.events;
   SortEvents(&events);
   static const PhaseRules kDefaultRules = PhaseRules::Defaults();

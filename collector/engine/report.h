@@ -257,6 +257,9 @@ struct ProcessReport {
   std::string pytorch_alloc_conf;
   std::string injection_mode;  // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
   bool kernels_enabled = false;
+  int32_t rank = -1;        // rank in a distributed job (RANK / SLURM_PROCID), -1: none
+  int32_t local_rank = -1;  // rank on its host, -1: unknown
+  int32_t world_size = 0;   // ranks in the job, 0: unknown
   ExitStatus exit;
   bool complete = false;  // an exit record (tracer or launcher) was seen
   std::vector<std::string> incomplete_reasons;
@@ -283,11 +286,36 @@ struct ProcessReport {
   std::vector<AllocationLifetime> lifetimes;  // device memory; only with keep_lifetimes
 };
 
+// One rank of a distributed job, on the device where its memory peaked highest.
+struct RankFigures {
+  int32_t rank = -1;
+  int32_t local_rank = -1;
+  uint32_t pid = 0;
+  std::string hostname;
+  uint32_t device = 0;
+  std::string device_uuid;
+  uint64_t peak_bytes = 0;
+  uint64_t peak_abs_ns = 0;  // CLOCK_REALTIME: comparable across hosts
+  uint64_t nccl_bytes_at_peak = 0;  // held by NCCL (libnccl*) at the peak: not the program's
+  std::map<std::string, uint64_t> phase_peak_bytes;
+};
+
+struct JobReport {
+  std::vector<RankFigures> ranks;  // by rank; empty when no process carried a rank
+  std::vector<std::string> hosts;
+  int32_t world_size = 0;
+  int32_t highest_rank = -1;
+  uint64_t highest_peak_bytes = 0;
+  uint64_t lowest_peak_bytes = 0;
+  double imbalance = 0;  // (highest - lowest) / highest peak
+};
+
 struct Report {
   std::string trace_file;  // "" when not analyzed from a file
   bool truncated = false;
   std::string truncation_reason;
   std::vector<ProcessReport> processes;  // by stream id
+  JobReport job;
 };
 
 }  // namespace cumemtrace

@@ -179,6 +179,9 @@ Json ProcessJson(const ProcessReport& p) {
   j["timestamp_clock"] = p.timestamp_clock;
   j["injection_mode"] = p.injection_mode;
   j["kernels_enabled"] = p.kernels_enabled;
+  j["rank"] = p.rank >= 0 ? Json(p.rank) : Json();
+  j["local_rank"] = p.local_rank >= 0 ? Json(p.local_rank) : Json();
+  j["world_size"] = p.world_size > 0 ? Json(p.world_size) : Json();
   j["allocator"] = {{"mode", p.allocator_mode}, {"pytorch_alloc_conf", p.pytorch_alloc_conf}};
   j["exit"] = ExitJson(p.exit);
   j["complete"] = p.complete;
@@ -265,6 +268,31 @@ std::string SummaryJson(const Report& report) {
   Json processes = Json::array();
   for (const ProcessReport& p : report.processes) processes.push_back(ProcessJson(p));
   j["processes"] = std::move(processes);
+  if (!report.job.ranks.empty()) {
+    const JobReport& job = report.job;
+    Json ranks = Json::array();
+    for (const RankFigures& r : job.ranks) {
+      ranks.push_back({{"rank", r.rank},
+                       {"local_rank", r.local_rank >= 0 ? Json(r.local_rank) : Json()},
+                       {"pid", r.pid},
+                       {"hostname", r.hostname},
+                       {"device", r.device},
+                       {"device_uuid", r.device_uuid},
+                       {"peak_bytes", r.peak_bytes},
+                       {"peak_realtime_ns", r.peak_abs_ns},
+                       {"nccl_bytes_at_peak", r.nccl_bytes_at_peak},
+                       {"phase_peak_bytes", r.phase_peak_bytes}});
+    }
+    j["job"] = {{"world_size", job.world_size > 0 ? Json(job.world_size) : Json()},
+                {"hosts", job.hosts},
+                {"ranks", std::move(ranks)},
+                {"highest_rank", job.highest_rank},
+                {"highest_peak_bytes", job.highest_peak_bytes},
+                {"lowest_peak_bytes", job.lowest_peak_bytes},
+                {"imbalance", job.imbalance}};
+  } else {
+    j["job"] = Json();
+  }
   // Replace invalid UTF-8 (command lines are arbitrary bytes) instead of throwing.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

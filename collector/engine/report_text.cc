@@ -398,6 +398,38 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
 
 }  // namespace
 
+// Distributed jobs: one line per rank, the highest, the spread, and per-phase peaks.
+void PrintJob(std::ostream& out, const JobReport& job) {
+  if (job.ranks.empty()) return;
+  out << "\njob: " << job.ranks.size() << " ranks"
+      << (job.world_size > 0 ? " of " + std::to_string(job.world_size) : std::string()) << " on "
+      << Plural(job.hosts.size(), "host") << "; highest peak: rank " << job.highest_rank << ", "
+      << Bytes(job.highest_peak_bytes) << "; imbalance "
+      << std::to_string(static_cast<int>(job.imbalance * 1000 + 0.5) / 10.0).substr(0, 4)
+      << "% (highest - lowest, over highest)\n";
+  std::vector<std::string> phases;
+  for (const RankFigures& r : job.ranks) {
+    for (const auto& [name, bytes] : r.phase_peak_bytes) {
+      if (std::find(phases.begin(), phases.end(), name) == phases.end()) phases.push_back(name);
+    }
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"rank", "host", "pid", "gpu", "peak", "NCCL at peak"};
+  for (const std::string& phase : phases) header.push_back(phase + " peak");
+  rows.push_back(header);
+  for (const RankFigures& r : job.ranks) {
+    std::vector<std::string> row{std::to_string(r.rank), r.hostname, std::to_string(r.pid),
+                                 std::to_string(r.device), Bytes(r.peak_bytes),
+                                 Bytes(r.nccl_bytes_at_peak)};
+    for (const std::string& phase : phases) {
+      auto it = r.phase_peak_bytes.find(phase);
+      row.push_back(it == r.phase_peak_bytes.end() ? "-" : Bytes(it->second));
+    }
+    rows.push_back(row);
+  }
+  PrintTable(out, "  ", rows, "llrr");
+}
+
 void PrintSummaryText(const Report& report, std::ostream& out) {
   if (!report.trace_file.empty()) out << "cumemtrace summary of " << report.trace_file << '\n';
   if (report.truncated) {
@@ -405,6 +437,7 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
         << "); everything before the damage is shown\n";
   }
   if (report.processes.empty()) out << "no traced processes\n";
+  PrintJob(out, report.job);
   // Launchers and shell helpers (a pyenv shim runs a dozen) are traced too; when they did
   // nothing worth showing, they get one line together instead of a section each.
   std::map<std::string, uint64_t> quiet;

@@ -429,6 +429,16 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
   stream.injection_mode = handshake.injection_mode();
   stream.kernels_enabled = handshake.kernels_enabled();
   stream.trace_start_ns = handshake.trace_start_ns();
+  stream.rank = handshake.has_rank() ? handshake.rank() : -1;
+  stream.local_rank = handshake.has_local_rank() ? handshake.local_rank() : -1;
+  stream.world_size = handshake.has_world_size() ? handshake.world_size() : 0;
+  // Multi-host jobs: each host's monotonic clock starts anywhere. The handshake's clock pair
+  // maps this stream's monotonic timestamps onto CLOCK_REALTIME, the base hosts share.
+  if (handshake.timestamp_clock() == v1::TIMESTAMP_CLOCK_MONOTONIC &&
+      handshake.has_clock_pair()) {
+    stream.realtime_offset_ns = static_cast<int64_t>(handshake.clock_pair().realtime_ns()) -
+                                static_cast<int64_t>(handshake.clock_pair().monotonic_ns());
+  }
 }
 
 void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch) {

@@ -356,3 +356,47 @@ TEST(RunFigures, CompareAndSweepTablesAgreeWithTheReports) {
 
 }  // namespace
 }  // namespace cumemtrace
+
+namespace cumemtrace {
+namespace {
+
+// Two ranks of one job on two hosts whose monotonic clocks differ by an hour: the clock
+// pairs put both on CLOCK_REALTIME, and the job view ranks them.
+TEST(Job, RanksOnTwoHostsLineUpOnRealtimeAndShowTheSpread) {
+  constexpr uint64_t kRealtimeAtConnect = 1'700'000'000'000'000'000ull;
+  testing::StreamBuilder host_a(1, 100), host_b(2, 200);
+  host_a.handshake().set_rank(0);
+  host_a.handshake().set_world_size(2);
+  host_a.handshake().set_hostname("host-a");
+  host_a.handshake().mutable_clock_pair()->set_monotonic_ns(1'000'000);
+  host_a.handshake().mutable_clock_pair()->set_realtime_ns(kRealtimeAtConnect);
+  host_b.handshake().set_rank(1);
+  host_b.handshake().set_world_size(2);
+  host_b.handshake().set_hostname("host-b");
+  host_b.handshake().mutable_clock_pair()->set_monotonic_ns(3'600'000'000'000 + 1'000'000);
+  host_b.handshake().mutable_clock_pair()->set_realtime_ns(kRealtimeAtConnect);
+  // Both reach their peak 5 ms after connecting, each by its own clock.
+  host_a.Alloc(1'000'000 + 5'000'000, 0, 0x10, 300 * MiB, testing::kDevice, 100).Flush();
+  host_b.Alloc(3'600'000'000'000 + 1'000'000 + 5'000'000, 0, 0x10, 400 * MiB, testing::kDevice,
+               200)
+      .Flush();
+  auto report = Analyze(testing::Concat({host_a.Chunks(), host_b.Chunks()}));
+  const JobReport& job = report->job;
+  ASSERT_EQ(job.ranks.size(), 2u);
+  EXPECT_EQ(job.world_size, 2);
+  EXPECT_EQ(job.hosts, (std::vector<std::string>{"host-a", "host-b"}));
+  EXPECT_EQ(job.ranks[0].rank, 0);
+  EXPECT_EQ(job.ranks[1].peak_bytes, 400 * MiB);
+  EXPECT_EQ(job.highest_rank, 1);
+  EXPECT_DOUBLE_EQ(job.imbalance, 0.25);  // (400 - 300) / 400
+  EXPECT_EQ(job.ranks[0].peak_abs_ns, kRealtimeAtConnect + 5'000'000);
+  EXPECT_EQ(job.ranks[1].peak_abs_ns, job.ranks[0].peak_abs_ns);
+  // A stream without a rank (the launcher) is not a rank of the job.
+  testing::StreamBuilder launcher(3, 50);
+  auto with_launcher =
+      Analyze(testing::Concat({host_a.Chunks(), host_b.Chunks(), launcher.Chunks()}));
+  EXPECT_EQ(with_launcher->job.ranks.size(), 2u);
+}
+
+}  // namespace
+}  // namespace cumemtrace
