@@ -7,7 +7,8 @@
 #
 # RESULTS_DIR (default: build-gpu/results) receives every case's output folder, the
 # programs' own statistics, and the tables. SUITE: main (the pipeline: gpu_suite.py),
-# phases (phase analysis: gpu_phases.py), reliability (gpu_reliability.py); default all.
+# phases (phase analysis: gpu_phases.py), reliability (gpu_reliability.py), jobs
+# (distributed jobs, 2 GPUs: gpu_jobs.py); default: all but jobs.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
@@ -35,6 +36,7 @@ for suite in $suites; do
     main) script=gpu_suite.py; dir="$results" ;;
     phases) script=gpu_phases.py; dir="$results" ;;
     reliability) script=gpu_reliability.py; dir="$results/reliability" ;;
+    jobs) script=gpu_jobs.py; dir="$results/jobs" ;;  # needs 2 GPUs
     *) echo "unknown suite $suite (main, phases, reliability)" >&2; exit 2 ;;
   esac
   echo "== suite: $suite"
