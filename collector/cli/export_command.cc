@@ -10,6 +10,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "collector/cli/analysis_flags.h"
 #include "collector/cli/cli_support.h"
@@ -22,9 +24,12 @@ namespace cumemtrace {
 namespace {
 
 constexpr char kExportHelp[] = R"(Usage: cumemtrace export [OPTIONS] --format FORMAT TRACE
+       cumemtrace export [OPTIONS] --format html -o OUT.html RUN RUN...
 
 Converts a trace for another viewer. TRACE is a .cmtrace file, or an output folder of
-`cumemtrace run` (its trace.cmtrace is used).
+`cumemtrace run` (its trace.cmtrace is used). With several runs (html only), the page
+compares them: their memory on one time axis, aligned at each run's first iteration start.
+A RUN may be given as LABEL=RUN (the label defaults to the file or folder name).
 
 Formats:
   perfetto     Perfetto protobuf trace: open it in https://ui.perfetto.dev
@@ -36,7 +41,8 @@ Formats:
                one with the highest device memory peak
   csv          the summary's tables, one CSV file each, in a folder
                (default output: TRACE.csv/)
-  html         the self-contained viewer (default output: TRACE.report.html)
+  html         the self-contained viewer (default output: TRACE.report.html; with
+               several runs, FIRST.compare.html)
 
 TRACE.xxx means the trace file's path with .cmtrace replaced, next to it.
 
@@ -111,6 +117,76 @@ bool WriteFileAtomically(const std::string& path, bool force, Write write, std::
   return true;
 }
 
+// A run's output folder stands for its trace.cmtrace. False, having said why, when the folder
+// has none.
+bool ResolveTracePath(std::string* path) {
+  if (!IsDirectory(*path)) return true;
+  const std::string inside = *path + (path->back() == '/' ? "" : "/") + "trace.cmtrace";
+  if (!PathExists(inside)) {
+    LogLine(*path + " is a folder without a trace.cmtrace");
+    return false;
+  }
+  *path = inside;
+  return true;
+}
+
+// `LABEL=PATH` (when no file is named so) or PATH, labeled by its file or folder name, as
+// `cumemtrace compare` takes runs.
+std::pair<std::string, std::string> LabeledRun(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq != std::string::npos && eq > 0 && !PathExists(arg)) {
+    return {arg.substr(0, eq), arg.substr(eq + 1)};
+  }
+  std::string trimmed = arg;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  return {BaseName(trimmed), arg};
+}
+
+// The compare page of several runs (`export --format html RUN RUN...`).
+int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOptions& options,
+                      std::string output, bool force) {
+  std::vector<std::string> labels, paths;
+  for (const std::string& arg : args) {
+    auto [label, path] = LabeledRun(arg);
+    if (!ResolveTracePath(&path)) return 1;
+    labels.push_back(std::move(label));
+    paths.push_back(std::move(path));
+  }
+  if (output.empty()) {
+    const std::string ext = ".cmtrace";
+    const std::string& first = paths.front();
+    const bool has_ext = first.size() > ext.size() &&
+                         first.compare(first.size() - ext.size(), ext.size(), ext) == 0;
+    output = (has_ext ? first.substr(0, first.size() - ext.size()) : first) + ".compare.html";
+  }
+  if (!force && PathExists(output)) {
+    LogLine(output + " already exists (use --force to replace it)");
+    return kExitUsage;
+  }
+  std::vector<std::unique_ptr<AnalyzedTrace>> traces;
+  std::vector<ViewerRun> runs;
+  std::string error;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    traces.push_back(AnalyzeTraceFileDetailed(paths[i], options, &error));
+    if (traces.back() == nullptr) {
+      LogLine(error);
+      return 1;
+    }
+    if (traces.back()->report->truncated) {
+      LogLine("warning: " + paths[i] + " is cut short (" +
+              traces.back()->report->truncation_reason + "); the page shows what came before");
+    }
+    runs.push_back(ViewerRun{labels[i], traces.back().get()});
+  }
+  if (!WriteFileAtomically(
+          output, force, [&](std::ostream& out) { WriteCompareViewerHtml(runs, out); }, &error)) {
+    LogLine(error);
+    return 1;
+  }
+  LogLine("wrote " + output);
+  return 0;
+}
+
 }  // namespace
 
 int ExportCommand(int argc, char** argv) {
@@ -161,19 +237,18 @@ int ExportCommand(int argc, char** argv) {
     return UsageError("export", "--pid applies to --format memory-viz only");
   }
   if (optind >= argc) return UsageError("export", "no trace file given");
+  std::string error;
+  AnalysisOptions options;
+  if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("export", error);
   if (optind + 1 < argc) {
-    return UsageError("export", std::string("one trace at a time (unexpected '") +
-                                    argv[optind + 1] + "')");
+    if (format != Format::kHtml) {
+      return UsageError("export", std::string("one trace at a time, except for --format html ") +
+                                      "(unexpected '" + argv[optind + 1] + "')");
+    }
+    return ExportCompareHtml({argv + optind, argv + argc}, options, output, force);
   }
   std::string path = argv[optind];
-  if (IsDirectory(path)) {
-    const std::string inside = path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
-    if (!PathExists(inside)) {
-      LogLine(path + " is a folder without a trace.cmtrace");
-      return 1;
-    }
-    path = inside;
-  }
+  if (!ResolveTracePath(&path)) return 1;
   if (output.empty()) {
     const std::string ext = ".cmtrace";
     const bool has_ext = path.size() > ext.size() &&
@@ -191,10 +266,8 @@ int ExportCommand(int argc, char** argv) {
     return kExitUsage;
   }
 
-  std::string error;
-  AnalysisOptions options;
-  if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("export", error);
-  options.keep_lifetimes = format == Format::kCsv;  // lifetimes.csv: a row per allocation
+  // lifetimes.csv has a row per allocation; the viewer groups a live set by lifetime class.
+  options.keep_lifetimes = format == Format::kCsv || format == Format::kHtml;
   std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(path, options, &error);
   if (trace == nullptr) {
     LogLine(error);

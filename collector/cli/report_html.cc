@@ -18,7 +18,10 @@ bool WriteReportHtml(const std::string& trace_path, const AnalysisOptions& optio
                      const std::string& html_path, bool replace, std::string* error) {
   // A second, detailed analysis: the summary's own does not keep timelines, and a run's
   // summary must not wait on (or fail with) the viewer.
-  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(trace_path, options, error);
+  // With the lifetimes, the viewer groups what was live at an instant by lifetime class too.
+  AnalysisOptions detailed = options;
+  detailed.keep_lifetimes = true;
+  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(trace_path, detailed, error);
   if (trace == nullptr) return false;
   std::ostringstream html;
   WriteViewerHtml(*trace, html);

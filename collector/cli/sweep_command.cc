@@ -1,5 +1,6 @@
 // `cumemtrace sweep`: runs a program once per value of a parameter, each under tracing, and
-// prints memory versus the parameter (the EP plan's "memory vs depth" table), with CSV.
+// prints memory versus the parameter (the EP plan's "memory vs depth" table), with CSV and
+// the viewer's sweep chart (sweep.html).
 #include <getopt.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
+#include "collector/engine/export.h"
 
 namespace cumemtrace {
 namespace {
@@ -38,7 +41,8 @@ Options:
       --run=LABEL=COMMAND    a labeled command, split like a shell would (no command
                              substitution); repeatable
       --label=LABEL          the label of the command given after --
-  -o, --output=DIR           where the runs go (DIR/<label>-<NAME>=<value>/) and sweep.csv;
+  -o, --output=DIR           where the runs go (DIR/<label>-<NAME>=<value>/), sweep.csv and
+                             sweep.html (the chart, opens in a browser);
                              default: a new folder cumemtrace-sweep-<n>/
       --allocator=MODE, --no-kernels, --phase=PHASE=MODULE:QUALNAME
                              passed to every `cumemtrace run` (see its --help)
@@ -195,7 +199,10 @@ int SweepCommand(int argc, char** argv) {
     return 1;
   }
   const std::string csv_path = output_dir + "/sweep.csv";
-  if (PathExists(csv_path)) return UsageError("sweep", csv_path + " already exists");
+  const std::string html_path = output_dir + "/sweep.html";
+  for (const std::string& path : {csv_path, html_path}) {
+    if (PathExists(path)) return UsageError("sweep", path + " already exists");
+  }
 
   const std::string self = ExecutableDir() + "/cumemtrace";
   std::vector<SweepPoint> points;
@@ -222,11 +229,15 @@ int SweepCommand(int argc, char** argv) {
   }
   const std::string table = SweepText(name, points);
   fputs(table.c_str(), stdout);
-  if (!WriteNewFile(csv_path, SweepCsv(name, points), &error)) {
+  std::ostringstream html;
+  WriteSweepViewerHtml(name, points, html);
+  if (!WriteNewFile(csv_path, SweepCsv(name, points), &error) ||
+      !WriteNewFile(html_path, html.str(), &error)) {
     LogLine(error);
     return 1;
   }
-  LogLine("sweep written to " + output_dir + "/ (sweep.csv, and one run folder per point)");
+  LogLine("sweep written to " + output_dir +
+          "/ (sweep.csv, sweep.html, and one run folder per point)");
   return all_ok ? 0 : 1;
 }
 

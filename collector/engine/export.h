@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collector/engine/report.h"
+#include "collector/engine/run_figures.h"
 #include "collector/engine/timeline_model.h"
 
 namespace cumemtrace {
@@ -35,7 +36,22 @@ size_t ProcessWithHighestPeak(const Report& report);
 // The summary's tables as CSV files: (file name, content), e.g. ("devices.csv", "...").
 std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report);
 
-// The HTML viewer (viewer/) with this trace's data embedded: one file, no network.
+// The HTML viewer (viewer/) with this trace's data embedded: one file, no network. Lifetime
+// classes per allocation are embedded when the analysis kept them (keep_lifetimes).
 void WriteViewerHtml(const AnalyzedTrace& trace, std::ostream& out);
+
+// The viewer's compare page: each run's memory (the process and device with its highest peak)
+// on one time axis, time 0 being the run's first iteration start (its trace start when no
+// iterations were found).
+struct ViewerRun {
+  std::string label;
+  const AnalyzedTrace* trace = nullptr;
+};
+void WriteCompareViewerHtml(const std::vector<ViewerRun>& runs, std::ostream& out);
+
+// The viewer's sweep page: peak, persistent and activation memory against the parameter, one
+// line per label, and the table (`cumemtrace sweep` writes it as sweep.html).
+void WriteSweepViewerHtml(const std::string& parameter, const std::vector<SweepPoint>& points,
+                          std::ostream& out);
 
 }  // namespace cumemtrace

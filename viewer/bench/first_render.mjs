@@ -56,6 +56,9 @@ for (let it = 0; it < iterations; it++) {
   }
 }
 const names = ['forward', 'backward', 'optimizer'];
+// Iteration windows as the report gives them: ten thousand boundaries to mark on the axis.
+const windows = Array.from({ length: iterations }, (_, it) => [it * ITER_ALLOCS * 1000, (it + 1) * ITER_ALLOCS * 1000]);
+const spread = (v) => ({ count: iterations - 1, median: v, min: v, max: v });
 const data = {
   schema: 'cumemtrace.viewer/1', trace_file: 'synthetic', truncated: false,
   processes: [{
@@ -63,6 +66,10 @@ const data = {
     duration_ns: duration, strings: [''], phase_names: names,
     phases: names.map((name) => ({ name, occurrences: iterations, total_ns: iterations * 33000, devices: [] })),
     failed_allocations: [],
+    iterations: { source: 'range', range: 'step', note: null, count: iterations, windows_ns: windows,
+      warmup_ns: ITER_ALLOCS * 1000, duration_ns: spread(ITER_ALLOCS * 1000),
+      phases: names.map((phase) => ({ phase, inferred: false, iterations_with_phase: iterations,
+        warmup_ns: 33000, time_ns: spread(33000), devices: [] })) },
     ranges: { n: rStart.length, start_ns: b64(rStart), end_ns: b64(rEnd), phase: b64(rPhase),
       thread: b64(rThread), depth: b64(new Uint8Array(rStart.length)) },
     devices: [{
@@ -98,12 +105,24 @@ try {
       const { t0, t1 } = v.view();
       v.setView(t0 + (t1 - t0) * 0.25, t1 - (t1 - t0) * 0.25);
       await frame();
-      const zoomMs = performance.now() - t;
+      const zoomMs = performance.now() - t, zoomDrawMs = v.lastDrawMs;
+      // Pan: the zoomed view moved by a tenth of its span.
+      t = performance.now();
+      const z = v.view();
+      v.setView(z.t0 + (z.t1 - z.t0) * 0.1, z.t1 + (z.t1 - z.t0) * 0.1);
+      await frame();
+      const panMs = performance.now() - t;
+      // Deep zoom: a thousandth of the run.
+      t = performance.now();
+      v.setView(t0 + (t1 - t0) * 0.5, t0 + (t1 - t0) * 0.501);
+      await frame();
+      const deepZoomMs = performance.now() - t;
       t = performance.now();
       v.setView(t0, t1);
       await frame();
-      const fullRedrawMs = performance.now() - t;
-      return { firstRenderMs: v.firstRenderMs, scriptMs: v.scriptMs, zoomMs, fullRedrawMs };
+      const fullRedrawMs = performance.now() - t, fullDrawMs = v.lastDrawMs;
+      return { firstRenderMs: v.firstRenderMs, scriptMs: v.scriptMs, zoomMs, zoomDrawMs, panMs, deepZoomMs,
+        fullRedrawMs, fullDrawMs };
     });
     const p = await page.evaluate(() => window.cumemtraceViewer.peakPoint(0));
     let t = Date.now();
@@ -112,7 +131,9 @@ try {
     const clickMs = Date.now() - t;
     console.log(`run ${run + 1}: first render ${r.firstRenderMs.toFixed(0)} ms after navigation ` +
       `(script ${r.scriptMs.toFixed(0)} ms), zoom frame ${r.zoomMs.toFixed(1)} ms, ` +
-      `whole-run frame ${r.fullRedrawMs.toFixed(1)} ms, click at the peak ${clickMs} ms` +
+      `pan frame ${r.panMs.toFixed(1)} ms, deep-zoom frame ${r.deepZoomMs.toFixed(1)} ms, ` +
+      `whole-run frame ${r.fullRedrawMs.toFixed(1)} ms (drawing alone: zoom ${r.zoomDrawMs.toFixed(1)} ms, ` +
+      `whole run ${r.fullDrawMs.toFixed(1)} ms), click at the peak ${clickMs} ms` +
       (errors.length ? ` ERRORS: ${errors}` : ''));
     await page.close();
   }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # CTest entry of the viewer's browser test: makes report.html files from golden traces with
-# the real `cumemtrace export`, then runs viewer/test/*.test.mjs (node --test) against them in
-# Debian's chromium through playwright-core. Exit 77 (CTest: skipped) only when node, npm or
-# chromium is missing; tools/setup.sh installs them, so CI never skips.
-#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR
+# the real `cumemtrace export` (one trace, and two runs compared), a sweep.html with the real
+# `cumemtrace sweep` over the fake tracer (a synthetic sweep: its peaks are known exactly),
+# then runs viewer/test/*.test.mjs (node --test) against them in Debian's chromium through
+# playwright-core. Exit 77 (CTest: skipped) only when node, npm or chromium is missing;
+# tools/setup.sh installs them, so CI never skips.
+#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB
 set -euo pipefail
-cumemtrace=$1 golden=$2 work=$3
+cumemtrace=$1 golden=$2 work=$3 fake_tracer=$4 preload_stub=$5
 viewer=$(cd "$(dirname "$0")/.." && pwd)
 chromium=${CUMEMTRACE_CHROMIUM:-/usr/bin/chromium}
 for tool in node npm; do
@@ -20,5 +22,13 @@ for name in torch_async cuda_phases; do
   "$cumemtrace" export --format html -o "$work/$name.html" "$golden/$name.cmtrace"
   "$cumemtrace" report --json "$golden/$name.cmtrace" > "$work/$name.summary.json"
 done
+"$cumemtrace" export --format html -o "$work/compare.html" \
+  "async=$golden/torch_async.cmtrace" "native=$golden/torch_native.cmtrace"
+"$cumemtrace" report --json "$golden/torch_native.cmtrace" > "$work/torch_native.summary.json"
+# The fake tracer allocates --events MiB per batch and never frees (peak = batches x events);
+# the preload stub stands in for the tracer library, so only the fake client talks.
+(unset CUMEMTRACE_SOCKET LD_PRELOAD CUDA_INJECTION64_PATH NVTX_INJECTION64_PATH
+ CUMEMTRACE_TRACER_LIB=$preload_stub "$cumemtrace" sweep -o "$work/sweep" --param n=1,2,4 \
+   --run "A=$fake_tracer --events={n}" --run "B=$fake_tracer --events={n} --batches=2" > /dev/null)
 export CUMEMTRACE_VIEWER_WORK=$work CUMEMTRACE_CHROMIUM=$chromium
-exec node --test "$viewer/test/viewer.test.mjs"
+exec node --test "$viewer/test/"*.test.mjs
