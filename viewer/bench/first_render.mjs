@@ -132,8 +132,10 @@ try {
     console.log(`run ${run + 1}: first render ${r.firstRenderMs.toFixed(0)} ms after navigation ` +
       `(script ${r.scriptMs.toFixed(0)} ms), zoom frame ${r.zoomMs.toFixed(1)} ms, ` +
       `pan frame ${r.panMs.toFixed(1)} ms, deep-zoom frame ${r.deepZoomMs.toFixed(1)} ms, ` +
-      `whole-run frame ${r.fullRedrawMs.toFixed(1)} ms (drawing alone: zoom ${r.zoomDrawMs.toFixed(1)} ms, ` +
-      `whole run ${r.fullDrawMs.toFixed(1)} ms), click at the peak ${clickMs} ms` +
+      `whole-run frame ${r.fullRedrawMs.toFixed(1)} ms` +
+      // Viewers before lastDrawMs existed (to compare with an older build) do not report it.
+      (r.fullDrawMs == null ? '' : ` (drawing alone: zoom ${r.zoomDrawMs.toFixed(1)} ms, ` +
+        `whole run ${r.fullDrawMs.toFixed(1)} ms)`) + `, click at the peak ${clickMs} ms` +
       (errors.length ? ` ERRORS: ${errors}` : ''));
     await page.close();
   }

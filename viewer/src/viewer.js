@@ -353,23 +353,23 @@
     const x = (t) => PAD.left + (t - t0) / (t1 - t0) * g.plotW;
     const first = lowerBound(starts, t0), last = upperBound(starts, t1);
     if (last <= first) return;
-    const spacing = g.plotW * (starts.length > 1 ? (starts[starts.length - 1] - starts[0]) /
-      (starts.length - 1) : t1 - t0) / (t1 - t0);
     const axisY = PAD.top + g.plotH + g.strip;
     ctx.fillStyle = color;
     ctx.strokeStyle = color;
     ctx.font = '10px system-ui, sans-serif';
-    let lastPx = -Infinity;
+    let lastPx = -Infinity, lastLabelPx = -Infinity;
     for (let k = first; k < last; k++) {
       const px = Math.round(x(starts[k]));
       if (px === lastPx) continue;
+      // Lines and labels only where this boundary stands apart from both neighbours.
+      const gap = Math.min(px - lastPx, k + 1 < starts.length ? x(starts[k + 1]) - px : Infinity);
       lastPx = px;
       ctx.beginPath();  // a small triangle under the axis, pointing up at the boundary
       ctx.moveTo(px, axisY + 1 + row * 7);
       ctx.lineTo(px - 3, axisY + 7 + row * 7);
       ctx.lineTo(px + 3, axisY + 7 + row * 7);
       ctx.fill();
-      if (spacing >= 6) {
+      if (gap >= 6) {
         ctx.save();
         ctx.globalAlpha = 0.5;
         ctx.setLineDash([2, 3]);
@@ -380,7 +380,10 @@
         ctx.stroke();
         ctx.restore();
       }
-      if (spacing >= 44) ctx.fillText(k === 0 ? 'it 1 (warm-up)' : `it ${k + 1}`, px + 3, PAD.top + g.plotH - 4 - row * 12);
+      if (gap >= 44 && px - lastLabelPx >= 44) {
+        ctx.fillText(k === 0 ? 'it 1 (warm-up)' : `it ${k + 1}`, px + 3, PAD.top + g.plotH - 4 - row * 12);
+        lastLabelPx = px;
+      }
     }
   }
   function attachTimeInteraction(canvas, strip, onClick) {
