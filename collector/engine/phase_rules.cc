@@ -14,6 +14,9 @@ struct BuiltIn {
 const BuiltIn kBuiltIns[] = {
     // Per-op ranges (torch.autograd.profiler.emit_nvtx and friends) roll up.
     {R"(^(aten|autograd|c10d|cudnn|cublas|torch|prim|profiler)::)", "@rollup"},
+    // Libraries that label their own calls in a domain of their own (NCCL: "NCCL:
+    // ncclAllReduce"): their internals, not the program's phases.
+    {R"(^(NCCL|NVSHMEM|cuDNN|cuBLAS): )", "@rollup"},
     {R"(^(step|iteration|iter|train[_ ]?step|training[_ ]?step)( ?[#:]? ?\d+)?$)", "@iteration"},
     {R"(^(forward|fwd|forward[_ ]pass|model[_ .]forward)$)", "forward"},
     {R"(^(backward|bwd|backward[_ ]pass|loss[_ .]backward)$)", "backward"},

@@ -52,6 +52,7 @@ TEST(PhaseRules, BuiltInsMapCommonNamesAndKeepTheRest) {
   EXPECT_EQ(rules.Map("settling").phase, "settling");
   EXPECT_EQ(rules.Map("contrast").phase, "contrast");
   EXPECT_TRUE(rules.Map("aten::addmm, seq = 12").rollup);
+  EXPECT_TRUE(rules.Map("NCCL: ncclAllReduce").rollup);  // a library's own domain
   EXPECT_TRUE(rules.Map("train_step").iteration);
   const PhaseRules::Mapping own = rules.Map("my_phase");
   EXPECT_FALSE(own.matched);
