@@ -737,5 +737,33 @@ TEST_F(CliEndToEnd, ReportTakesPhaseRulesAndAnIterationRange) {
   EXPECT_NE(bad.err.find("bad.txt:1: bad regular expression"), std::string::npos) << bad.err;
 }
 
+TEST_F(CliEndToEnd, MergeCombinesHostsTracesIntoOneAndNeverOverwrites) {
+  // Two "hosts": two separate runs, each with its own collector and trace.
+  ASSERT_EQ(RunCli({"run", "-o", tmp_ + "/host-a", "--", kFake, "--batches=2", "--events=3"})
+                .exit_code,
+            0);
+  ASSERT_EQ(RunCli({"run", "-o", tmp_ + "/host-b", "--", kFake, "--batches=4", "--events=5"})
+                .exit_code,
+            0);
+  const std::string merged = tmp_ + "/job.cmtrace";
+  const Result r = RunCli({"merge", "-o", merged, tmp_ + "/host-a", tmp_ + "/host-b"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(FileMode(merged), 0600u);
+  TraceContents t = ReadTrace(merged);
+  EXPECT_EQ(t.end, TraceFileReader::Result::kEnd) << t.error;
+  ASSERT_EQ(t.handshakes.size(), 2u);  // renumbered apart, not folded into one stream
+  std::vector<int> events;
+  for (const auto& [stream, n] : t.events) events.push_back(n);
+  std::sort(events.begin(), events.end());
+  EXPECT_EQ(events, (std::vector<int>{6, 20}));  // every event of both hosts, byte for byte
+  EXPECT_EQ(t.launcher_exits.size(), 2u);
+  const Result report = RunCli({"report", "--json", merged});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  const std::string before = ReadFile(merged);
+  EXPECT_EQ(RunCli({"merge", "-o", merged, tmp_ + "/host-a"}).exit_code, kExitUsageCode);
+  EXPECT_EQ(ReadFile(merged), before);
+  EXPECT_EQ(RunCli({"merge", "-o", tmp_ + "/x.cmtrace", tmp_ + "/missing"}).exit_code, 1);
+}
+
 }  // namespace
 }  // namespace cumemtrace
