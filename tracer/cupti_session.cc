@@ -167,6 +167,10 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
     *code = "cupti_failed";
     *text = "CUPTI activity tracing could not be enabled (" + ResultString(result) +
             "); recording NVTX ranges and process lifetime only";
+    // Give the subscription back: holding it while tracing nothing would only lock out a
+    // profiler the program starts.
+    api_.Unsubscribe(subscriber_);
+    subscriber_ = nullptr;
     return false;
   }
 
@@ -203,6 +207,9 @@ CUptiResult CuptiSession::SubscribeForProgram(CUpti_SubscriberHandle* subscriber
       api_.Unsubscribe(subscriber_);
       subscriber_ = nullptr;
       TracerRuntime::Get().OnCuptiHandedOver();
+    } else if (subscriber_ != nullptr) {
+      api_.Unsubscribe(subscriber_);  // subscribed but not tracing: nothing to hand over
+      subscriber_ = nullptr;
     }
   }
   return api_.Subscribe(subscriber, callback, userdata);
