@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "collector/engine/trace_file.h"
+#include "integration_tests/cpu/child_process.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 extern char** environ;
@@ -65,41 +66,14 @@ std::vector<std::string> ChildEnv(const EnvOverrides& overrides) {
   return out;
 }
 
-// A spawned process with its stdout and stderr on pipes.
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-};
+using testing::Child;
 
 // `inherit_fd`, when given, becomes descriptor 3 of the child.
 Child Spawn(const std::vector<std::string>& args, const std::string& cwd,
             const EnvOverrides& overrides, int inherit_fd = -1) {
-  std::vector<std::string> env_strings = ChildEnv(overrides);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int out_pipe[2];
-  int err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) abort();
-  Child child;
-  child.pid = fork();
-  if (child.pid == 0) {
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    if (inherit_fd >= 0) dup2(inherit_fd, 3);
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(120);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(121);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  child.out_fd = out_pipe[0];
-  child.err_fd = err_pipe[0];
-  return child;
+  std::vector<std::pair<int, int>> fds;
+  if (inherit_fd >= 0) fds.emplace_back(inherit_fd, 3);
+  return testing::SpawnChild(args, ChildEnv(overrides), cwd, fds);
 }
 
 struct Result {
@@ -108,35 +82,10 @@ struct Result {
   std::string err;
 };
 
-int ExitCodeOf(int wait_status) {
-  return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
-}
-
 // Reads both pipes to EOF, then reaps the child.
-Result Finish(Child child) {
-  Result result;
-  pollfd fds[2] = {{child.out_fd, POLLIN, 0}, {child.err_fd, POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      char buffer[65536];
-      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-      if (n > 0) {
-        sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  waitpid(child.pid, &status, 0);
-  result.exit_code = ExitCodeOf(status);
-  return result;
+Result Finish(const Child& child) {
+  testing::ChildExit exit = testing::WaitChild(child);
+  return Result{exit.code(), std::move(exit.out), std::move(exit.err)};
 }
 
 Result RunCli(const std::vector<std::string>& args, const std::string& cwd = "",

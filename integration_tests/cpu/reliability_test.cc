@@ -31,6 +31,7 @@
 #include <gtest/gtest.h>
 
 #include "collector/engine/trace_file.h"
+#include "integration_tests/cpu/child_process.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 extern char** environ;
@@ -47,19 +48,8 @@ const std::string kPlugin = NVTX_PLUGIN_LIB;
 
 // --- processes ----------------------------------------------------------------------------
 
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-  int err_fd = -1;
-};
-
-struct Exit {
-  int status = 0;
-  std::string out;
-  std::string err;
-  rusage usage{};
-  double seconds = 0;
-};
+using testing::Child;
+using Exit = testing::ChildExit;
 
 // Spawns argv with the environment given (added to ours, injection variables removed
 // first); `fds` are (our descriptor, descriptor number in the child) pairs.
@@ -78,63 +68,10 @@ Child Spawn(const std::vector<std::string>& args,
     if (!drop) env.push_back(entry);
   }
   for (const auto& [name, value] : env_add) env.push_back(name + "=" + value);
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int out[2];
-  int err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) abort();
-  Child child;
-  child.pid = fork();
-  if (child.pid == 0) {
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    for (const auto& [ours, theirs] : fds) dup2(ours, theirs);  // dup2 clears CLOEXEC
-    execve(argv[0], argv.data(), envp.data());
-    _exit(121);
-  }
-  close(out[1]);
-  close(err[1]);
-  child.out_fd = out[0];
-  child.err_fd = err[0];
-  return child;
+  return testing::SpawnChild(args, std::move(env), "", fds);
 }
 
-// Reads stdout and stderr to EOF (a hung child fails the test after timeout_s), then reaps.
-Exit Finish(const Child& child, int timeout_s = 60) {
-  const auto start = std::chrono::steady_clock::now();
-  Exit result;
-  pollfd fds[2] = {{child.out_fd, POLLIN, 0}, {child.err_fd, POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  for (int open_fds = 2; open_fds > 0;) {
-    const int ready = poll(fds, 2, timeout_s * 1000);
-    if (ready == 0) {
-      kill(child.pid, SIGKILL);
-      ADD_FAILURE() << "pid " << child.pid << " hung for " << timeout_s << " s";
-      timeout_s = 5;
-      continue;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      char buffer[65536];
-      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-      if (n > 0) {
-        sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  wait4(child.pid, &result.status, 0, &result.usage);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
-}
+Exit Finish(const Child& child, int timeout_s = 60) { return testing::WaitChild(child, timeout_s); }
 
 struct Pipe {
   Pipe() {
