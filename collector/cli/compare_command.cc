@@ -63,18 +63,7 @@ int CompareCommand(int argc, char** argv) {
 
   std::vector<RunFigures> runs;
   for (int i = optind; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string label;
-    const size_t eq = arg.find('=');
-    if (eq != std::string::npos && eq > 0 && !PathExists(arg)) {
-      label = arg.substr(0, eq);
-      arg = arg.substr(eq + 1);
-    }
-    if (label.empty()) {
-      std::string trimmed = arg;
-      while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-      label = BaseName(trimmed);
-    }
+    const auto [label, arg] = LabeledRun(argv[i]);
     RunFigures figures;
     if (!FiguresOfTrace(arg, options, label, &figures, &error)) {
       LogLine(error);

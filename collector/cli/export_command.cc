@@ -17,6 +17,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/trace_summary.h"
 #include "collector/engine/export.h"
 #include "collector/engine/timeline_model.h"
 
@@ -117,38 +118,17 @@ bool WriteFileAtomically(const std::string& path, bool force, Write write, std::
   return true;
 }
 
-// A run's output folder stands for its trace.cmtrace. False, having said why, when the folder
-// has none.
-bool ResolveTracePath(std::string* path) {
-  if (!IsDirectory(*path)) return true;
-  const std::string inside = *path + (path->back() == '/' ? "" : "/") + "trace.cmtrace";
-  if (!PathExists(inside)) {
-    LogLine(*path + " is a folder without a trace.cmtrace");
-    return false;
-  }
-  *path = inside;
-  return true;
-}
-
-// `LABEL=PATH` (when no file is named so) or PATH, labeled by its file or folder name, as
-// `cumemtrace compare` takes runs.
-std::pair<std::string, std::string> LabeledRun(const std::string& arg) {
-  const size_t eq = arg.find('=');
-  if (eq != std::string::npos && eq > 0 && !PathExists(arg)) {
-    return {arg.substr(0, eq), arg.substr(eq + 1)};
-  }
-  std::string trimmed = arg;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  return {BaseName(trimmed), arg};
-}
-
 // The compare page of several runs (`export --format html RUN RUN...`).
 int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOptions& options,
                       std::string output, bool force) {
   std::vector<std::string> labels, paths;
   for (const std::string& arg : args) {
     auto [label, path] = LabeledRun(arg);
-    if (!ResolveTracePath(&path)) return 1;
+    std::string error;
+    if (!ResolveTracePath(&path, &error)) {
+      LogLine(error);
+      return 1;
+    }
     labels.push_back(std::move(label));
     paths.push_back(std::move(path));
   }
@@ -248,7 +228,10 @@ int ExportCommand(int argc, char** argv) {
     return ExportCompareHtml({argv + optind, argv + argc}, options, output, force);
   }
   std::string path = argv[optind];
-  if (!ResolveTracePath(&path)) return 1;
+  if (!ResolveTracePath(&path, &error)) {
+    LogLine(error);
+    return 1;
+  }
   if (output.empty()) {
     const std::string ext = ".cmtrace";
     const bool has_ext = path.size() > ext.size() &&

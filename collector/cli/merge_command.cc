@@ -90,7 +90,12 @@ int MergeCommand(int argc, char** argv) {
   size_t streams = 0;
   v1::TraceChunk chunk;
   for (int i = optind; i < argc; ++i) {
-    const std::string path = TraceInFolder(argv[i]);
+    std::string path = argv[i];
+    std::string error;
+    if (!ResolveTracePath(&path, &error)) {
+      LogLine(error);
+      return 1;
+    }
     TraceFileReader reader;
     if (!reader.Open(path)) {
       LogLine(reader.error());

@@ -99,13 +99,12 @@ int ReportCommand(int argc, char** argv) {
                                     argv[optind + 1] + "')");
   }
   std::string path = argv[optind];
-  if (IsDirectory(path)) {
-    const std::string inside = path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
-    if (!PathExists(inside)) {
-      LogLine(path + " is a folder without a trace.cmtrace");
+  {
+    std::string error;
+    if (!ResolveTracePath(&path, &error)) {
+      LogLine(error);
       return 1;
     }
-    path = inside;
   }
 
   for (const char* name : {"/summary.json", "/report.html"}) {

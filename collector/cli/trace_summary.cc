@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "collector/cli/cli_support.h"
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
 
@@ -24,17 +25,33 @@ bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
   return true;
 }
 
-std::string TraceInFolder(const std::string& path) {
+bool ResolveTracePath(std::string* path, std::string* error) {
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return path + (path.back() == '/' ? "" : "/") + "trace.cmtrace";
+  if (stat(path->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return true;
+  const std::string inside = *path + (path->back() == '/' ? "" : "/") + "trace.cmtrace";
+  if (!PathExists(inside)) {
+    *error = *path + " is a folder without a trace.cmtrace";
+    return false;
   }
-  return path;
+  *path = inside;
+  return true;
+}
+
+std::pair<std::string, std::string> LabeledRun(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq != std::string::npos && eq > 0 && !PathExists(arg)) {
+    return {arg.substr(0, eq), arg.substr(eq + 1)};
+  }
+  std::string trimmed = arg;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  return {BaseName(trimmed), arg};
 }
 
 bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,
                     const std::string& label, RunFigures* figures, std::string* error) {
-  std::unique_ptr<Report> report = AnalyzeTraceFile(TraceInFolder(path), options, error);
+  std::string trace = path;
+  if (!ResolveTracePath(&trace, error)) return false;
+  std::unique_ptr<Report> report = AnalyzeTraceFile(trace, options, error);
   if (report == nullptr) return false;
   *figures = FiguresOf(*report, label);
   return true;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/run_figures.h"
@@ -25,6 +26,11 @@ bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,
                     const std::string& label, RunFigures* figures, std::string* error);
 
 // A run's output folder stands for its trace.cmtrace; other paths are used as they are.
-std::string TraceInFolder(const std::string& path);
+// False with *error when the folder has none.
+bool ResolveTracePath(std::string* path, std::string* error);
+
+// A run on the command line of compare and export: `LABEL=PATH` (when no file is named so)
+// or PATH, labeled by its file or folder name. Returns (label, path).
+std::pair<std::string, std::string> LabeledRun(const std::string& arg);
 
 }  // namespace cumemtrace
