@@ -7,6 +7,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "collector/engine/phase_rules.h"
 #include "cumemtrace/v1/trace.pb.h"
@@ -51,6 +52,10 @@ class TraceAnalyzer {
 // gives a report marked truncated, with everything before the damage.
 std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
                                          std::string* error);
+
+// The same for a whole trace file's bytes held in memory.
+std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const AnalysisOptions& options,
+                                          std::string* error);
 
 // The content of summary.json (schema "cumemtrace.summary/1", documented in docs/summary.md).
 std::string SummaryJson(const Report& report);

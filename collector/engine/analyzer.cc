@@ -1,5 +1,9 @@
-// TraceAnalyzer and AnalyzeTraceFile (analysis.h): chunks are decoded as they come; all
-// ordering-dependent work waits for Finish(), because nothing on the wire is time-ordered.
+// TraceAnalyzer and AnalyzeTraceFile (analysis.h). TraceAnalyzer and the detailed analysis
+// keep every event until Finish(), because nothing on the wire is time-ordered;
+// AnalyzeTraceFile streams (streaming_sweep.h) and reads the file again for the processes
+// that need every event at once.
+#include <set>
+#include <type_traits>
 #include <utility>
 
 #include "collector/engine/analysis.h"
@@ -7,6 +11,7 @@
 #include "collector/engine/process_sweep.h"
 #include "collector/engine/report.h"
 #include "collector/engine/stream_decoder.h"
+#include "collector/engine/streaming_sweep.h"
 #include "collector/engine/timeline_model.h"
 #include "collector/engine/trace_file.h"
 
@@ -17,8 +22,14 @@ namespace {
 class Analyzer {
  public:
   explicit Analyzer(const AnalysisOptions& options) : options_(options) {}
+  // Only the chunks of these streams are read.
+  Analyzer(const AnalysisOptions& options, std::set<uint32_t> only)
+      : options_(options), only_(std::move(only)), filtered_(true) {}
 
-  void AddChunk(const v1::TraceChunk& chunk) { decoder_.AddChunk(chunk); }
+  void AddChunk(const v1::TraceChunk& chunk) {
+    if (filtered_ && only_.count(chunk.stream_id()) == 0) return;
+    decoder_.AddChunk(chunk);
+  }
 
   void MarkTruncated(const std::string& reason) {
     // The first reason is the cause; anything after it follows from it.
@@ -44,6 +55,8 @@ class Analyzer {
 
  private:
   AnalysisOptions options_;
+  std::set<uint32_t> only_;
+  bool filtered_ = false;
   internal::StreamDecoder decoder_;
   bool truncated_ = false;
   std::string truncation_reason_;
@@ -65,46 +78,181 @@ std::unique_ptr<Report> TraceAnalyzer::Finish() { return impl_->Finish(); }
 
 namespace {
 
-// Reads `path` into `analyzer`; false with *error when it cannot be read or is not a trace.
-bool ReadTraceFile(const std::string& path, Analyzer& analyzer, std::string* error) {
-  TraceFileReader reader;
-  if (!reader.Open(path)) {
-    if (error != nullptr) *error = reader.error();
-    return false;
+// Chunks out of a trace held in memory (a whole file's bytes), as TraceFileReader reads them
+// out of a file, without copying the bytes first.
+class BufferReader {
+ public:
+  explicit BufferReader(std::string_view bytes) : bytes_(bytes) {}
+  bool Open(const std::string& name) {
+    if (bytes_.substr(0, 7) != TraceFilePreamble().substr(0, 7)) {
+      error_ = name + " is not a cumemtrace trace file (no CMTRACE preamble)";
+      return false;
+    }
+    if (bytes_.size() < 8 || bytes_[7] != TraceFilePreamble()[7]) {
+      error_ = name + ": unsupported trace file format version";
+      return false;
+    }
+    pos_ = 8;
+    return true;
   }
+  TraceFileReader::Result Next(v1::TraceChunk* chunk) {
+    return NextView(chunk, nullptr, nullptr, nullptr);
+  }
+  TraceFileReader::Result NextView(v1::TraceChunk* chunk, bool* is_wire, uint32_t* stream_id,
+                                   std::string_view* wire_frame) {
+    if (is_wire != nullptr) *is_wire = false;
+    if (pos_ == bytes_.size()) return TraceFileReader::Result::kEnd;
+    // The frame length: a varint32 (framing.h).
+    uint64_t length = 0;
+    size_t p = pos_;
+    for (int shift = 0;; shift += 7) {
+      if (p == bytes_.size()) return TraceFileReader::Result::kTruncated;
+      if (shift > 28) return Error("corrupt trace at byte " + std::to_string(pos_));
+      const auto byte = static_cast<uint8_t>(bytes_[p++]);
+      length |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) break;
+    }
+    if (length > v1::MAX_FILE_CHUNK_BYTES) {
+      return Error("corrupt trace at byte " + std::to_string(pos_) + ": a chunk of " +
+                   std::to_string(length) + " bytes");
+    }
+    if (length > bytes_.size() - p) return TraceFileReader::Result::kTruncated;
+    if (is_wire != nullptr &&
+        ParseWireFrameChunk(bytes_.substr(p, length), stream_id, wire_frame)) {
+      *is_wire = true;
+      pos_ = p + length;
+      return TraceFileReader::Result::kChunk;
+    }
+    if (!chunk->ParseFromArray(bytes_.data() + p, static_cast<int>(length))) {
+      return Error("corrupt chunk at byte " + std::to_string(p));
+    }
+    pos_ = p + length;
+    return TraceFileReader::Result::kChunk;
+  }
+  const std::string& error() const { return error_; }
+  uint64_t consumed_bytes() const { return pos_; }
+  uint64_t file_bytes() const { return bytes_.size(); }
+
+ private:
+  TraceFileReader::Result Error(std::string error) {
+    error_ = std::move(error);
+    return TraceFileReader::Result::kError;
+  }
+
+  std::string_view bytes_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+// Reads every chunk of `reader` (opened) into `sink` (AddChunk, MarkTruncated; and
+// AddWireFrame for the streaming analyzer, which takes wire frames without a copy).
+template <typename Reader, typename Sink>
+void ReadChunks(Reader& reader, Sink& sink) {
+  constexpr bool kViews = std::is_same_v<Sink, internal::StreamingAnalyzer>;
   v1::TraceChunk chunk;
+  bool is_wire = false;
+  uint32_t stream_id = 0;
+  std::string_view wire_frame;
   for (bool done = false; !done;) {
-    switch (reader.Next(&chunk)) {
+    const TraceFileReader::Result result =
+        kViews ? reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame) : reader.Next(&chunk);
+    switch (result) {
       case TraceFileReader::Result::kChunk:
-        analyzer.AddChunk(chunk);
+        if constexpr (kViews) {
+          if (is_wire) {
+            sink.AddWireFrame(stream_id, wire_frame);
+            break;
+          }
+        }
+        sink.AddChunk(chunk);
         break;
       case TraceFileReader::Result::kEnd:
         done = true;
         break;
       case TraceFileReader::Result::kTruncated:
-        analyzer.MarkTruncated("the file ends inside a chunk after " +
-                               std::to_string(reader.consumed_bytes()) + " of " +
-                               std::to_string(reader.file_bytes()) + " bytes");
+        sink.MarkTruncated("the file ends inside a chunk after " +
+                           std::to_string(reader.consumed_bytes()) + " of " +
+                           std::to_string(reader.file_bytes()) + " bytes");
         done = true;
         break;
       case TraceFileReader::Result::kError:
-        analyzer.MarkTruncated(reader.error());
+        sink.MarkTruncated(reader.error());
         done = true;
         break;
     }
   }
+}
+
+// Reads `path` into `sink`; false with *error when it cannot be read or is not a trace.
+template <typename Sink>
+bool ReadTraceFile(const std::string& path, Sink& sink, std::string* error) {
+  TraceFileReader reader;
+  if (!reader.Open(path)) {
+    if (error != nullptr) *error = reader.error();
+    return false;
+  }
+  ReadChunks(reader, sink);
   return true;
+}
+
+// The streaming analysis, with a second read (`read_again(analyzer)`) for the processes
+// that need every event at once.
+template <typename ReadAgain>
+std::unique_ptr<Report> FinishStreaming(internal::StreamingAnalyzer& streaming,
+                                        const AnalysisOptions& options, ReadAgain read_again) {
+  std::vector<uint32_t> in_memory;
+  std::unique_ptr<Report> report = streaming.Finish(&in_memory);
+  if (!in_memory.empty()) {
+    Analyzer analyzer(options, std::set<uint32_t>(in_memory.begin(), in_memory.end()));
+    std::unique_ptr<Report> full;
+    if (read_again(analyzer)) full = analyzer.Finish();
+    for (ProcessReport& p : report->processes) {
+      if (full == nullptr) break;
+      for (ProcessReport& q : full->processes) {
+        if (q.stream_id == p.stream_id) p = std::move(q);
+      }
+    }
+  }
+  internal::AddJobSummary(report.get());
+  return report;
 }
 
 }  // namespace
 
 std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
                                          std::string* error) {
-  Analyzer analyzer(options);
-  if (!ReadTraceFile(path, analyzer, error)) return nullptr;
-  std::unique_ptr<Report> report = analyzer.Finish();
+  if (options.keep_lifetimes) {
+    // One row per allocation: the output is as large as the trace anyway.
+    Analyzer analyzer(options);
+    if (!ReadTraceFile(path, analyzer, error)) return nullptr;
+    std::unique_ptr<Report> report = analyzer.Finish();
+    report->trace_file = path;
+    return report;
+  }
+  internal::StreamingAnalyzer streaming(options);
+  if (!ReadTraceFile(path, streaming, error)) return nullptr;
+  std::unique_ptr<Report> report = FinishStreaming(streaming, options, [&](Analyzer& analyzer) {
+    return ReadTraceFile(path, analyzer, nullptr);
+  });
   report->trace_file = path;
   return report;
+}
+
+std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const AnalysisOptions& options,
+                                          std::string* error) {
+  BufferReader reader(bytes);
+  if (!reader.Open("the trace")) {
+    if (error != nullptr) *error = reader.error();
+    return nullptr;
+  }
+  internal::StreamingAnalyzer streaming(options);
+  ReadChunks(reader, streaming);
+  return FinishStreaming(streaming, options, [&](Analyzer& analyzer) {
+    BufferReader again(bytes);
+    if (!again.Open("the trace")) return false;
+    ReadChunks(again, analyzer);
+    return true;
+  });
 }
 
 std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,

@@ -106,6 +106,43 @@ void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open,
   windows_.resize(open_.size() * 2 * slots_);
 }
 
+void PhaseTracker::AddSlot() {
+  const size_t old = slots_, now = slots_ + 1;
+  std::vector<PhaseCounters> counters(names_.size() * now);
+  for (size_t p = 0; p < names_.size(); ++p) {
+    std::copy_n(counters_.begin() + static_cast<std::ptrdiff_t>(p * old), old,
+                counters.begin() + static_cast<std::ptrdiff_t>(p * now));
+  }
+  counters_.swap(counters);
+  std::vector<uint64_t> windows(open_.size() * 2 * now, 0);
+  for (size_t i = 0; i < open_.size() * 2; ++i) {
+    std::copy_n(windows_.begin() + static_cast<std::ptrdiff_t>(i * old), old,
+                windows.begin() + static_cast<std::ptrdiff_t>(i * now));
+  }
+  windows_.swap(windows);
+  for (OccurrenceRecord& r : records_) {
+    r.entry.push_back(0);
+    r.peak.push_back(0);
+    r.exit.push_back(0);
+  }
+  slots_ = now;
+}
+
+void PhaseTracker::ReorderSlots(const std::vector<uint32_t>& new_slot) {
+  std::vector<PhaseCounters> counters(counters_.size());
+  for (size_t p = 0; p < names_.size(); ++p) {
+    for (size_t s = 0; s < slots_; ++s) counters[p * slots_ + new_slot[s]] = counters_[p * slots_ + s];
+  }
+  counters_.swap(counters);
+  for (OccurrenceRecord& r : records_) {
+    for (std::vector<uint64_t>* v : {&r.entry, &r.peak, &r.exit}) {
+      std::vector<uint64_t> moved(v->size());
+      for (size_t s = 0; s < v->size(); ++s) moved[new_slot[s]] = (*v)[s];
+      v->swap(moved);
+    }
+  }
+}
+
 void PhaseTracker::OnInUse(uint32_t slot, uint64_t in_use) {
   for (size_t i = 0; i < open_.size(); ++i) {
     uint64_t& peak = windows_[i * 2 * slots_ + slots_ + slot];

@@ -83,6 +83,13 @@ class PhaseTracker {
   PhaseCounters& counters(int32_t phase, uint32_t slot) {
     return counters_[static_cast<size_t>(phase) * slots_ + slot];
   }
+  const PhaseCounters& counters(int32_t phase, uint32_t slot) const {
+    return counters_[static_cast<size_t>(phase) * slots_ + slot];
+  }
+  // The streaming sweep meets devices as it goes: a new slot starts at zero everywhere.
+  void AddSlot();
+  // Once everything is closed: slot s becomes new_slot[s] (a permutation).
+  void ReorderSlots(const std::vector<uint32_t>& new_slot);
   const std::vector<PhaseName>& names() const { return names_; }
   const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }

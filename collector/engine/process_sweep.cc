@@ -70,6 +70,8 @@ const char* DropSourceName(int source) {
   }
 }
 
+}  // namespace
+
 void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   p->stream_id = s.stream_id;
   p->has_handshake = s.has_handshake;
@@ -128,6 +130,8 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
 }
 
+namespace {
+
 // Time order, then the tie rule of design.md, then arrival (a stable order). CUPTI delivers
 // per-thread buffers, so input is sorted in runs but not overall. The events are not moved
 // while sorting: 16-byte keys (time and tie rank packed in one word, arrival index) are
@@ -140,13 +144,18 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
 void ShiftToRealtime(DecodedStream* s) {
   const int64_t offset = s->realtime_offset_ns;
   if (offset == 0) return;
+  for (Event& e : s->events) ShiftEventToRealtime(offset, &e);
+  ShiftRecordsToRealtime(s);
+}
+
+}  // namespace
+
+void ShiftRecordsToRealtime(DecodedStream* s) {
+  const int64_t offset = s->realtime_offset_ns;
+  if (offset == 0) return;
   auto shift = [offset](uint64_t t) {
     return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
   };
-  for (Event& e : s->events) {
-    e.timestamp_ns = shift(e.timestamp_ns);
-    if (e.type == EventType::kKernel) e.a = shift(e.a);  // its end
-  }
   for (DropRecord& d : s->drops) {
     d.first_ns = shift(d.first_ns);
     d.last_ns = shift(d.last_ns);
@@ -155,6 +164,8 @@ void ShiftToRealtime(DecodedStream* s) {
   s->trace_start_ns = shift(s->trace_start_ns);
   s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
 }
+
+namespace {
 
 void SortEvents(std::vector<Event>* events) {
   auto before = [](const Event& x, const Event& y) {
@@ -250,6 +261,14 @@ void GroupByOrigin(const MemoryTimeline& timeline, uint64_t end_pos,
     if (a.birth_pos <= peak_pos && a.death_pos > peak_pos) group.live_at_peak_bytes += a.bytes;
     if (a.death_pos == end_pos) group.live_at_exit_bytes += a.bytes;  // closed at the end
   }
+  AddOriginStats(stats, unknown_name, s, out, p);
+}
+
+}  // namespace
+
+void AddOriginStats(const std::map<std::pair<uint32_t, uint32_t>, OriginStats>& stats,
+                    const char* unknown_name, const DecodedStream& s,
+                    std::map<std::string, OriginStats> DeviceReport::*out, ProcessReport* p) {
   for (const auto& [key, group] : stats) {
     const std::string name = key.second == 0 ? unknown_name : s.Resolve(key.second);
     // Two ids with one text (a string sent again after a lost batch) merge.
@@ -262,7 +281,140 @@ void GroupByOrigin(const MemoryTimeline& timeline, uint64_t end_pos,
   }
 }
 
-}  // namespace
+void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t index,
+                      uint64_t first, DeviceReport* out) {
+  DeviceReport& d = *out;
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  d.index = index;
+  auto info = s.device_info.find(d.index);
+  if (info != s.device_info.end()) {
+    d.has_info = true;
+    d.name = info->second.name;
+    d.uuid = info->second.uuid;
+    d.total_memory_bytes = info->second.total_memory_bytes;
+  }
+  d.peak.seen = c.peak_pos != kNever;
+  if (d.peak.seen) {
+    d.peak.bytes = c.peak;
+    d.peak.time_abs_ns = c.peak_ns;
+    d.peak.time_ns = rel(c.peak_ns);
+  }
+  for (int k = 0; k < kMemoryKinds; ++k) {
+    if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
+  }
+  d.live_at_exit_count = c.kinds[3].live_at_exit_count + c.kinds[4].live_at_exit_count;
+  d.live_at_exit_bytes = c.kinds[3].live_at_exit_bytes + c.kinds[4].live_at_exit_bytes;
+  d.not_program.static_peak_bytes = c.static_peak;
+  d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
+  d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
+  d.not_program.released_unknown_count = c.released_unknown_count;
+  d.not_program.released_unknown_bytes = c.released_unknown_bytes;
+  auto tracer = s.tracer_memory.find(d.index);
+  if (tracer != s.tracer_memory.end()) {
+    d.not_program.tracer_bytes = tracer->second.bytes;
+    d.not_program.tracer_description = tracer->second.description;
+  }
+  d.kernel_count = c.kernel_count;
+  d.kernel_busy_ns = c.kernel_busy_ns;
+  d.reallocated_live_address = c.reallocated_live_address;
+}
+
+void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
+                      const std::vector<std::string>& phase_names, const DecodedStream& s,
+                      size_t top_allocations, uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  auto phase_name = [&phase_names](int32_t phase) {
+    return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
+  };
+  for (size_t slot = 0; slot < at_peak.size(); ++slot) {
+    std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
+    for (const Allocation* a : at_peak[slot]) {
+      LiveGroup& g = groups[{a->phase, a->kind}];
+      ++g.count;
+      g.bytes += a->bytes;
+    }
+    DevicePeak& peak = p->devices[slot].peak;
+    for (auto& [key, g] : groups) {
+      g.phase = phase_name(key.first);
+      g.kind = MemoryKindName(key.second);
+      peak.live_by_phase_and_kind.push_back(std::move(g));
+    }
+    std::stable_sort(peak.live_by_phase_and_kind.begin(), peak.live_by_phase_and_kind.end(),
+                     [](const LiveGroup& x, const LiveGroup& y) { return x.bytes > y.bytes; });
+    std::vector<const Allocation*>& ids = at_peak[slot];
+    peak.live_count = ids.size();
+    const size_t top = std::min(top_allocations, ids.size());
+    // Births have distinct positions, so this order is total: the result does not depend on
+    // the order the allocations were collected in.
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(),
+                      [](const Allocation* x, const Allocation* y) {
+                        if (x->bytes != y->bytes) return x->bytes > y->bytes;
+                        return x->birth_pos < y->birth_pos;
+                      });
+    for (size_t i = 0; i < top; ++i) {
+      const Allocation& a = *ids[i];
+      peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
+                                            phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
+                                            rel(a.birth_ns)});
+    }
+  }
+}
+
+void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>& phase_names,
+                      const std::vector<uint32_t>& slot_device, const DecodedStream& s,
+                      uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  for (size_t i = 0; i < phases.names().size(); ++i) {
+    const PhaseName& n = phases.names()[i];
+    if (n.rollup) continue;
+    PhaseReport r;
+    r.name = phase_names[i];
+    r.range_names = n.range_names;
+    r.inferred = n.inferred;
+    r.iteration = n.iteration;
+    r.domain = s.Resolve(n.domain_id);
+    r.message = s.Resolve(n.message_id);
+    r.occurrences = n.occurrences;
+    r.total_ns = n.total_ns;
+    r.still_open = n.still_open;
+    r.first_open_ns = rel(n.first_open_ns);
+    for (uint32_t slot = 0; slot < slot_device.size(); ++slot) {
+      const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
+      PhaseDeviceStats d;
+      d.index = slot_device[slot];
+      d.bytes_at_entry = c.bytes_at_entry;
+      d.peak_bytes = c.peak_bytes;
+      d.peak_above_entry_bytes = c.peak_above_entry_bytes;
+      d.allocated_bytes = c.allocated_bytes;
+      d.freed_bytes = c.freed_bytes;
+      d.allocations = c.allocations;
+      d.frees = c.frees;
+      d.failed_allocations = c.failed_allocations;
+      d.kernels = c.kernels;
+      r.devices.push_back(d);
+    }
+    p->phases.push_back(std::move(r));
+  }
+}
+
+void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  std::map<int, DropSummary> drops;
+  for (const DropRecord& d : s.drops) {
+    DropSummary& sum = drops[d.source];
+    sum.source = DropSourceName(d.source);
+    sum.total += d.count;
+    DropWindow w;
+    w.count = d.count;
+    w.has_window = d.first_ns != 0;
+    if (w.has_window) {
+      w.first_ns = rel(d.first_ns);
+      w.last_ns = rel(std::max(d.first_ns, d.last_ns));
+    }
+    sum.windows.push_back(w);
+  }
+  for (auto& [source, sum] : drops) p->dropped.push_back(std::move(sum));
+}
 
 const char* MemoryKindName(uint8_t kind) {
   static const char* const kNames[kMemoryKinds] = {"UNKNOWN", "PAGEABLE",      "PINNED",
@@ -417,41 +569,10 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
 
   // Devices.
   p.devices.resize(n_slots);
+  std::vector<uint32_t> slot_device;
+  for (uint32_t slot = 0; slot < n_slots; ++slot) slot_device.push_back(slots.index(slot));
   for (uint32_t slot = 0; slot < n_slots; ++slot) {
-    DeviceReport& d = p.devices[slot];
-    const DeviceCounters& c = timeline.device(slot);
-    d.index = slots.index(slot);
-    auto info = s.device_info.find(d.index);
-    if (info != s.device_info.end()) {
-      d.has_info = true;
-      d.name = info->second.name;
-      d.uuid = info->second.uuid;
-      d.total_memory_bytes = info->second.total_memory_bytes;
-    }
-    d.peak.seen = c.peak_pos != kNever;
-    if (d.peak.seen) {
-      d.peak.bytes = c.peak;
-      d.peak.time_abs_ns = c.peak_ns;
-      d.peak.time_ns = rel(c.peak_ns);
-    }
-    for (int k = 0; k < kMemoryKinds; ++k) {
-      if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
-    }
-    d.live_at_exit_count = c.kinds[3].live_at_exit_count + c.kinds[4].live_at_exit_count;
-    d.live_at_exit_bytes = c.kinds[3].live_at_exit_bytes + c.kinds[4].live_at_exit_bytes;
-    d.not_program.static_peak_bytes = c.static_peak;
-    d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
-    d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
-    d.not_program.released_unknown_count = c.released_unknown_count;
-    d.not_program.released_unknown_bytes = c.released_unknown_bytes;
-    auto tracer = s.tracer_memory.find(d.index);
-    if (tracer != s.tracer_memory.end()) {
-      d.not_program.tracer_bytes = tracer->second.bytes;
-      d.not_program.tracer_description = tracer->second.description;
-    }
-    d.kernel_count = c.kernel_count;
-    d.kernel_busy_ns = c.kernel_busy_ns;
-    d.reallocated_live_address = c.reallocated_live_address;
+    FillDeviceReport(s, timeline.device(slot), slot_device[slot], first, &p.devices[slot]);
   }
 
   // Device memory by API and by calling library.
@@ -461,103 +582,24 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
                 &DeviceReport::by_library, &p);
 
   // What was live at each device's peak: a filter over the allocation table by position.
-  std::vector<std::map<std::pair<int32_t, uint8_t>, LiveGroup>> groups(n_slots);
-  std::vector<std::vector<uint32_t>> live(n_slots);
-  const std::vector<Allocation>& allocations = timeline.allocations();
-  for (uint32_t i = 0; i < allocations.size(); ++i) {
-    const Allocation& a = allocations[i];
+  std::vector<std::vector<const Allocation*>> at_peak(n_slots);
+  for (const Allocation& a : timeline.allocations()) {
     const uint64_t peak_pos = timeline.device(a.slot).peak_pos;
     if (!IsDeviceMemory(a.kind) || peak_pos == kNever) continue;
     if (a.birth_pos > peak_pos || a.death_pos <= peak_pos) continue;
-    LiveGroup& g = groups[a.slot][{a.phase, a.kind}];
-    ++g.count;
-    g.bytes += a.bytes;
-    live[a.slot].push_back(i);
+    at_peak[a.slot].push_back(&a);
   }
-  for (uint32_t slot = 0; slot < n_slots; ++slot) {
-    DevicePeak& peak = p.devices[slot].peak;
-    for (auto& [key, g] : groups[slot]) {
-      g.phase = phase_name(key.first);
-      g.kind = MemoryKindName(key.second);
-      peak.live_by_phase_and_kind.push_back(std::move(g));
-    }
-    std::stable_sort(peak.live_by_phase_and_kind.begin(), peak.live_by_phase_and_kind.end(),
-                     [](const LiveGroup& x, const LiveGroup& y) { return x.bytes > y.bytes; });
-    std::vector<uint32_t>& ids = live[slot];
-    peak.live_count = ids.size();
-    const size_t top = std::min(options.top_allocations, ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(),
-                      [&allocations](uint32_t x, uint32_t y) {
-                        if (allocations[x].bytes != allocations[y].bytes) {
-                          return allocations[x].bytes > allocations[y].bytes;
-                        }
-                        return allocations[x].birth_pos < allocations[y].birth_pos;
-                      });
-    for (size_t i = 0; i < top; ++i) {
-      const Allocation& a = allocations[ids[i]];
-      peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
-                                            phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
-                                            rel(a.birth_ns)});
-    }
-  }
+  FillPeakContents(at_peak, phase_names, s, options.top_allocations, first, &p);
 
   // Phases, in order of first opening.
-  for (size_t i = 0; i < phases.names().size(); ++i) {
-    const PhaseName& n = phases.names()[i];
-    if (n.rollup) continue;
-    PhaseReport r;
-    r.name = phase_names[i];
-    r.range_names = n.range_names;
-    r.inferred = n.inferred;
-    r.iteration = n.iteration;
-    r.domain = s.Resolve(n.domain_id);
-    r.message = s.Resolve(n.message_id);
-    r.occurrences = n.occurrences;
-    r.total_ns = n.total_ns;
-    r.still_open = n.still_open;
-    r.first_open_ns = rel(n.first_open_ns);
-    for (uint32_t slot = 0; slot < n_slots; ++slot) {
-      const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
-      PhaseDeviceStats d;
-      d.index = slots.index(slot);
-      d.bytes_at_entry = c.bytes_at_entry;
-      d.peak_bytes = c.peak_bytes;
-      d.peak_above_entry_bytes = c.peak_above_entry_bytes;
-      d.allocated_bytes = c.allocated_bytes;
-      d.freed_bytes = c.freed_bytes;
-      d.allocations = c.allocations;
-      d.frees = c.frees;
-      d.failed_allocations = c.failed_allocations;
-      d.kernels = c.kernels;
-      r.devices.push_back(d);
-    }
-    p.phases.push_back(std::move(r));
-  }
+  FillPhaseReports(phases, phase_names, slot_device, s, first, &p);
 
   // Iterations, per-phase statistics over them, lifetime classes.
-  {
-    std::vector<uint32_t> slot_device;
-    for (uint32_t slot = 0; slot < n_slots; ++slot) slot_device.push_back(slots.index(slot));
-    AddTrainingAnalysis(TrainingInputs{s, events, phases, timeline, slot_device, first, last, options},
-                        &p);
-  }
+  AddTrainingAnalysis(TrainingInputs{s, events, phases, timeline, slot_device, first, last, options},
+                      &p);
 
   // Drops by source, with their windows.
-  std::map<int, DropSummary> drops;
-  for (const DropRecord& d : s.drops) {
-    DropSummary& sum = drops[d.source];
-    sum.source = DropSourceName(d.source);
-    sum.total += d.count;
-    DropWindow w;
-    w.count = d.count;
-    w.has_window = d.first_ns != 0;
-    if (w.has_window) {
-      w.first_ns = rel(d.first_ns);
-      w.last_ns = rel(std::max(d.first_ns, d.last_ns));
-    }
-    sum.windows.push_back(w);
-  }
-  for (auto& [source, sum] : drops) p.dropped.push_back(std::move(sum));
+  FillDropReports(s, first, &p);
   if (timeline_out != nullptr) {
     CaptureTimeline(s, timeline.allocations(), phases.names(), phase_names, p, timeline_out);
   }

@@ -271,6 +271,9 @@ struct ProcessReport {
   uint64_t lost_batches = 0;
   uint64_t batches = 0;
   uint64_t events = 0;
+  // Events that arrived after the analysis had swept past their time (more than the
+  // reorder window late): applied where they arrived, out of time order (design.md).
+  uint64_t late_events = 0;
   uint64_t first_timestamp_abs_ns = 0;
   uint64_t last_timestamp_abs_ns = 0;
   uint64_t duration_ns = 0;

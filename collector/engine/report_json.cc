@@ -213,6 +213,8 @@ Json ProcessJson(const ProcessReport& p) {
   j["lost_batches"] = {{"count", p.lost_batches}, {"gaps", std::move(gaps)}};
   j["batches"] = p.batches;
   j["events"] = p.events;
+  // Only when some arrived too late for the reorder window: absent means none.
+  if (p.late_events > 0) j["late_events"] = p.late_events;
   j["first_timestamp_abs_ns"] = p.first_timestamp_abs_ns;
   j["duration_ns"] = p.duration_ns;
   Json threads = Json::array();

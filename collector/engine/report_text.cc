@@ -372,6 +372,11 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     out << "  warning: " << Plural(p.lost_batches, "event batch", "event batches") << " lost ("
         << Plural(p.sequence_gaps.size(), "sequence gap") << ")\n";
   }
+  if (p.late_events > 0) {
+    out << "  warning: " << Plural(p.late_events, "event")
+        << " arrived later than the reorder window and were applied where they arrived,"
+           " out of time order\n";
+  }
   for (const Notice& n : p.notices) {
     out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
   }

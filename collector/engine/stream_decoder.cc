@@ -265,6 +265,12 @@ void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
   }
 }
 
+void StreamDecoder::AddWireFrame(uint32_t stream_id, std::string_view frame) {
+  DecodedStream& stream = Stream(stream_id);
+  if (AddBatchFrameFast(stream, frame)) return;
+  AddWireFrame(stream, std::string(frame));
+}
+
 void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame) {
   if (AddBatchFrameFast(stream, frame)) return;
   auto* message = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(arena_.get());

@@ -22,6 +22,8 @@ class StreamDecoder {
   StreamDecoder();
   ~StreamDecoder();
   void AddChunk(const v1::TraceChunk& chunk);
+  // The same for a chunk that wraps a wire frame, without copying the frame first.
+  void AddWireFrame(uint32_t stream_id, std::string_view frame);
   std::map<uint32_t, DecodedStream>& streams() { return streams_; }
 
  private:

@@ -30,6 +30,38 @@ size_t VarintSize(uint64_t value) {
 
 }  // namespace
 
+bool ParseWireFrameChunk(std::string_view chunk, uint32_t* stream_id,
+                         std::string_view* wire_frame) {
+  const auto* p = reinterpret_cast<const uint8_t*>(chunk.data());
+  const uint8_t* end = p + chunk.size();
+  auto varint = [&p, end](uint64_t* value) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p == end) return false;
+      const uint8_t byte = *p++;
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) {
+        *value = v;
+        return true;
+      }
+    }
+    return false;
+  };
+  *stream_id = 0;
+  if (p != end && *p == 0x08) {
+    ++p;
+    uint64_t id = 0;
+    if (!varint(&id) || id > 0xffffffffu) return false;
+    *stream_id = static_cast<uint32_t>(id);
+  }
+  if (p == end || *p != 0x12) return false;
+  ++p;
+  uint64_t size = 0;
+  if (!varint(&size) || size != static_cast<uint64_t>(end - p)) return false;
+  *wire_frame = std::string_view(reinterpret_cast<const char*>(p), static_cast<size_t>(size));
+  return true;
+}
+
 std::string_view TraceFilePreamble() { return std::string_view(kPreamble, sizeof(kPreamble)); }
 
 void AppendChunk(const v1::TraceChunk& chunk, std::string* out) {
@@ -90,11 +122,22 @@ uint64_t TraceFileReader::consumed_bytes() const {
 }
 
 TraceFileReader::Result TraceFileReader::Next(v1::TraceChunk* chunk) {
+  return NextView(chunk, nullptr, nullptr, nullptr);
+}
+
+TraceFileReader::Result TraceFileReader::NextView(v1::TraceChunk* chunk, bool* is_wire,
+                                                  uint32_t* stream_id,
+                                                  std::string_view* wire_frame) {
   if (!error_.empty()) return Result::kError;
+  if (is_wire != nullptr) *is_wire = false;
   for (;;) {
     std::string_view frame;
     switch (decoder_.Next(&frame)) {
       case FrameDecoder::Status::kFrame:
+        if (is_wire != nullptr && ParseWireFrameChunk(frame, stream_id, wire_frame)) {
+          *is_wire = true;
+          return Result::kChunk;
+        }
         if (!chunk->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
           error_ = "corrupt chunk at byte " + std::to_string(consumed_bytes() - frame.size());
           return Result::kError;

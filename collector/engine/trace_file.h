@@ -15,6 +15,10 @@ namespace cumemtrace {
 // The 8 bytes every trace file starts with.
 std::string_view TraceFilePreamble();
 
+// Reads a chunk's bytes as { stream_id = 1; wire_frame = 2 } and nothing else (the layout
+// AppendWireFrameChunk writes); false for anything else, which protobuf then parses.
+bool ParseWireFrameChunk(std::string_view chunk, uint32_t* stream_id, std::string_view* wire_frame);
+
 // Appends one length-prefixed chunk to *out.
 void AppendChunk(const v1::TraceChunk& chunk, std::string* out);
 // Appends a chunk that wraps a wire frame without building a TraceChunk (no copy of the
@@ -40,6 +44,11 @@ class TraceFileReader {
   // Opens the file and checks the preamble. False with error() set on failure.
   bool Open(const std::string& path);
   Result Next(v1::TraceChunk* chunk);
+  // Like Next(), but a chunk that only wraps a wire frame (what the collector writes) comes
+  // back without a copy: *is_wire set, *stream_id and *wire_frame (a view valid until the
+  // next call) filled, *chunk untouched. Any other chunk comes in *chunk.
+  Result NextView(v1::TraceChunk* chunk, bool* is_wire, uint32_t* stream_id,
+                  std::string_view* wire_frame);
 
   const std::string& error() const { return error_; }
   // Bytes of the file consumed as whole chunks (preamble included).

@@ -13,14 +13,14 @@ cumemtrace::Spread ToReport(const internal::Spread& s) {
   return cumemtrace::Spread{s.count, s.median, s.min, s.max};
 }
 
-void AddIterationStats(const TrainingInputs& in, const IterationDetection& detection,
-                       ProcessReport* p) {
+void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
+                       uint64_t first_ns, const IterationDetection& detection, ProcessReport* p) {
   IterationReport& r = p->iterations;
   r.source = detection.source;
   r.range = detection.range;
   r.note = detection.note;
   r.count = detection.windows.size();
-  auto rel = [&in](uint64_t ts) { return ts >= in.first_ns ? ts - in.first_ns : 0; };
+  auto rel = [first_ns](uint64_t ts) { return ts >= first_ns ? ts - first_ns : 0; };
   std::vector<int64_t> durations;
   for (size_t k = 0; k < detection.windows.size(); ++k) {
     const IterationWindow& w = detection.windows[k];
@@ -35,8 +35,8 @@ void AddIterationStats(const TrainingInputs& in, const IterationDetection& detec
   r.duration_ns = ToReport(SpreadOf(durations));
   if (detection.windows.empty()) return;
 
-  const std::vector<PhaseName>& names = in.phases.names();
-  const size_t slots = in.slot_device.size();
+  const std::vector<PhaseName>& names = phases.names();
+  const size_t slots = slot_device.size();
   // [phase][iteration] -> time, and per slot peak above entry / net change.
   struct Cell {
     bool present = false;
@@ -44,7 +44,7 @@ void AddIterationStats(const TrainingInputs& in, const IterationDetection& detec
     std::vector<int64_t> above, net;
   };
   std::vector<std::vector<Cell>> cells(names.size(), std::vector<Cell>(detection.windows.size()));
-  for (const OccurrenceRecord& o : in.phases.occurrences()) {
+  for (const OccurrenceRecord& o : phases.occurrences()) {
     const PhaseName& n = names[static_cast<size_t>(o.phase)];
     if (n.iteration) continue;
     const int64_t k = IterationOf(detection.windows, o.start_ns);
@@ -86,7 +86,7 @@ void AddIterationStats(const TrainingInputs& in, const IterationDetection& detec
     stats.time_ns = ToReport(SpreadOf(times));
     for (size_t s = 0; s < slots; ++s) {
       IterationPhaseDevice d;
-      d.index = in.slot_device[s];
+      d.index = slot_device[s];
       if (stats.in_warmup) {
         d.warmup_peak_above_entry_bytes = row[0].above[s];
         d.warmup_net_change_bytes = row[0].net[s];
@@ -101,10 +101,32 @@ void AddIterationStats(const TrainingInputs& in, const IterationDetection& detec
 
 }  // namespace
 
+IterationDetection AddIterations(const PhaseTracker& phases,
+                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
+                                 const AnalysisOptions& options, ProcessReport* p) {
+  IterationDetection detection =
+      DetectIterations(phases.names(), phases.occurrences(), options.iteration_range);
+  AddIterationStats(phases, slot_device, first_ns, detection, p);
+  return detection;
+}
+
+void SetLifetimeAtPeak(const std::vector<uint32_t>& slot_device,
+                       const std::vector<std::map<std::string, uint64_t>>& at_peak,
+                       ProcessReport* p) {
+  for (size_t slot = 0; slot < slot_device.size(); ++slot) {
+    for (DeviceReport& d : p->devices) {
+      if (d.index != slot_device[slot]) continue;
+      d.lifetime_at_peak.bytes_by_class = at_peak[slot];
+      auto persistent = at_peak[slot].find("persistent");
+      const uint64_t held = persistent == at_peak[slot].end() ? 0 : persistent->second;
+      d.lifetime_at_peak.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
+    }
+  }
+}
+
 void AddTrainingAnalysis(const TrainingInputs& in, ProcessReport* p) {
-  const IterationDetection detection = DetectIterations(
-      in.phases.names(), in.phases.occurrences(), in.options.iteration_range);
-  AddIterationStats(in, detection, p);
+  const IterationDetection detection =
+      AddIterations(in.phases, in.slot_device, in.first_ns, in.options, p);
 
   const std::vector<PhaseName>& names = in.phases.names();
   const LifetimeClassifier classifier(names, in.phases.occurrences(), detection.windows);
@@ -142,15 +164,7 @@ void AddTrainingAnalysis(const TrainingInputs& in, ProcessReport* p) {
     row.lifetime_class = LifetimeClassName(c);
     p->lifetimes.push_back(std::move(row));
   }
-  for (size_t slot = 0; slot < in.slot_device.size(); ++slot) {
-    for (DeviceReport& d : p->devices) {
-      if (d.index != in.slot_device[slot]) continue;
-      d.lifetime_at_peak.bytes_by_class = at_peak[slot];
-      auto persistent = at_peak[slot].find("persistent");
-      const uint64_t held = persistent == at_peak[slot].end() ? 0 : persistent->second;
-      d.lifetime_at_peak.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
-    }
-  }
+  SetLifetimeAtPeak(in.slot_device, at_peak, p);
 }
 
 }  // namespace cumemtrace::internal

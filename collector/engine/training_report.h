@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/decoded.h"
+#include "collector/engine/iterations.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
 #include "collector/engine/timeline.h"
@@ -26,5 +29,15 @@ struct TrainingInputs {
 };
 
 void AddTrainingAnalysis(const TrainingInputs& in, ProcessReport* p);
+
+// The parts of AddTrainingAnalysis that need no event or allocation table (the streaming
+// sweep calls them directly). Fills p->iterations; returns the iteration windows.
+IterationDetection AddIterations(const PhaseTracker& phases,
+                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
+                                 const AnalysisOptions& options, ProcessReport* p);
+// at_peak[slot]: bytes live at that slot's peak by lifetime class name.
+void SetLifetimeAtPeak(const std::vector<uint32_t>& slot_device,
+                       const std::vector<std::map<std::string, uint64_t>>& at_peak,
+                       ProcessReport* p);
 
 }  // namespace cumemtrace::internal
