@@ -12,7 +12,7 @@ execute_process(COMMAND "${CUMEMTRACE}" report --json "${trace}"
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cumemtrace report failed (${rc}): ${err}")
 endif()
-foreach(expected "\"forward\"" "\"backward\"" "\"optimizer\"" "cudaMallocAsync")
+foreach(expected "\"forward\"" "\"backward\"" "\"optimizer\"" "cuMemAllocAsync")
   string(FIND "${json}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "the report of the synthetic trace lacks ${expected}:\n${json}")

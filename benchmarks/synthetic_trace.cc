@@ -60,9 +60,9 @@ class SyntheticProgram {
         sink_(sink),
         translator_(&encoder_, &correlations_, &error_namer_),
         free_addresses_(kSizeClasses),
-        malloc_api_(ApiRow("cudaMallocAsync")),
-        free_api_(ApiRow("cudaFreeAsync")),
-        launch_api_(ApiRow("cudaLaunchKernel")) {}
+        malloc_api_(ApiRow("cuMemAllocAsync")),
+        free_api_(ApiRow("cuMemFreeAsync")),
+        launch_api_(ApiRow("cuLaunchKernel")) {}
 
   SyntheticTraceStats Run() {
     WriteFilePreamble();

@@ -83,7 +83,7 @@ void BM_Hook_Correlation(benchmark::State& state) {
     std::vector<HostRecord> drained;
     queue.TakeAll(&drained);
   }
-  const uint16_t api = ApiRow("cudaLaunchKernel");
+  const uint16_t api = ApiRow("cuLaunchKernel");
   uint32_t correlation = 0;
   PushLoop(state, queue, [&] {
     HostRecord record;
@@ -122,7 +122,7 @@ class SenderPipeline {
 
 void BM_Encode_Memory(benchmark::State& state) {
   SenderPipeline pipeline;
-  const uint16_t api = ApiRow("cudaMallocAsync");
+  const uint16_t api = ApiRow("cuMemAllocAsync");
   CUpti_ActivityMemory4 record;
   memset(&record, 0, sizeof(record));
   record.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
@@ -155,7 +155,7 @@ BENCHMARK(BM_Encode_Memory)->Name("Encode/Memory");
 
 void BM_Encode_Kernel(benchmark::State& state) {
   SenderPipeline pipeline;
-  const uint16_t api = ApiRow("cudaLaunchKernel");
+  const uint16_t api = ApiRow("cuLaunchKernel");
   static const char* const kNames[] = {"ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel",
                                        "reduce_kernel", "softmax_warp_forward"};
   CUpti_ActivityKernel10 record;

@@ -1,160 +1,141 @@
 #include "tracer/api_catalog.h"
 
-#include <cuda_runtime_api.h>
 #include <cupti_driver_cbid.h>
-#include <cupti_runtime_cbid.h>
-#include <generated_cuda_runtime_api_meta.h>
+
+#include <type_traits>
 
 namespace cumemtrace::tracer {
 namespace {
 
-// Leading fields of the driver calls' parameter blocks, as in the toolkit's
-// generated_cuda_meta.h (which cannot be included on its own: it names legacy _v1 types).
-struct cuMemAlloc_v2_params {
-  void* dptr;
+// The driver calls' parameter blocks, as in the toolkit's generated_cuda_meta.h (which
+// cannot be included on its own: it names legacy _v1 types). Only the driver layer is
+// watched: every runtime allocation, free and launch runs one of these underneath, so one
+// layer sees them all, and a second layer would double the cost of every call.
+struct AllocParams {  // cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocHost_v2, cuMemHostAlloc
+  CUdeviceptr* dptr;
   size_t bytesize;
 };
-using cuMemAllocHost_v2_params = cuMemAlloc_v2_params;
-using cuMemHostAlloc_params = cuMemAlloc_v2_params;
-using cuMemAllocManaged_params = cuMemAlloc_v2_params;
-using cuMemAllocAsync_params = cuMemAlloc_v2_params;
-using cuMemAllocAsync_ptsz_params = cuMemAlloc_v2_params;
-using cuMemAllocFromPoolAsync_params = cuMemAlloc_v2_params;
-using cuMemAllocFromPoolAsync_ptsz_params = cuMemAlloc_v2_params;
-struct cuMemCreate_params {
+struct AllocAsyncParams {  // cuMemAllocAsync(_ptsz)
+  CUdeviceptr* dptr;
+  size_t bytesize;
+  CUstream stream;
+};
+struct AllocFromPoolAsyncParams {  // cuMemAllocFromPoolAsync(_ptsz)
+  CUdeviceptr* dptr;
+  size_t bytesize;
+  CUmemoryPool pool;
+  CUstream stream;
+};
+struct AllocPitchParams {  // cuMemAllocPitch_v2
+  CUdeviceptr* dptr;
+  size_t* pitch;
+  size_t width_bytes;
+  size_t height;
+};
+struct CreateParams {  // cuMemCreate
   void* handle;
   size_t size;
 };
-struct cuMemMap_params {
-  unsigned long long ptr;
+struct MapParams {  // cuMemMap; cuMemUnmap starts the same way
+  CUdeviceptr ptr;
   size_t size;
 };
-struct cuMemAllocPitch_v2_params {
-  void* dptr;
-  size_t* pPitch;
-  size_t WidthInBytes;
-  size_t Height;
+struct FreeParams {  // cuMemFree_v2, cuMemFreeHost (a host pointer, same size)
+  CUdeviceptr dptr;
+};
+struct FreeAsyncParams {  // cuMemFreeAsync(_ptsz)
+  CUdeviceptr dptr;
+  CUstream stream;
 };
 
-template <typename Params>
-uint64_t SizeField(const void* params) {
-  return static_cast<const Params*>(params)->size;
+// At the exit of a successful allocation the address is written through the first field.
+template <typename P>
+void ReadAllocation(const void* params, CallOperands* out) {
+  const auto* p = static_cast<const P*>(params);
+  out->bytes = p->bytesize;
+  out->address = p->dptr != nullptr ? static_cast<uint64_t>(*p->dptr) : 0;
+  if constexpr (std::is_same_v<P, AllocAsyncParams> || std::is_same_v<P, AllocFromPoolAsyncParams>) {
+    out->stream = p->stream;
+  }
 }
-template <typename Params>
-uint64_t BytesizeField(const void* params) {
-  return static_cast<const Params*>(params)->bytesize;
+void ReadPitchAllocation(const void* params, CallOperands* out) {
+  const auto* p = static_cast<const AllocPitchParams*>(params);
+  // The driver picks the pitch: the memory made is pitch x rows, known only at the exit.
+  const uint64_t pitch = p->pitch != nullptr && *p->pitch != 0 ? *p->pitch : p->width_bytes;
+  out->bytes = pitch * p->height;
+  out->address = p->dptr != nullptr ? static_cast<uint64_t>(*p->dptr) : 0;
 }
-uint64_t CudaMallocPitchBytes(const void* params) {
-  auto* p = static_cast<const cudaMallocPitch_v3020_params*>(params);
-  return static_cast<uint64_t>(p->width) * p->height;
+void ReadCreate(const void* params, CallOperands* out) {
+  out->bytes = static_cast<const CreateParams*>(params)->size;
 }
-uint64_t CuMemAllocPitchBytes(const void* params) {
-  auto* p = static_cast<const cuMemAllocPitch_v2_params*>(params);
-  return static_cast<uint64_t>(p->WidthInBytes) * p->Height;
+void ReadMapping(const void* params, CallOperands* out) {
+  const auto* p = static_cast<const MapParams*>(params);
+  out->address = p->ptr;
+  out->bytes = p->size;
+}
+void ReadFree(const void* params, CallOperands* out) {
+  out->address = static_cast<const FreeParams*>(params)->dptr;
+}
+void ReadFreeAsync(const void* params, CallOperands* out) {
+  const auto* p = static_cast<const FreeAsyncParams*>(params);
+  out->address = p->dptr;
+  out->stream = p->stream;
 }
 
-constexpr CUpti_CallbackDomain kRuntime = CUPTI_CB_DOMAIN_RUNTIME_API;
-constexpr CUpti_CallbackDomain kDriver = CUPTI_CB_DOMAIN_DRIVER_API;
 constexpr auto kDevice = v1::MEMORY_KIND_DEVICE;
 constexpr auto kPinned = v1::MEMORY_KIND_PINNED;
 constexpr auto kManaged = v1::MEMORY_KIND_MANAGED;
 constexpr auto kNone = v1::MEMORY_KIND_UNKNOWN;
+constexpr auto kAllocate = ApiRole::kAllocate;
+constexpr auto kRelease = ApiRole::kRelease;
+constexpr auto kLaunch = ApiRole::kLaunch;
 
-
-// Names keep CUPTI's version suffixes out of the report (cudaMalloc, not cudaMalloc_v3020).
+// Names keep CUPTI's version suffixes out of the report (cuMemAlloc, not cuMemAlloc_v2).
 const ApiInfo kApis[] = {
-    // Runtime allocations.
-    {"cudaMalloc", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, ApiRole::kAllocate, kDevice,
-     SizeField<cudaMalloc_v3020_params>},
-    {"cudaMallocPitch", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
-     ApiRole::kAllocate, kDevice, CudaMallocPitchBytes},
-    {"cudaMallocHost", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020,
-     ApiRole::kAllocate, kPinned, SizeField<cudaMallocHost_v3020_params>},
-    {"cudaHostAlloc", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, ApiRole::kAllocate,
-     kPinned, SizeField<cudaHostAlloc_v3020_params>},
-    {"cudaMallocManaged", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,
-     ApiRole::kAllocate, kManaged, SizeField<cudaMallocManaged_v6000_params>},
-    {"cudaMallocAsync", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,
-     ApiRole::kAllocate, kDevice, SizeField<cudaMallocAsync_v11020_params>, true},
-    {"cudaMallocAsync", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
-     ApiRole::kAllocate, kDevice, SizeField<cudaMallocAsync_ptsz_v11020_params>, true},
-    {"cudaMallocFromPoolAsync", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,
-     ApiRole::kAllocate, kDevice, SizeField<cudaMallocFromPoolAsync_v11020_params>, true},
-    {"cudaMallocFromPoolAsync", kRuntime,
-     CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020, ApiRole::kAllocate, kDevice,
-     SizeField<cudaMallocFromPoolAsync_ptsz_v11020_params>, true},
-    // Driver allocations (cuMemCreate makes the physical allocation behind VMM mappings).
-    {"cuMemAlloc", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, ApiRole::kAllocate, kDevice,
-     BytesizeField<cuMemAlloc_v2_params>},
-    {"cuMemAllocPitch", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, ApiRole::kAllocate,
-     kDevice, CuMemAllocPitchBytes},
-    {"cuMemAllocHost", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, ApiRole::kAllocate,
-     kPinned, BytesizeField<cuMemAllocHost_v2_params>},
-    {"cuMemHostAlloc", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, ApiRole::kAllocate,
-     kPinned, BytesizeField<cuMemHostAlloc_params>},
-    {"cuMemAllocManaged", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, ApiRole::kAllocate,
-     kManaged, BytesizeField<cuMemAllocManaged_params>},
-    {"cuMemAllocAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, ApiRole::kAllocate,
-     kDevice, BytesizeField<cuMemAllocAsync_params>, true},
-    {"cuMemAllocAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, ApiRole::kAllocate,
-     kDevice, BytesizeField<cuMemAllocAsync_ptsz_params>, true},
-    {"cuMemAllocFromPoolAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
-     ApiRole::kAllocate, kDevice, BytesizeField<cuMemAllocFromPoolAsync_params>, true},
-    {"cuMemAllocFromPoolAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
-     ApiRole::kAllocate, kDevice, BytesizeField<cuMemAllocFromPoolAsync_ptsz_params>, true},
-    {"cuMemCreate", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemCreate, ApiRole::kAllocate, kDevice,
-     SizeField<cuMemCreate_params>},
-    {"cuMemMap", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemMap, ApiRole::kAllocate, kDevice,
-     SizeField<cuMemMap_params>},
-    // Releases.
-    {"cudaFree", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, ApiRole::kRelease, kNone,
-     nullptr},
-    {"cudaFreeHost", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020, ApiRole::kRelease,
-     kNone, nullptr},
-    {"cudaFreeAsync", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, ApiRole::kRelease,
-     kNone, nullptr},
-    {"cudaFreeAsync", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
-     ApiRole::kRelease, kNone, nullptr},
-    {"cuMemFree", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, ApiRole::kRelease, kNone, nullptr},
-    {"cuMemFreeHost", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, ApiRole::kRelease, kNone,
-     nullptr},
-    {"cuMemFreeAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, ApiRole::kRelease, kNone,
-     nullptr},
-    {"cuMemFreeAsync", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, ApiRole::kRelease,
-     kNone, nullptr},
-    {"cuMemUnmap", kDriver, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, ApiRole::kRelease, kNone, nullptr},
-    // Launches: the runtime and the driver layer each get a correlation id; a kernel record
-    // carries one of them, so both are recorded.
-    {"cudaLaunchKernel", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cudaLaunchKernel", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cudaLaunchKernelExC", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cudaLaunchKernelExC", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cudaLaunchCooperativeKernel", kRuntime,
-     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000, ApiRole::kLaunch, kNone, nullptr},
-    {"cudaGraphLaunch", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cudaGraphLaunch", kRuntime, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cuLaunchKernel", kDriver, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, ApiRole::kLaunch, kNone,
-     nullptr},
-    {"cuLaunchKernel", kDriver, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, ApiRole::kLaunch,
-     kNone, nullptr},
-    {"cuLaunchKernelEx", kDriver, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, ApiRole::kLaunch,
-     kNone, nullptr},
-    {"cuLaunchKernelEx", kDriver, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, ApiRole::kLaunch,
-     kNone, nullptr},
-    {"cuLaunchCooperativeKernel", kDriver, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-     ApiRole::kLaunch, kNone, nullptr},
-    {"cuGraphLaunch", kDriver, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, ApiRole::kLaunch, kNone,
-     nullptr},
-    {"cuGraphLaunch", kDriver, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, ApiRole::kLaunch, kNone,
-     nullptr},
+    // name, callback id, role, kind, operands, stream-ordered, per-thread default stream,
+    // makes memory on its own (cuMemCreate's physical memory counts once mapped).
+    {"cuMemAlloc", CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, kAllocate, kDevice,
+     ReadAllocation<AllocParams>},
+    {"cuMemAllocPitch", CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, kAllocate, kDevice,
+     ReadPitchAllocation},
+    {"cuMemAllocHost", CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, kAllocate, kPinned,
+     ReadAllocation<AllocParams>},
+    {"cuMemHostAlloc", CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, kAllocate, kPinned,
+     ReadAllocation<AllocParams>},
+    {"cuMemAllocManaged", CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, kAllocate, kManaged,
+     ReadAllocation<AllocParams>},
+    {"cuMemAllocAsync", CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, kAllocate, kDevice,
+     ReadAllocation<AllocAsyncParams>, true},
+    {"cuMemAllocAsync", CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, kAllocate, kDevice,
+     ReadAllocation<AllocAsyncParams>, true, true},
+    {"cuMemAllocFromPoolAsync", CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, kAllocate,
+     kDevice, ReadAllocation<AllocFromPoolAsyncParams>, true},
+    {"cuMemAllocFromPoolAsync", CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, kAllocate,
+     kDevice, ReadAllocation<AllocFromPoolAsyncParams>, true, true},
+    {"cuMemCreate", CUPTI_DRIVER_TRACE_CBID_cuMemCreate, kAllocate, kDevice, ReadCreate, false,
+     false, false},
+    {"cuMemMap", CUPTI_DRIVER_TRACE_CBID_cuMemMap, kAllocate, kDevice, ReadMapping},
+    {"cuMemFree", CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, kRelease, kNone, ReadFree},
+    {"cuMemFreeHost", CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, kRelease, kNone, ReadFree},
+    {"cuMemFreeAsync", CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, kRelease, kNone, ReadFreeAsync,
+     true},
+    {"cuMemFreeAsync", CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, kRelease, kNone,
+     ReadFreeAsync, true, true},
+    {"cuMemUnmap", CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, kRelease, kNone, ReadMapping},
+    // Launches: a kernel record carries the correlation id of the driver call that launched it
+    // (also when the program called the runtime), so the driver layer gives every kernel its
+    // launching thread.
+    {"cuLaunchKernel", CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, kLaunch, kNone},
+    {"cuLaunchKernel", CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, kLaunch, kNone},
+    {"cuLaunchKernelEx", CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, kLaunch, kNone},
+    {"cuLaunchKernelEx", CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, kLaunch, kNone},
+    {"cuLaunchCooperativeKernel", CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, kLaunch,
+     kNone},
+    {"cuLaunchCooperativeKernel", CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+     kLaunch, kNone},
+    {"cuGraphLaunch", CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, kLaunch, kNone},
+    {"cuGraphLaunch", CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, kLaunch, kNone},
 };
-
 
 }  // namespace
 
@@ -163,11 +144,10 @@ const ApiInfo* ApiCatalog(uint16_t* count) {
   return kApis;
 }
 
-int FindApi(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  // Linear over ~40 rows is cheaper than it looks, but this runs on every watched call, so
-  // the callback keeps a direct lookup table built from this (see cupti_session.cc).
+int FindApi(CUpti_CallbackId cbid) {
+  // The callback keeps a direct lookup table built from this (see cupti_session.cc).
   for (size_t i = 0; i < sizeof(kApis) / sizeof(kApis[0]); ++i) {
-    if (kApis[i].domain == domain && kApis[i].cbid == cbid) return static_cast<int>(i);
+    if (kApis[i].cbid == cbid) return static_cast<int>(i);
   }
   return -1;
 }

@@ -1,7 +1,8 @@
-// The CUDA API calls the tracer subscribes to, one row each: which callback id, what the
-// call does to memory, and how to read the requested size from its parameters.
+// The CUDA driver calls the tracer watches, one row each: which callback id, what the call
+// does to memory, and how to read its operands from the callback's parameter block.
 #pragma once
 
+#include <cuda.h>
 #include <cupti_callbacks.h>
 
 #include <cstdint>
@@ -11,26 +12,37 @@
 namespace cumemtrace::tracer {
 
 enum class ApiRole : uint8_t {
-  kAllocate,  // creates memory: watched for failures, correlation recorded
-  kRelease,   // frees memory: correlation recorded (thread of the free)
+  kAllocate,  // makes memory: recorded at the exit (address known), failures too
+  kRelease,   // gives memory back: recorded at the entry, before the address can be reused
   kLaunch,    // launches work: correlation recorded (launching thread of kernels)
+};
+
+// What one call says about memory, read from its parameters.
+struct CallOperands {
+  uint64_t address = 0;  // made (allocation, at exit), given back (release), mapped
+  uint64_t bytes = 0;    // asked for (allocation), mapped or unmapped (cuMemMap, cuMemUnmap)
+  CUstream stream = nullptr;  // stream-ordered calls
 };
 
 struct ApiInfo {
   const char* name;
-  CUpti_CallbackDomain domain;
-  CUpti_CallbackId cbid;
+  CUpti_CallbackId cbid;  // in CUPTI_CB_DOMAIN_DRIVER_API
   ApiRole role;
-  v1::MemoryKind kind;  // for kAllocate: the kind of memory asked for
-  // For kAllocate: bytes requested, read from the callback's functionParams.
-  uint64_t (*requested_bytes)(const void* params);
+  v1::MemoryKind kind;  // for kAllocate: the kind of memory made
+  // Reads the operands (null for launches). For an allocation, the address is valid only at
+  // the exit of a successful call; bytes are valid at the entry too (a failure's request).
+  void (*read)(const void* params, CallOperands* out) = nullptr;
   // Stream-ordered allocations are per tensor and frequent: their caller is not unwound.
   bool stream_ordered = false;
+  bool per_thread_stream = false;  // the _ptsz variant: a null stream is the thread's own
+  // False for cuMemCreate: physical memory counts once it is mapped (cuMemMap), as in
+  // CUPTI's own memory records; its failures are still reported.
+  bool makes_memory = true;
 };
 
 // All rows; the index of a row is its ApiId (stable within one build, sent as a name).
 const ApiInfo* ApiCatalog(uint16_t* count);
-// Row index for a callback, or -1 when the tracer does not watch that call.
-int FindApi(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
+// Row index for a driver callback id, or -1 when the tracer does not watch that call.
+int FindApi(CUpti_CallbackId cbid);
 
 }  // namespace cumemtrace::tracer

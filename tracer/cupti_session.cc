@@ -1,10 +1,10 @@
 #include "tracer/cupti_session.h"
 
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <array>
 #include <cstdlib>
+#include <cstring>
 
 #include "tracer/api_catalog.h"
 #include "tracer/caller_module.h"
@@ -20,16 +20,10 @@ constexpr size_t kBufferBytes = 2u << 20;
 constexpr size_t kMaxUndeliveredBuffers = 32;
 constexpr size_t kMaxCbid = 2048;
 
-// Callback id -> catalog row, per domain; built once in Start, read-only afterwards.
-std::array<int16_t, kMaxCbid> g_runtime_rows;
-std::array<int16_t, kMaxCbid> g_driver_rows;
+// Driver callback id -> catalog row; built once in Start, read-only afterwards.
+std::array<int16_t, kMaxCbid> g_rows;
 
-int RowFor(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  if (cbid >= kMaxCbid) return -1;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) return g_runtime_rows[cbid];
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) return g_driver_rows[cbid];
-  return -1;
-}
+int RowFor(CUpti_CallbackId cbid) { return cbid < kMaxCbid ? g_rows[cbid] : -1; }
 
 uint64_t CUPTIAPI MonotonicTimestamp() { return MonotonicNs(); }
 
@@ -71,6 +65,8 @@ bool CuptiSession::LoadCupti(std::string* error) {
             Resolve(handle, "cuptiGetDeviceId", &api_.GetDeviceId) &&
             Resolve(handle, "cuptiUnsubscribe", &api_.Unsubscribe) &&
             Resolve(handle, "cuptiActivityDisable", &api_.ActivityDisable);
+  // Optional: without it, memory records of stream-ordered calls carry no stream id.
+  Resolve(handle, "cuptiGetStreamIdEx", &api_.GetStreamIdEx);
   // Optional: older CUPTIs lack it; then timestamps are shifted from CLOCK_REALTIME.
   Resolve(handle, "cuptiActivityRegisterTimestampCallback",
           &api_.ActivityRegisterTimestampCallback);
@@ -89,7 +85,6 @@ bool CuptiSession::LoadDriver() {
          Resolve(handle, "cuDeviceTotalMem_v2", &driver_.DeviceTotalMem) &&
          Resolve(handle, "cuDeviceGetAttribute", &driver_.DeviceGetAttribute) &&
          Resolve(handle, "cuMemGetInfo_v2", &driver_.MemGetInfo) &&
-         Resolve(handle, "cuCtxGetDevice", &driver_.CtxGetDevice) &&
          Resolve(handle, "cuGetErrorName", &driver_.GetErrorName);
 }
 
@@ -115,15 +110,14 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   }
   LoadDriver();
 
-  g_runtime_rows.fill(-1);
-  g_driver_rows.fill(-1);
+  g_rows.fill(-1);
   uint16_t count = 0;
   const ApiInfo* apis = ApiCatalog(&count);
   for (uint16_t i = 0; i < count; ++i) {
-    if (apis[i].cbid >= kMaxCbid) continue;
-    auto& rows = apis[i].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_runtime_rows : g_driver_rows;
-    rows[apis[i].cbid] = static_cast<int16_t>(i);
+    if (apis[i].cbid < kMaxCbid) g_rows[apis[i].cbid] = static_cast<int16_t>(i);
   }
+  const char* memory_records = getenv("CUMEMTRACE_MEMORY_RECORDS");
+  memory_from_cupti_ = memory_records != nullptr && strcmp(memory_records, "cupti") == 0;
 
   // The clock must be chosen before any activity kind is enabled.
   if (api_.ActivityRegisterTimestampCallback == nullptr ||
@@ -146,18 +140,21 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   }
 
   // CUMEMTRACE_API_CALLBACKS=0 is a diagnostic: it measures what the per-call callbacks
-  // cost (records then lack their thread and API, and failed allocations are not seen).
+  // cost (then memory is seen only with CUMEMTRACE_MEMORY_RECORDS=cupti, without its thread
+  // and API, and failed allocations are not seen at all).
   const char* callbacks = getenv("CUMEMTRACE_API_CALLBACKS");
   const bool api_callbacks = !(callbacks != nullptr && callbacks[0] == '0');
   for (uint16_t i = 0; i < count && api_callbacks; ++i) {
     if (apis[i].role == ApiRole::kLaunch && !kernels) continue;
-    api_.EnableCallback(1, subscriber_, apis[i].domain, apis[i].cbid);
+    api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
   }
   api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
                       CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
 
   result = api_.ActivityRegisterCallbacks(BufferRequested, BufferCompleted);
-  if (result == CUPTI_SUCCESS) result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+  if (result == CUPTI_SUCCESS && memory_from_cupti_) {
+    result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+  }
   if (result == CUPTI_SUCCESS) result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
   if (result == CUPTI_SUCCESS && kernels) {
     // CONCURRENT_KERNEL, never KERNEL: the latter serializes kernels.
@@ -289,6 +286,28 @@ void CUPTIAPI CuptiSession::BufferCompleted(CUcontext context, uint32_t stream_i
   TracerRuntime::Get().WakeSender();
 }
 
+uint32_t CuptiSession::ContextDevice(CUcontext context) {
+  // A thread works in one context almost always: remember the last answer.
+  thread_local CUcontext last_context = nullptr;
+  thread_local uint32_t last_device = 0;
+  if (context != last_context || context == nullptr) {
+    uint32_t device = 0;
+    if (context == nullptr || api_.GetDeviceId(context, &device) != CUPTI_SUCCESS) device = 0;
+    last_context = context;
+    last_device = device;
+  }
+  return last_device;
+}
+
+uint32_t CuptiSession::StreamId(CUcontext context, CUstream stream, bool per_thread) {
+  uint32_t id = 0;
+  if (api_.GetStreamIdEx == nullptr ||
+      api_.GetStreamIdEx(context, stream, per_thread ? 1 : 0, &id) != CUPTI_SUCCESS) {
+    return 0;
+  }
+  return id;
+}
+
 void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain domain,
                                        CUpti_CallbackId cbid, const void* data) {
   TracerRuntime& runtime = TracerRuntime::Get();
@@ -303,70 +322,93 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
     }
     return;
   }
-  const int row = RowFor(domain, cbid);
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  const int row = RowFor(cbid);
   if (row < 0) return;
   uint16_t count = 0;
   const ApiInfo& api = ApiCatalog(&count)[row];
   const auto* call = static_cast<const CUpti_CallbackData*>(data);
-  const bool runtime_layer = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-  // The runtime call open on this thread, if any. A runtime call runs a driver call
-  // underneath; CUPTI's memory records carry the driver call's correlation id, so the
-  // driver call is recorded under the runtime API the program really called (cudaMalloc,
-  // not cuMemAlloc), and when both fail only the outer one is reported.
-  thread_local int open_runtime_row = -1;
-  thread_local std::string open_runtime_caller;
+  CuptiSession& self = Get();
 
   if (call->callbackSite == CUPTI_API_ENTER) {
-    // Recorded at entry: the memory or kernel record may be delivered before the call
-    // returns, and the sender must already know its thread.
-    const bool inside_runtime_call = !runtime_layer && open_runtime_row >= 0;
+    if (api.role == ApiRole::kLaunch || self.memory_from_cupti_) {
+      // Kernel (and MEMORY2) records come later with this correlation id but no thread:
+      // recorded at the entry, as the record may be delivered before the call returns.
+      HostRecord record;
+      record.type = HostRecord::Type::kCorrelation;
+      record.thread_id = CurrentThreadId();
+      record.correlation_id = call->correlationId;
+      record.api = static_cast<uint16_t>(row);
+      if (api.role == ApiRole::kAllocate && !api.stream_ordered) record.caller = CallerModule();
+      runtime.Record(std::move(record));
+      return;
+    }
+    if (api.role != ApiRole::kRelease) return;
+    // At the entry: once the call runs, another thread may be handed the same address, and
+    // its allocation must come after this release in the queue.
+    CallOperands operands;
+    api.read(call->functionParams, &operands);
+    if (operands.address == 0) return;  // cudaFree(nullptr): nothing given back
     HostRecord record;
-    record.type = HostRecord::Type::kCorrelation;
+    record.type = HostRecord::Type::kMemory;
+    record.release = true;
+    record.timestamp_ns = MonotonicNs();
     record.thread_id = CurrentThreadId();
     record.correlation_id = call->correlationId;
-    record.api = static_cast<uint16_t>(inside_runtime_call ? open_runtime_row : row);
-    if (inside_runtime_call) {
-      record.caller = open_runtime_caller;
-    } else if (api.role == ApiRole::kAllocate && !api.stream_ordered) {
-      record.caller = CallerModule();
-    }
-    if (runtime_layer) {
-      open_runtime_row = row;
-      open_runtime_caller = record.caller;
+    record.api = static_cast<uint16_t>(row);
+    record.address = operands.address;
+    record.bytes = operands.bytes;
+    record.device = self.ContextDevice(call->context);
+    record.is_async = api.stream_ordered;
+    if (api.stream_ordered) {
+      record.stream_id = self.StreamId(call->context, operands.stream, api.per_thread_stream);
     }
     runtime.Record(std::move(record));
     return;
   }
 
-  const bool inside_runtime_call = !runtime_layer && open_runtime_row >= 0;
-  std::string caller;
-  if (runtime_layer) {
-    open_runtime_row = -1;
-    caller.swap(open_runtime_caller);
-  }
   if (api.role != ApiRole::kAllocate) return;
-  const int status = runtime_layer ? static_cast<int>(*static_cast<const cudaError_t*>(
-                                         call->functionReturnValue))
-                                   : static_cast<int>(*static_cast<const CUresult*>(
-                                         call->functionReturnValue));
-  if (status == 0) return;
-  if (inside_runtime_call) return;
+  const int status = static_cast<int>(*static_cast<const CUresult*>(call->functionReturnValue));
+  if (status == CUDA_SUCCESS) {
+    if (self.memory_from_cupti_ || !api.makes_memory) return;
+    CallOperands operands;
+    api.read(call->functionParams, &operands);
+    if (operands.address == 0) return;
+    HostRecord record;
+    record.type = HostRecord::Type::kMemory;
+    record.timestamp_ns = MonotonicNs();
+    record.thread_id = CurrentThreadId();
+    record.correlation_id = call->correlationId;
+    record.api = static_cast<uint16_t>(row);
+    record.address = operands.address;
+    record.bytes = operands.bytes;
+    record.memory_kind = static_cast<uint8_t>(api.kind);
+    record.device = self.ContextDevice(call->context);
+    record.is_async = api.stream_ordered;
+    if (api.stream_ordered) {
+      record.stream_id = self.StreamId(call->context, operands.stream, api.per_thread_stream);
+    } else {
+      // Synchronous allocations are rare and large: worth naming the library that asked.
+      record.caller = CallerModule();
+    }
+    runtime.Record(std::move(record));
+    return;
+  }
 
+  CallOperands operands;
+  api.read(call->functionParams, &operands);
   HostRecord record;
   record.type = HostRecord::Type::kFailedAllocation;
   record.timestamp_ns = MonotonicNs();
   record.thread_id = CurrentThreadId();
   record.correlation_id = call->correlationId;
   record.api = static_cast<uint16_t>(row);
-  record.caller = !caller.empty() ? std::move(caller) : CallerModule();
+  record.caller = CallerModule();
   record.error_code = status;
-  record.requested_bytes = api.requested_bytes != nullptr
-                               ? api.requested_bytes(call->functionParams)
-                               : 0;
-  const DriverApi& driver = Get().driver_;
-  if (driver.CtxGetDevice != nullptr) {
-    CUdevice device = 0;
-    if (driver.CtxGetDevice(&device) == CUDA_SUCCESS) record.device = static_cast<uint32_t>(device);
+  record.requested_bytes = operands.bytes;
+  record.device = self.ContextDevice(call->context);
+  const DriverApi& driver = self.driver_;
+  if (driver.MemGetInfo != nullptr) {
     size_t free_bytes = 0;
     size_t total_bytes = 0;
     if (driver.MemGetInfo(&free_bytes, &total_bytes) == CUDA_SUCCESS) {

@@ -1,6 +1,13 @@
 // Everything the tracer does with CUPTI: dlopen it by soname (never by path: a second CUPTI
-// in one process breaks both), subscribe to the few callbacks it needs, enable the memory,
+// in one process breaks both), subscribe to the few driver callbacks it needs, enable the
 // pool and kernel activity kinds, and hand completed buffers to the sender thread.
+//
+// Memory comes from the driver callbacks of the allocation and release calls themselves, not
+// from CUPTI's MEMORY2 activity records: those cost about 1.4 us per stream-ordered
+// allocation+free pair in CUPTI itself (benchmarks/gpu/cupti_cost_probe.cu), several times
+// the callbacks' cost, and the callbacks are needed anyway for the thread, the caller and
+// failed calls. CUMEMTRACE_MEMORY_RECORDS=cupti switches back to MEMORY2 records, to check
+// one source against the other.
 #pragma once
 
 #include <cuda.h>
@@ -30,6 +37,7 @@ struct CuptiApi {
   decltype(&cuptiActivityGetAttribute) ActivityGetAttribute = nullptr;
   decltype(&cuptiGetResultString) GetResultString = nullptr;
   decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
+  decltype(&cuptiGetStreamIdEx) GetStreamIdEx = nullptr;
 };
 
 // Driver entry points, resolved from the libcuda the program already loaded.
@@ -40,7 +48,6 @@ struct DriverApi {
   decltype(&cuDeviceTotalMem_v2) DeviceTotalMem = nullptr;
   decltype(&cuDeviceGetAttribute) DeviceGetAttribute = nullptr;
   decltype(&cuMemGetInfo_v2) MemGetInfo = nullptr;
-  decltype(&cuCtxGetDevice) CtxGetDevice = nullptr;
   decltype(&cuGetErrorName) GetErrorName = nullptr;
 };
 
@@ -100,6 +107,9 @@ class CuptiSession {
   static void CUPTIAPI OnCallback(void* userdata, CUpti_CallbackDomain domain,
                                   CUpti_CallbackId cbid, const void* data);
   bool LoadCupti(std::string* error);
+  // The device of a callback's context, and CUPTI's id of a stream (as in kernel records).
+  uint32_t ContextDevice(CUcontext context);
+  uint32_t StreamId(CUcontext context, CUstream stream, bool per_thread);
   std::string ResultString(CUptiResult result) const;
 
   CuptiApi api_;
@@ -110,6 +120,7 @@ class CuptiSession {
   int64_t clock_offset_ns_ = 0;
   uint64_t device_buffer_bytes_ = 0;
   CUpti_SubscriberHandle subscriber_ = nullptr;
+  bool memory_from_cupti_ = false;  // CUMEMTRACE_MEMORY_RECORDS=cupti
 
   std::mutex flush_mutex_;  // one flush at a time (the timer and the exit handler)
   std::mutex buffers_mutex_;

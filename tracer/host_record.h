@@ -15,6 +15,7 @@ enum class ApiId : uint16_t;
 struct HostRecord {
   enum class Type : uint8_t {
     kCorrelation,       // an API call began: correlation id -> thread, api
+    kMemory,            // an allocation call returned memory, or a release call began
     kNvtx,              // NVTX push/pop/start/end/mark
     kFailedAllocation,  // an allocation call returned an error
     kThreadName,        // nvtxNameOsThread
@@ -33,6 +34,14 @@ struct HostRecord {
   uint32_t category = 0;         // NVTX
   uint32_t color = 0;            // NVTX
   const NvtxDomain* domain = nullptr;
+  // kMemory: what the call made or gave back. A release's size, kind and device are those of
+  // the allocation it ends (the translator knows them); bytes is set for cuMemUnmap only.
+  bool release = false;
+  bool is_async = false;
+  uint8_t memory_kind = 0;  // v1::MemoryKind
+  uint32_t stream_id = 0;   // CUPTI's stream id, as in kernel records
+  uint64_t address = 0;
+  uint64_t bytes = 0;
   int32_t error_code = 0;        // failed allocation; exit code for kProcessExit
   uint64_t requested_bytes = 0;  // failed allocation
   uint64_t device_free_bytes = 0;

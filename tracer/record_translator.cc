@@ -1,5 +1,7 @@
 #include "tracer/record_translator.h"
 
+#include <cupti_driver_cbid.h>
+
 #include "tracer/api_catalog.h"
 #include "tracer/nvtx_domain.h"
 
@@ -46,13 +48,8 @@ v1::MemoryPoolType ToPoolType(CUpti_ActivityMemoryPoolType type) {
 
 }  // namespace
 
-std::string ErrorNamer::RuntimeErrorName(int code) const {
-  // The two a memory tracer meets; others are named by number.
-  if (code == 2) return "cudaErrorMemoryAllocation";
-  return "cudaError " + std::to_string(code);
-}
-
 std::string ErrorNamer::DriverErrorName(int code) const {
+  // The one a memory tracer meets; others are named by number.
   if (code == 2) return "CUDA_ERROR_OUT_OF_MEMORY";
   return "CUresult " + std::to_string(code);
 }
@@ -64,6 +61,13 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
     case HostRecord::Type::kCorrelation:
       correlations_->Put(record.correlation_id, record.thread_id, record.api,
                          record.caller.empty() ? nullptr : ModuleName(record.caller));
+      return;
+    case HostRecord::Type::kMemory:
+      if (record.release) {
+        AddRelease(record);
+      } else {
+        AddAllocation(record);
+      }
       return;
     case HostRecord::Type::kNvtx: {
       const uint32_t domain_id =
@@ -82,10 +86,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
     case HostRecord::Type::kFailedAllocation: {
       const ApiInfo* api = ApiAt(record.api);
       const uint32_t api_id = encoder_->Intern(api != nullptr ? api->name : "unknown");
-      const bool runtime = api != nullptr && api->domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-      const uint32_t error_id =
-          encoder_->Intern(runtime ? error_namer_->RuntimeErrorName(record.error_code)
-                                   : error_namer_->DriverErrorName(record.error_code));
+      const uint32_t error_id = encoder_->Intern(error_namer_->DriverErrorName(record.error_code));
       const uint32_t caller_id = record.caller.empty() ? 0 : encoder_->Intern(record.caller);
       v1::FailedAllocation* failed =
           encoder_->AddEvent(record.timestamp_ns)->mutable_failed_allocation();
@@ -131,6 +132,64 @@ bool RecordTranslator::AddActivity(const CUpti_Activity* record) {
     default:
       return false;
   }
+}
+
+bool IsMapping(const ApiInfo* api) {
+  return api != nullptr && (api->cbid == CUPTI_DRIVER_TRACE_CBID_cuMemMap ||
+                            api->cbid == CUPTI_DRIVER_TRACE_CBID_cuMemUnmap);
+}
+
+void RecordTranslator::AddAllocation(const HostRecord& record) {
+  const Live live{record.bytes, record.device, record.memory_kind};
+  if (IsMapping(ApiAt(record.api))) {
+    mapped_[record.address] = live;
+  } else {
+    // An address still live here lost its release (a call the tracer does not watch): the
+    // collector closes the old allocation when it sees the new one.
+    live_[record.address] = live;
+  }
+  EmitMemory(record, false, record.address, record.bytes, record.memory_kind, record.device);
+}
+
+void RecordTranslator::AddRelease(const HostRecord& record) {
+  if (IsMapping(ApiAt(record.api))) {
+    // cuMemUnmap(ptr, size) ends every mapping in [ptr, ptr + size).
+    const uint64_t end = record.address + record.bytes;
+    auto it = mapped_.lower_bound(record.address);
+    while (it != mapped_.end() && it->first < end) {
+      EmitMemory(record, true, it->first, it->second.bytes, it->second.kind, it->second.device);
+      it = mapped_.erase(it);
+    }
+    return;
+  }
+  auto it = live_.find(record.address);
+  if (it == live_.end()) {
+    // Not made while traced (or not memory at all): sent as it is, the collector counts it
+    // as released but unknown.
+    EmitMemory(record, true, record.address, 0, v1::MEMORY_KIND_UNKNOWN, record.device);
+    return;
+  }
+  EmitMemory(record, true, record.address, it->second.bytes, it->second.kind, it->second.device);
+  live_.erase(it);
+}
+
+void RecordTranslator::EmitMemory(const HostRecord& record, bool release, uint64_t address,
+                                  uint64_t bytes, uint8_t kind, uint32_t device) {
+  const ApiInfo* api = ApiAt(record.api);
+  const uint32_t api_id = api != nullptr ? encoder_->Intern(api->name) : 0;
+  const uint32_t caller_id = record.caller.empty() ? 0 : encoder_->Intern(record.caller);
+  v1::MemoryOp* op = encoder_->AddEvent(record.timestamp_ns)->mutable_memory();
+  op->set_operation(release ? v1::MEMORY_OPERATION_RELEASE : v1::MEMORY_OPERATION_ALLOCATE);
+  op->set_address(address);
+  op->set_bytes(bytes);
+  op->set_kind(static_cast<v1::MemoryKind>(kind));
+  op->set_device(device);
+  op->set_stream(record.stream_id);
+  op->set_is_async(record.is_async);
+  op->set_correlation_id(record.correlation_id);
+  op->set_thread_id(record.thread_id);
+  op->set_api_name_id(api_id);
+  op->set_caller_module_id(caller_id);
 }
 
 void RecordTranslator::AddMemory(const CUpti_ActivityMemory4& record) {

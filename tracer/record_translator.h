@@ -5,6 +5,7 @@
 #include <cupti_activity.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -15,10 +16,10 @@
 
 namespace cumemtrace::tracer {
 
-// Names of CUDA error codes, supplied by whoever can ask the driver (null in tests).
+// Names of CUDA driver error codes, supplied by whoever can ask the driver (a default in
+// tests).
 struct ErrorNamer {
   virtual ~ErrorNamer() = default;
-  virtual std::string RuntimeErrorName(int code) const;
   virtual std::string DriverErrorName(int code) const;
 };
 
@@ -41,12 +42,29 @@ class RecordTranslator {
   uint64_t CuptiTime(uint64_t t) const {
     return static_cast<uint64_t>(static_cast<int64_t>(t) + cupti_clock_offset_ns_);
   }
+  // Memory seen by the driver callbacks (HostRecord::Type::kMemory).
+  void AddAllocation(const HostRecord& record);
+  void AddRelease(const HostRecord& record);
+  void EmitMemory(const HostRecord& record, bool release, uint64_t address, uint64_t bytes,
+                  uint8_t kind, uint32_t device);
+  // Memory from CUPTI's MEMORY2 records (CUMEMTRACE_MEMORY_RECORDS=cupti).
   void AddMemory(const CUpti_ActivityMemory4& record);
   void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
   void AddKernel(const CUpti_ActivityKernel10& record);
 
   // Stable storage for calling-module names referenced from the correlation table.
   const std::string* ModuleName(const std::string& name);
+
+  // What is live, so that a release is sent with the size, kind and device of the
+  // allocation it ends (a free names only an address). Bounded by the live set. Mappings
+  // (cuMemMap) apart: one cuMemUnmap may end several of them.
+  struct Live {
+    uint64_t bytes;
+    uint32_t device;
+    uint8_t kind;
+  };
+  std::unordered_map<uint64_t, Live> live_;
+  std::map<uint64_t, Live> mapped_;
 
   EventEncoder* encoder_;
   CorrelationTable* correlations_;

@@ -33,6 +33,10 @@ def python_configs(cumemtrace, scratch):
         "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
         "cumemtrace": (run("default"), {}),
         "cumemtrace --allocator=native": (run("native", "--allocator=native"), {}),
+        "cumemtrace --allocator=native --no-kernels":
+            (run("native-nokernels", "--allocator=native", "--no-kernels"), {}),
+        # The default with memory from CUPTI's MEMORY2 records instead of the driver callbacks.
+        "cumemtrace, MEMORY2 records": (run("memory2"), {"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
     }

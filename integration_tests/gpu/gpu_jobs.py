@@ -88,8 +88,8 @@ def check_ranks(t, case, summary, stats_dir, expected_ranks):
             continue
         own = load(stats_path)["max_memory_allocated"]
         device = next(d for d in processes[r["pid"]]["devices"] if d["index"] == r["device"])
-        t.close(case, f"rank {r['rank']}: cudaMallocAsync peak vs max_memory_allocated", own,
-                device["by_api"].get("cudaMallocAsync", {}).get("peak_bytes", 0), 0.001)
+        t.close(case, f"rank {r['rank']}: cuMemAllocAsync peak vs max_memory_allocated", own,
+                device["by_api"].get("cuMemAllocAsync", {}).get("peak_bytes", 0), 0.001)
         for phase in ("forward", "backward", "optimizer"):
             t.check(case, f"rank {r['rank']}: {phase} peak present", True,
                     r["phase_peak_bytes"].get(phase, 0) > 0)

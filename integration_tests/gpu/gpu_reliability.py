@@ -129,7 +129,7 @@ def check_death(t, runs, results, sig):
     times = stats["allocation_times_ns"]
     # Everything older than the flush bound before death must be in the trace.
     must_have = sum(1 for t_ns in times if t_ns <= stats["death_ns"] - FLUSH_BOUND_NS)
-    api = device0(process)["by_api"].get("cudaMalloc", {}) if device0(process) else {}
+    api = device0(process)["by_api"].get("cuMemAlloc", {}) if device0(process) else {}
     traced_count = api.get("allocations", 0)
     t.check(name, f"allocations in trace >= those older than 200 ms ({len(times)} made)",
             f">= {must_have}", traced_count, traced_count >= must_have)

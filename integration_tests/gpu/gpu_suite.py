@@ -24,8 +24,8 @@ def cases(cumemtrace, programs, results):
     cuda = os.path.join(programs, "cuda_phases")
     libtorch = os.path.join(programs, "libtorch_train")
 
-    def traced(name, command, *options):
-        return {"name": name, "traced": True,
+    def traced(name, command, *options, env=None):
+        return {"name": name, "traced": True, "env": env or {},
                 "argv": [cumemtrace, "run", "-o", os.path.join(results, name), *options,
                          "--", *command]}
 
@@ -36,6 +36,13 @@ def cases(cumemtrace, programs, results):
     return [
         traced("cuda_phases", [cuda, os.path.join(results, "cuda_phases.expected.json"), "4"]),
         plain("cuda_phases_untraced", [cuda, os.path.join(results, "untraced.expected.json"), "4"]),
+        # The same programs with memory from CUPTI's own MEMORY2 records instead of the driver
+        # callbacks: one source checks the other.
+        traced("cuda_phases_cupti",
+               [cuda, os.path.join(results, "cuda_phases_cupti.expected.json"), "4"],
+               env={"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
+        traced("torch_async_cupti", torch_py + stats("torch_async_cupti"),
+               env={"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
         traced("torch_async", torch_py + stats("torch_async")),
         traced("torch_native", torch_py + stats("torch_native"), "--allocator=native"),
         traced("libtorch_async", [libtorch] + stats("libtorch_async")),
@@ -66,7 +73,8 @@ def run(args):
     records = {}
     for case in cases(args.cumemtrace, args.programs, args.results):
         started = time.monotonic()
-        proc = subprocess.run(case["argv"], capture_output=True, timeout=300)
+        proc = subprocess.run(case["argv"], capture_output=True, timeout=300,
+                              env=dict(os.environ, **case.get("env", {})))
         records[case["name"]] = {
             "argv": case["argv"], "traced": case["traced"], "status": proc.returncode,
             "seconds": round(time.monotonic() - started, 2),
@@ -186,12 +194,11 @@ def tracer_lines(stderr):
     return [line for line in stderr.splitlines() if line.startswith("cumemtrace:")]
 
 
-def check_cuda_phases(t, runs, results):
-    name = "cuda_phases"
+def check_cuda_phases(t, runs, results, name="cuda_phases"):
     r = runs[name]
     t.check(name, "exit status", 4, r["status"])
     t.check(name, "stdout unchanged", runs["cuda_phases_untraced"]["stdout"], r["stdout"])
-    expected = load(os.path.join(results, "cuda_phases.expected.json"))
+    expected = load(os.path.join(results, name + ".expected.json"))
     summary = load(os.path.join(results, name, "summary.json"))
     process = main_process(summary, "cuda_phases")
     dev = device0(process)
@@ -216,7 +223,7 @@ def check_cuda_phases(t, runs, results):
     failed = process["failed_allocations"]
     t.check(name, "failed allocations", 1, len(failed))
     if failed:
-        t.check(name, "failed: api", "cudaMalloc", failed[0]["api"])
+        t.check(name, "failed: api", "cuMemAlloc", failed[0]["api"])
         t.check(name, "failed: requested bytes", expected["oversized_bytes"], failed[0]["requested_bytes"])
         t.check(name, "failed: phase", "oom", failed[0]["phase"])
         t.check(name, "failed: calling library", "cuda_phases", failed[0]["caller"])
@@ -258,11 +265,11 @@ def check_torch(t, runs, results, name, mode, suffix, steps=5):
     if not t.check(name, "device 0 in report", True, dev is not None):
         return
     ours = dev["peak"]["bytes"]
-    # PyTorch's counters see only its own allocator: its cudaMallocAsync calls in async mode,
+    # PyTorch's counters see only its own allocator: its cudaMallocAsync calls (cuMemAllocAsync in the driver) in async mode,
     # its cudaMalloc segments (called from libc10_cuda.so) in native mode. Libraries that
     # allocate for themselves (cuBLAS's workspaces) are in the device peak, not in PyTorch's.
     if mode == "async":
-        group, origin, label = dev["by_api"], "cudaMallocAsync", "max_memory_allocated"
+        group, origin, label = dev["by_api"], "cuMemAllocAsync", "max_memory_allocated"
     else:
         group, origin, label = dev["by_library"], "libc10_cuda.so", "max_memory_reserved"
     t.close(name, f"{origin} peak vs {label}", stats[label],
@@ -286,8 +293,10 @@ def check(args):
     runs = load(os.path.join(args.results, "runs.json"))
     t = Table()
     check_cuda_phases(t, runs, args.results)
+    check_cuda_phases(t, runs, args.results, "cuda_phases_cupti")
     check_injection_only(t, runs, args.results)
     check_torch(t, runs, args.results, "torch_async", "async", "torch_train.py")
+    check_torch(t, runs, args.results, "torch_async_cupti", "async", "torch_train.py")
     check_torch(t, runs, args.results, "torch_native", "native", "torch_train.py")
     check_torch(t, runs, args.results, "libtorch_async", "async", "libtorch_train")
     check_torch(t, runs, args.results, "libtorch_native", "native", "libtorch_train")

@@ -1,5 +1,6 @@
-// Fabricated CUPTI records, built with the real struct layouts from the toolkit headers,
-// through the same translator the sender thread uses.
+// Fabricated host records (what the driver callbacks record) and CUPTI records (built with
+// the real struct layouts from the toolkit headers), through the same translator the sender
+// thread uses.
 #include "tracer/record_translator.h"
 
 #include <gtest/gtest.h>
@@ -65,12 +66,108 @@ CUpti_ActivityMemory4 MemoryRecord(CUpti_ActivityMemoryOperationType op, uint64_
   return record;
 }
 
+HostRecord Memory(bool release, const char* api, uint64_t address, uint64_t bytes,
+                  uint32_t device = 0) {
+  HostRecord r;
+  r.type = HostRecord::Type::kMemory;
+  r.release = release;
+  r.api = ApiRow(api);
+  r.address = address;
+  r.bytes = bytes;
+  r.device = device;
+  r.memory_kind = release ? 0 : static_cast<uint8_t>(v1::MEMORY_KIND_DEVICE);
+  r.timestamp_ns = 100;
+  r.thread_id = 31;
+  return r;
+}
+
+std::vector<v1::MemoryOp> MemoryOps(const v1::EventBatch& batch) {
+  std::vector<v1::MemoryOp> ops;
+  for (const v1::Event& e : batch.events()) {
+    if (e.has_memory()) ops.push_back(e.memory());
+  }
+  return ops;
+}
+
+TEST_F(TranslatorTest, CallbackMemoryReleaseCarriesTheSizeKindAndDeviceOfItsAllocation) {
+  HostRecord made = Memory(false, "cuMemAllocAsync", 0x7f0000001000, 3 << 20, /*device=*/1);
+  made.stream_id = 13;
+  made.is_async = true;
+  made.correlation_id = 42;
+  translator_.AddHostRecord(made);
+  HostRecord pinned = Memory(false, "cuMemHostAlloc", 0x5000, 4096);
+  pinned.memory_kind = v1::MEMORY_KIND_PINNED;
+  translator_.AddHostRecord(pinned);
+  // Freed with another device current: the release still belongs to device 1.
+  HostRecord freed = Memory(true, "cuMemFreeAsync", 0x7f0000001000, 0, /*device=*/0);
+  freed.thread_id = 32;
+  translator_.AddHostRecord(freed);
+  translator_.AddHostRecord(Memory(true, "cuMemFreeHost", 0x5000, 0));
+
+  const std::vector<v1::MemoryOp> ops = MemoryOps(Flush());
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_EQ(ops[0].operation(), v1::MEMORY_OPERATION_ALLOCATE);
+  EXPECT_EQ(ops[0].bytes(), 3u << 20);
+  EXPECT_EQ(ops[0].device(), 1u);
+  EXPECT_EQ(ops[0].stream(), 13u);
+  EXPECT_TRUE(ops[0].is_async());
+  EXPECT_EQ(ops[0].thread_id(), 31u);
+  EXPECT_EQ(ops[0].correlation_id(), 42u);
+  EXPECT_EQ(strings_[ops[0].api_name_id()], "cuMemAllocAsync");
+  EXPECT_EQ(ops[2].operation(), v1::MEMORY_OPERATION_RELEASE);
+  EXPECT_EQ(ops[2].address(), 0x7f0000001000u);
+  EXPECT_EQ(ops[2].bytes(), 3u << 20);
+  EXPECT_EQ(ops[2].kind(), v1::MEMORY_KIND_DEVICE);
+  EXPECT_EQ(ops[2].device(), 1u);
+  EXPECT_EQ(ops[2].thread_id(), 32u);
+  EXPECT_EQ(strings_[ops[2].api_name_id()], "cuMemFreeAsync");
+  EXPECT_EQ(ops[3].kind(), v1::MEMORY_KIND_PINNED);
+  EXPECT_EQ(ops[3].bytes(), 4096u);
+}
+
+TEST_F(TranslatorTest, OneUnmapEndsEveryMappingInItsRange) {
+  const uint64_t base = 0x7e0000000000;
+  for (uint64_t i = 0; i < 4; ++i) {
+    translator_.AddHostRecord(Memory(false, "cuMemMap", base + (i << 21), 2 << 20));
+  }
+  // Unmaps pages 1 and 2 only; page 0 and 3 stay mapped until the second unmap.
+  translator_.AddHostRecord(Memory(true, "cuMemUnmap", base + (1 << 21), 4 << 20));
+  translator_.AddHostRecord(Memory(true, "cuMemUnmap", base, 8 << 20));
+  const std::vector<v1::MemoryOp> ops = MemoryOps(Flush());
+  ASSERT_EQ(ops.size(), 8u);
+  std::vector<uint64_t> released;
+  for (size_t i = 4; i < 8; ++i) {
+    EXPECT_EQ(ops[i].operation(), v1::MEMORY_OPERATION_RELEASE);
+    EXPECT_EQ(ops[i].bytes(), 2u << 20);
+    released.push_back(ops[i].address() - base);
+  }
+  EXPECT_EQ(released, (std::vector<uint64_t>{1 << 21, 2 << 21, 0, 3 << 21}));
+}
+
+TEST_F(TranslatorTest, ReleaseOfUnknownAddressIsSentAsUnknownAndReuseKeepsTheNewSize) {
+  translator_.AddHostRecord(Memory(true, "cuMemFree", 0x9000, 0));
+  // The same address allocated twice with no release between (a lost release): the second
+  // allocation's size is what a later release ends.
+  translator_.AddHostRecord(Memory(false, "cuMemAlloc", 0xa000, 100));
+  translator_.AddHostRecord(Memory(false, "cuMemAlloc", 0xa000, 300));
+  translator_.AddHostRecord(Memory(true, "cuMemFree", 0xa000, 0));
+  translator_.AddHostRecord(Memory(true, "cuMemFree", 0xa000, 0));  // double free
+  const std::vector<v1::MemoryOp> ops = MemoryOps(Flush());
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops[0].operation(), v1::MEMORY_OPERATION_RELEASE);
+  EXPECT_EQ(ops[0].bytes(), 0u);
+  EXPECT_EQ(ops[0].kind(), v1::MEMORY_KIND_UNKNOWN);
+  EXPECT_EQ(ops[3].bytes(), 300u);
+  EXPECT_EQ(ops[4].bytes(), 0u);
+  EXPECT_EQ(ops[4].kind(), v1::MEMORY_KIND_UNKNOWN);
+}
+
 TEST_F(TranslatorTest, MemoryRecordGetsThreadAndApiOfItsCall) {
   HostRecord call;
   call.type = HostRecord::Type::kCorrelation;
   call.correlation_id = 42;
   call.thread_id = 4242;
-  call.api = ApiRow("cudaMallocAsync");
+  call.api = ApiRow("cuMemAllocAsync");
   translator_.AddHostRecord(call);
 
   CUpti_ActivityMemory4 record = MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION,
@@ -104,7 +201,7 @@ TEST_F(TranslatorTest, MemoryRecordGetsThreadAndApiOfItsCall) {
   EXPECT_EQ(ops[0].pool_type(), v1::MEMORY_POOL_TYPE_LOCAL);
   EXPECT_EQ(ops[0].pool_address(), 0xabcu);
   EXPECT_EQ(ops[0].thread_id(), 4242u);
-  EXPECT_EQ(strings_[ops[0].api_name_id()], "cudaMallocAsync");
+  EXPECT_EQ(strings_[ops[0].api_name_id()], "cuMemAllocAsync");
   EXPECT_EQ(ops[1].operation(), v1::MEMORY_OPERATION_RELEASE);
   EXPECT_EQ(ops[1].kind(), v1::MEMORY_KIND_DEVICE_STATIC);
   EXPECT_EQ(ops[1].thread_id(), 0u);
@@ -116,7 +213,7 @@ TEST_F(TranslatorTest, SynchronousAllocationCarriesItsCallingLibrary) {
   call.type = HostRecord::Type::kCorrelation;
   call.correlation_id = 50;
   call.thread_id = 1;
-  call.api = ApiRow("cudaMalloc");
+  call.api = ApiRow("cuMemAlloc");
   call.caller = "libcublasLt.so.13";
   translator_.AddHostRecord(call);
   CUpti_ActivityMemory4 record =
@@ -126,7 +223,7 @@ TEST_F(TranslatorTest, SynchronousAllocationCarriesItsCallingLibrary) {
   const v1::Event& last = batch.events(batch.events_size() - 1);
   ASSERT_TRUE(last.has_memory());
   EXPECT_EQ(strings_[last.memory().caller_module_id()], "libcublasLt.so.13");
-  EXPECT_EQ(strings_[last.memory().api_name_id()], "cudaMalloc");
+  EXPECT_EQ(strings_[last.memory().api_name_id()], "cuMemAlloc");
 }
 
 TEST_F(TranslatorTest, CuptiTimestampsAreShiftedOntoTheTracerClock) {
@@ -214,7 +311,7 @@ TEST_F(TranslatorTest, UnrequestedActivityKindIsRefused) {
 TEST_F(TranslatorTest, FailedAllocationNamesApiAndError) {
   HostRecord failed;
   failed.type = HostRecord::Type::kFailedAllocation;
-  failed.api = ApiRow("cudaMalloc");
+  failed.api = ApiRow("cuMemAlloc");
   failed.timestamp_ns = 99;
   failed.thread_id = 5;
   failed.error_code = 2;
@@ -227,8 +324,8 @@ TEST_F(TranslatorTest, FailedAllocationNamesApiAndError) {
   const v1::Event& last = batch.events(batch.events_size() - 1);
   ASSERT_TRUE(last.has_failed_allocation());
   const v1::FailedAllocation& f = last.failed_allocation();
-  EXPECT_EQ(strings_[f.api_name_id()], "cudaMalloc");
-  EXPECT_EQ(strings_[f.error_name_id()], "cudaErrorMemoryAllocation");
+  EXPECT_EQ(strings_[f.api_name_id()], "cuMemAlloc");
+  EXPECT_EQ(strings_[f.error_name_id()], "CUDA_ERROR_OUT_OF_MEMORY");
   EXPECT_EQ(f.requested_bytes(), 1ull << 40);
   EXPECT_EQ(f.kind(), v1::MEMORY_KIND_DEVICE);
   EXPECT_EQ(f.device_free_bytes(), 100u);

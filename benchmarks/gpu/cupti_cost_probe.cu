@@ -1,0 +1,238 @@
+// What each CUPTI mechanism costs the calling thread, measured in isolation: a stream-ordered
+// allocation loop, a sync allocation loop and an empty-kernel launch loop, each run with one
+// combination of CUPTI features. It links CUPTI directly and is never traced by cumemtrace;
+// it exists to choose how the tracer gets memory records, their thread and their API.
+//
+//   cupti_cost_probe FEATURES      FEATURES: "none" or a comma list of
+//     sub     subscribe (no-op callback), nothing enabled
+//     mem     activity MEMORY2            pool   activity MEMORY_POOL
+//     kern    activity CONCURRENT_KERNEL
+//     cbrt    runtime-domain callbacks for the allocation, free and launch calls
+//     cbdrv   driver-domain callbacks for the same calls
+//     work    callbacks do what the tracer's do (clock, thread id, locked push)
+//     actrt   runtime API activity records for those calls only (cuptiActivityEnableRuntimeApi)
+//     actdrv  driver API activity records for those calls only
+//     corr    count kernel records whose correlation id a launch callback saw (needs cbrt
+//             or cbdrv, and kern): which layer's id the kernel records carry
+//
+// Prints one JSON line: ns per async alloc+free pair, per sync cudaMalloc+cudaFree pair and per
+// launch (median of 5 timed repetitions after a warm-up), and the records CUPTI delivered.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(x)                                                             \
+  do {                                                                            \
+    cudaError_t e = (x);                                                          \
+    if (e != cudaSuccess) {                                                       \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+#define CHECK_CUPTI(x)                                                  \
+  do {                                                                  \
+    CUptiResult r = (x);                                                \
+    if (r != CUPTI_SUCCESS) {                                           \
+      const char* s = nullptr;                                          \
+      cuptiGetResultString(r, &s);                                      \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s);     \
+      exit(1);                                                          \
+    }                                                                   \
+  } while (0)
+
+__global__ void Empty() {}
+
+bool g_work = false;
+std::atomic<uint64_t> g_records{0};
+std::atomic<uint64_t> g_callbacks{0};
+
+struct FakeRecord {
+  uint64_t timestamp;
+  uint32_t correlation;
+  uint32_t thread;
+  uint16_t api;
+  char pad[46];
+};
+std::mutex g_mutex;
+bool g_corr = false;
+std::mutex g_corr_mutex;
+std::vector<uint32_t> g_launch_ids;  // correlation ids seen by launch callbacks
+uint64_t g_kernels = 0;
+uint64_t g_kernels_matched = 0;
+std::vector<FakeRecord> g_queue;
+
+uint32_t Tid() {
+  thread_local uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
+  g_callbacks.fetch_add(1, std::memory_order_relaxed);
+  const auto* call = static_cast<const CUpti_CallbackData*>(data);
+  if (g_corr && call->callbackSite == CUPTI_API_ENTER &&
+      (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000 ||
+       cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+       cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx)) {
+    std::lock_guard<std::mutex> lock(g_corr_mutex);
+    g_launch_ids.push_back(call->correlationId);
+  }
+  if (!g_work) return;
+  if (call->callbackSite != CUPTI_API_ENTER) return;
+  FakeRecord r{};
+  r.timestamp = NowNs();
+  r.correlation = call->correlationId;
+  r.thread = Tid();
+  r.api = static_cast<uint16_t>(cbid);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_queue.size() > (1u << 16)) g_queue.clear();
+  g_queue.push_back(r);
+}
+
+void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = 8u << 20;
+  *buffer = static_cast<uint8_t*>(aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  uint64_t n = 0;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    ++n;
+    if (g_corr && record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      const uint32_t id = reinterpret_cast<const CUpti_ActivityKernel10*>(record)->correlationId;
+      std::lock_guard<std::mutex> lock(g_corr_mutex);
+      ++g_kernels;
+      if (std::binary_search(g_launch_ids.begin(), g_launch_ids.end(), id)) ++g_kernels_matched;
+    }
+  }
+  g_records.fetch_add(n);
+  free(buffer);
+}
+
+const CUpti_CallbackId kRuntimeIds[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000};
+const CUpti_CallbackId kDriverIds[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx};
+
+bool Has(const std::string& features, const char* name) {
+  std::string list = "," + features + ",";
+  return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
+template <typename F>
+double MedianNsPerOp(int ops, F&& body) {
+  body(ops / 10);  // warm-up
+  std::vector<double> reps;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    body(ops);
+    auto t1 = std::chrono::steady_clock::now();
+    reps.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / ops);
+  }
+  std::sort(reps.begin(), reps.end());
+  return reps[2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string features = argc > 1 ? argv[1] : "none";
+  g_work = Has(features, "work");
+  g_corr = Has(features, "corr");
+  const bool callbacks = Has(features, "cbrt") || Has(features, "cbdrv");
+  const bool activity = Has(features, "mem") || Has(features, "pool") || Has(features, "kern") ||
+                        Has(features, "actrt") || Has(features, "actdrv");
+  if (Has(features, "sub") || callbacks || activity) {
+    CUpti_SubscriberHandle subscriber;
+    CHECK_CUPTI(cuptiSubscribe(&subscriber, OnCallback, nullptr));
+    if (Has(features, "cbrt")) {
+      for (CUpti_CallbackId id : kRuntimeIds) {
+        CHECK_CUPTI(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id));
+      }
+    }
+    if (Has(features, "cbdrv")) {
+      for (CUpti_CallbackId id : kDriverIds) {
+        CHECK_CUPTI(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+      }
+    }
+  }
+  if (activity) CHECK_CUPTI(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted));
+  if (Has(features, "mem")) CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2));
+  if (Has(features, "pool")) CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL));
+  if (Has(features, "kern")) {
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  }
+  if (Has(features, "actrt")) {
+    for (CUpti_CallbackId id : kRuntimeIds) CHECK_CUPTI(cuptiActivityEnableRuntimeApi(id, 1));
+  }
+  if (Has(features, "actdrv")) {
+    for (CUpti_CallbackId id : kDriverIds) CHECK_CUPTI(cuptiActivityEnableDriverApi(id, 1));
+  }
+
+  CHECK_CUDA(cudaSetDevice(0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaMemPool_t pool;
+  CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t keep = UINT64_MAX;  // like PyTorch's async backend: the pool keeps freed memory
+  CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+
+  const double async_pair = MedianNsPerOp(100000, [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      void* p = nullptr;
+      CHECK_CUDA(cudaMallocAsync(&p, 4096, stream));
+      CHECK_CUDA(cudaFreeAsync(p, stream));
+    }
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  });
+  const double sync_pair = MedianNsPerOp(2000, [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      void* p = nullptr;
+      CHECK_CUDA(cudaMalloc(&p, 2 << 20));
+      CHECK_CUDA(cudaFree(p));
+    }
+  });
+  const double launch = MedianNsPerOp(100000, [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      Empty<<<1, 1, 0, stream>>>();
+      if (i % 1000 == 999) CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  });
+  if (activity) CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  printf("{\"features\": \"%s\", \"async_pair_ns\": %.1f, \"sync_pair_ns\": %.1f, "
+         "\"launch_ns\": %.1f, \"records\": %llu, \"callbacks\": %llu, \"kernels\": %llu, "
+         "\"kernels_matched\": %llu}\n",
+         features.c_str(), async_pair, sync_pair, launch,
+         static_cast<unsigned long long>(g_records.load()),
+         static_cast<unsigned long long>(g_callbacks.load()),
+         static_cast<unsigned long long>(g_kernels),
+         static_cast<unsigned long long>(g_kernels_matched));
+  return 0;
+}
