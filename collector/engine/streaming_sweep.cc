@@ -59,8 +59,8 @@ class Run {
  public:
   explicit Run(BlockPool* pool) : pool_(pool) {}
   Run(Run&& other) noexcept
-      : pool_(other.pool_), blocks_(std::move(other.blocks_)), head_(other.head_),
-        tail_(other.tail_) {
+      : pool_(other.pool_), blocks_(std::move(other.blocks_)), back_ns_(other.back_ns_),
+        back_rank_(other.back_rank_), head_(other.head_), tail_(other.tail_) {
     other.blocks_.clear();
     other.head_ = other.tail_ = 0;
   }
@@ -69,6 +69,8 @@ class Run {
       Release();
       pool_ = other.pool_;
       blocks_ = std::move(other.blocks_);
+      back_ns_ = other.back_ns_;
+      back_rank_ = other.back_rank_;
       head_ = other.head_;
       tail_ = other.tail_;
       other.blocks_.clear();
@@ -83,8 +85,12 @@ class Run {
   bool empty() const { return blocks_.empty(); }
   const Event& front() const { return blocks_.front()->events[head_]; }
   uint64_t front_arrival() const { return blocks_.front()->arrival[head_]; }
-  const Event& back() const { return blocks_.back()->events[tail_ - 1]; }
+  // The key of the last event: its time and tie rank (Event::pad).
+  uint64_t back_ns() const { return back_ns_; }
+  uint8_t back_rank() const { return back_rank_; }
   void Push(const Event& e, uint64_t arrival) {
+    back_ns_ = e.timestamp_ns;
+    back_rank_ = e.pad;
     if (blocks_.empty() || tail_ == Block::kEvents) {
       blocks_.push_back(pool_->Get());
       tail_ = 0;
@@ -111,6 +117,8 @@ class Run {
 
   BlockPool* pool_;
   std::vector<Block*> blocks_;
+  uint64_t back_ns_ = 0;
+  uint8_t back_rank_ = 0;
   size_t head_ = 0;  // in the first block
   size_t tail_ = 0;  // in the last block
 };
@@ -199,13 +207,20 @@ class ProcessSweep {
     // The run whose last event is the latest one not after e; else a new run.
     Run* best = nullptr;
     for (Run& r : runs_) {
-      const Event& last = r.back();
-      if (!KeyBefore(e, last) && (best == nullptr || KeyBefore(best->back(), last))) best = &r;
+      const bool fits = e.timestamp_ns != r.back_ns() ? e.timestamp_ns > r.back_ns()
+                                                      : e.pad >= r.back_rank();
+      if (fits && (best == nullptr || best->back_ns() < r.back_ns() ||
+                   (best->back_ns() == r.back_ns() && best->back_rank() < r.back_rank()))) {
+        best = &r;
+      }
     }
     if (best == nullptr) {
       if (runs_.size() >= kMaxRuns) Consolidate();
       best = &NewRun();
-      if (runs_.size() > 1 && !runs_[0].empty() && !KeyBefore(e, runs_[0].back())) {
+      const Run& merged = runs_[0];
+      if (runs_.size() > 1 && !merged.empty() &&
+          (e.timestamp_ns != merged.back_ns() ? e.timestamp_ns > merged.back_ns()
+                                              : e.pad >= merged.back_rank())) {
         // Consolidate() left one run that e can extend.
         runs_.pop_back();
         best = &runs_[0];
@@ -237,38 +252,42 @@ class ProcessSweep {
   // Sweeps, in order, every waiting event older than `below_ns`, and the oldest ones beyond
   // the window's size limit; with `all`, every waiting event.
   void Drain(uint64_t below_ns, bool all) {
-    for (;;) {
-      Run* next = nullptr;
-      if (runs_.size() == 1) {
-        next = &runs_[0];
-      } else {
-        for (Run& r : runs_) {
-          if (next == nullptr) {
-            next = &r;
-            continue;
-          }
-          const Event& x = r.front();
-          const Event& y = next->front();
-          if (KeyBefore(x, y) || (!KeyBefore(y, x) && r.front_arrival() < next->front_arrival())) {
-            next = &r;
-          }
+    while (!runs_.empty()) {
+      // The run with the first event, and the first event of all the others: events leave
+      // that run without comparisons until they pass the other's.
+      size_t next = 0;
+      for (size_t i = 1; i < runs_.size(); ++i) {
+        if (Before(runs_[i], runs_[next])) next = i;
+      }
+      const Run* other = nullptr;
+      for (size_t i = 0; i < runs_.size(); ++i) {
+        if (i != next && (other == nullptr || Before(runs_[i], *other))) other = &runs_[i];
+      }
+      Run& run = runs_[next];
+      do {
+        const Event& e = run.front();
+        if (!all && e.timestamp_ns >= below_ns && window_events_ <= streaming_.max_window_events) {
+          return;
         }
-      }
-      if (next == nullptr) break;
-      const Event& e = next->front();
-      if (!all && e.timestamp_ns >= below_ns && window_events_ <= streaming_.max_window_events) {
-        break;
-      }
-      released_ = e;
-      released_any_ = true;
-      next->Pop();
-      --window_events_;
-      Sweep(released_);
-      if (next->empty()) {
-        if (next != &runs_.back()) *next = std::move(runs_.back());
+        released_ = e;
+        released_any_ = true;
+        run.Pop();
+        --window_events_;
+        Sweep(released_);
+      } while (!run.empty() && (other == nullptr || Before(run, *other)));
+      if (run.empty()) {
+        if (next != runs_.size() - 1) runs_[next] = std::move(runs_.back());
         runs_.pop_back();
       }
     }
+  }
+
+  // Whether x's first event goes before y's.
+  static bool Before(const Run& x, const Run& y) {
+    const Event& a = x.front();
+    const Event& b = y.front();
+    if (KeyBefore(a, b)) return true;
+    return !KeyBefore(b, a) && x.front_arrival() < y.front_arrival();
   }
 
   // --- The sweep (AnalyzeProcess's loop, one event at a time) ----------------------------
@@ -300,11 +319,15 @@ class ProcessSweep {
 
   uint32_t GroupOf(int which, uint32_t slot, uint32_t id) {
     const uint64_t key = (static_cast<uint64_t>(slot) << 32) | id;
+    // Programs allocate through few APIs and libraries: the last group usually matches.
+    if (last_group_key_[which] == key && last_group_[which] != kNone) return last_group_[which];
     auto [it, inserted] = group_index_[which].emplace(key, 0);
     if (inserted) {
       it->second = static_cast<uint32_t>(groups_[which].size());
       groups_[which].push_back(Group{slot, id, OriginStats(), 0});
     }
+    last_group_key_[which] = key;
+    last_group_[which] = it->second;
     return it->second;
   }
 
@@ -525,6 +548,8 @@ class ProcessSweep {
   uint64_t kept_at_peak_ = 0;
   std::vector<Group> groups_[2];
   std::unordered_map<uint64_t, uint32_t> group_index_[2];
+  uint64_t last_group_key_[2] = {0, 0};
+  uint32_t last_group_[2] = {kNone, kNone};
   std::vector<Event> failed_;
   std::vector<int32_t> failed_phase_;
   std::vector<uint64_t> failed_in_use_;
