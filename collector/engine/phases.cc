@@ -91,9 +91,13 @@ void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open,
       c.peak_bytes = std::max(c.peak_bytes, peak[s]);
       c.peak_above_entry_bytes = std::max(c.peak_above_entry_bytes, peak[s] - entry[s]);
     }
-    records_.push_back(OccurrenceRecord{o.phase, o.thread_id, o.start_ns, end_ns,
-                                        std::vector<uint64_t>(entry, entry + slots_),
-                                        std::vector<uint64_t>(peak, peak + slots_), in_use});
+    std::vector<uint64_t> levels(3 * slots_);
+    for (size_t s = 0; s < slots_; ++s) {
+      levels[3 * s] = entry[s];
+      levels[3 * s + 1] = peak[s];
+      levels[3 * s + 2] = in_use[s];
+    }
+    records_.push_back(OccurrenceRecord{o.phase, o.thread_id, o.start_ns, end_ns, std::move(levels)});
   }
   // Swap-remove: order is kept in Occurrence::order, not in the vector.
   const size_t last = open_.size() - 1;
@@ -120,11 +124,7 @@ void PhaseTracker::AddSlot() {
                 windows.begin() + static_cast<std::ptrdiff_t>(i * now));
   }
   windows_.swap(windows);
-  for (OccurrenceRecord& r : records_) {
-    r.entry.push_back(0);
-    r.peak.push_back(0);
-    r.exit.push_back(0);
-  }
+  for (OccurrenceRecord& r : records_) r.levels.resize(3 * now, 0);
   slots_ = now;
 }
 
@@ -135,11 +135,11 @@ void PhaseTracker::ReorderSlots(const std::vector<uint32_t>& new_slot) {
   }
   counters_.swap(counters);
   for (OccurrenceRecord& r : records_) {
-    for (std::vector<uint64_t>* v : {&r.entry, &r.peak, &r.exit}) {
-      std::vector<uint64_t> moved(v->size());
-      for (size_t s = 0; s < v->size(); ++s) moved[new_slot[s]] = (*v)[s];
-      v->swap(moved);
+    std::vector<uint64_t> moved(r.levels.size());
+    for (size_t s = 0; s < slots_; ++s) {
+      for (size_t i = 0; i < 3; ++i) moved[3 * new_slot[s] + i] = r.levels[3 * s + i];
     }
+    r.levels.swap(moved);
   }
 }
 

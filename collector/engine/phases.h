@@ -50,7 +50,12 @@ struct OccurrenceRecord {
   uint32_t thread_id;
   uint64_t start_ns;
   uint64_t end_ns;
-  std::vector<uint64_t> entry, peak, exit;
+  // Per slot: entry, peak, exit. One allocation per record: a long run has one record per
+  // phase per iteration.
+  std::vector<uint64_t> levels;
+  uint64_t entry(size_t slot) const { return levels[3 * slot]; }
+  uint64_t peak(size_t slot) const { return levels[3 * slot + 1]; }
+  uint64_t exit(size_t slot) const { return levels[3 * slot + 2]; }
 };
 
 // Domain id of ranges that phase inference synthesizes (never a real interned id).

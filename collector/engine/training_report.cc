@@ -37,49 +37,46 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
 
   const std::vector<PhaseName>& names = phases.names();
   const size_t slots = slot_device.size();
-  // [phase][iteration] -> time, and per slot peak above entry / net change.
-  struct Cell {
-    bool present = false;
-    int64_t time = 0;
-    std::vector<int64_t> above, net;
-  };
-  std::vector<std::vector<Cell>> cells(names.size(), std::vector<Cell>(detection.windows.size()));
+  // [phase][iteration] -> time, and per slot peak above entry / net change; flat, since a
+  // long run has as many cells as phases times iterations.
+  const size_t iterations = detection.windows.size();
+  std::vector<char> present(names.size() * iterations, 0);
+  std::vector<int64_t> time(names.size() * iterations, 0);
+  std::vector<int64_t> above_of(names.size() * iterations * slots, 0);
+  std::vector<int64_t> net_of(names.size() * iterations * slots, 0);
   for (const OccurrenceRecord& o : phases.occurrences()) {
     const PhaseName& n = names[static_cast<size_t>(o.phase)];
     if (n.iteration) continue;
     const int64_t k = IterationOf(detection.windows, o.start_ns);
     if (k < 0) continue;
-    Cell& c = cells[static_cast<size_t>(o.phase)][static_cast<size_t>(k)];
-    if (!c.present) {
-      c.present = true;
-      c.above.assign(slots, 0);
-      c.net.assign(slots, 0);
-    }
-    c.time += static_cast<int64_t>(o.end_ns - o.start_ns);
+    const size_t cell = static_cast<size_t>(o.phase) * iterations + static_cast<size_t>(k);
+    present[cell] = 1;
+    time[cell] += static_cast<int64_t>(o.end_ns - o.start_ns);
     for (size_t s = 0; s < slots; ++s) {
-      c.above[s] = std::max(c.above[s], static_cast<int64_t>(o.peak[s] - o.entry[s]));
-      c.net[s] += static_cast<int64_t>(o.exit[s]) - static_cast<int64_t>(o.entry[s]);
+      int64_t& above = above_of[cell * slots + s];
+      above = std::max(above, static_cast<int64_t>(o.peak(s) - o.entry(s)));
+      net_of[cell * slots + s] += static_cast<int64_t>(o.exit(s)) - static_cast<int64_t>(o.entry(s));
     }
   }
   for (size_t phase = 0; phase < names.size(); ++phase) {
-    const std::vector<Cell>& row = cells[phase];
+    const size_t row = phase * iterations;
     IterationPhaseStats stats;
     stats.phase = names[phase].name;
     stats.inferred = names[phase].inferred;
     std::vector<int64_t> times;
     std::vector<std::vector<int64_t>> above(slots), net(slots);
-    for (size_t k = 0; k < row.size(); ++k) {
-      if (!row[k].present) continue;
+    for (size_t k = 0; k < iterations; ++k) {
+      if (!present[row + k]) continue;
       ++stats.iterations_with_phase;
       if (k == 0) {
         stats.in_warmup = true;
-        stats.warmup_ns = row[k].time;
+        stats.warmup_ns = time[row + k];
         continue;
       }
-      times.push_back(row[k].time);
+      times.push_back(time[row + k]);
       for (size_t s = 0; s < slots; ++s) {
-        above[s].push_back(row[k].above[s]);
-        net[s].push_back(row[k].net[s]);
+        above[s].push_back(above_of[(row + k) * slots + s]);
+        net[s].push_back(net_of[(row + k) * slots + s]);
       }
     }
     if (stats.iterations_with_phase == 0) continue;
@@ -88,8 +85,8 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
       IterationPhaseDevice d;
       d.index = slot_device[s];
       if (stats.in_warmup) {
-        d.warmup_peak_above_entry_bytes = row[0].above[s];
-        d.warmup_net_change_bytes = row[0].net[s];
+        d.warmup_peak_above_entry_bytes = above_of[row * slots + s];
+        d.warmup_net_change_bytes = net_of[row * slots + s];
       }
       d.peak_above_entry_bytes = ToReport(SpreadOf(above[s]));
       d.net_change_bytes = ToReport(SpreadOf(net[s]));
