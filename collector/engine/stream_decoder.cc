@@ -6,6 +6,7 @@
 #include <google/protobuf/arena.h>
 #pragma GCC diagnostic pop
 
+#include <initializer_list>
 #include <string_view>
 
 namespace cumemtrace::internal {
@@ -137,71 +138,83 @@ class WireReader {
 constexpr uint32_t kVarint = 0;
 constexpr uint32_t kLengthDelimited = 2;
 
-// Reads a message made only of varint fields: set(field, value) stores one and returns
-// false for a field number it does not know (then the whole frame goes to protobuf).
-// Scalars that repeat keep the last value, as protobuf does.
-template <typename Set>
-bool ReadVarintMessage(const char* begin, const char* end, Set set) {
-  WireReader in(begin, end);
-  while (!in.done()) {
-    uint32_t field = 0, wire_type = 0;
-    uint64_t value = 0;
-    if (!in.Tag(&field, &wire_type) || wire_type != kVarint || !in.Varint(&value) ||
-        !set(field, value)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // proto3 scalar conversions, as the generated parser does them.
 uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
 int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
-bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
-  return ReadVarintMessage(begin, end, [m](uint32_t field, uint64_t v) {
-    switch (field) {
-      case 1: m->operation = I32(v); return true;
-      case 2: m->address = v; return true;
-      case 3: m->bytes = v; return true;
-      case 4: m->kind = I32(v); return true;
-      case 5: m->device = U32(v); return true;
-      case 7: m->stream = U32(v); return true;
-      case 12: m->thread_id = U32(v); return true;
-      case 13: m->api_name_id = U32(v); return true;
-      case 14: m->caller_module_id = U32(v); return true;
-      case 6: case 8: case 9: case 10: case 11: return true;  // known, not kept
-      default: return false;
+// The three hot payloads are varint fields numbered below 16, each tag one byte. Values go
+// into a table by field number (no branch per field); `known` says which numbers this
+// reader knows, kept or not. Anything else (a longer tag, another wire type, an unknown
+// field, a malformed varint) returns false and the frame goes to protobuf.
+bool ReadSmallVarintFields(const char* begin, const char* end, uint32_t known, uint64_t* values) {
+  const auto* p = reinterpret_cast<const uint8_t*>(begin);
+  const auto* e = reinterpret_cast<const uint8_t*>(end);
+  while (p != e) {
+    const uint8_t tag = *p++;
+    const uint32_t field = tag >> 3;
+    if ((tag & 0x87) != 0 || ((known >> field) & 1) == 0) return false;
+    if (p == e) return false;
+    uint64_t value = *p++;
+    if (value >= 0x80) {
+      value &= 0x7f;
+      for (int shift = 7;; shift += 7) {
+        if (p == e || shift > 63) return false;
+        const uint8_t byte = *p++;
+        // The tenth byte holds bit 63 only; anything more is left to protobuf's judgment.
+        if (shift == 63 && byte > 1) return false;
+        value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+        if (byte < 0x80) break;
+      }
     }
-  });
+    values[field] = value;  // a repeated scalar keeps the last value, as protobuf does
+  }
+  return true;
+}
+
+constexpr uint32_t Fields(std::initializer_list<int> numbers) {
+  uint32_t mask = 0;
+  for (int n : numbers) mask |= 1u << n;
+  return mask;
+}
+
+bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
+  uint64_t v[16] = {};
+  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}),
+                             v)) {
+    return false;
+  }
+  m->operation = I32(v[1]);
+  m->address = v[2];
+  m->bytes = v[3];
+  m->kind = I32(v[4]);
+  m->device = U32(v[5]);
+  m->stream = U32(v[7]);
+  m->thread_id = U32(v[12]);
+  m->api_name_id = U32(v[13]);
+  m->caller_module_id = U32(v[14]);
+  return true;
 }
 
 bool ReadKernel(const char* begin, const char* end, KernelFields* k) {
-  return ReadVarintMessage(begin, end, [k](uint32_t field, uint64_t v) {
-    switch (field) {
-      case 1: k->name_id = U32(v); return true;
-      case 2: k->device = U32(v); return true;
-      case 3: k->stream = U32(v); return true;
-      case 4: k->end_ns = v; return true;
-      case 6: k->thread_id = U32(v); return true;
-      case 5: case 7: case 8: case 9: return true;  // known, not kept
-      default: return false;
-    }
-  });
+  uint64_t v[16] = {};
+  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7, 8, 9}), v)) return false;
+  k->name_id = U32(v[1]);
+  k->device = U32(v[2]);
+  k->stream = U32(v[3]);
+  k->end_ns = v[4];
+  k->thread_id = U32(v[6]);
+  return true;
 }
 
 bool ReadNvtx(const char* begin, const char* end, NvtxFields* n) {
-  return ReadVarintMessage(begin, end, [n](uint32_t field, uint64_t v) {
-    switch (field) {
-      case 1: n->operation = I32(v); return true;
-      case 2: n->thread_id = U32(v); return true;
-      case 3: n->domain_id = U32(v); return true;
-      case 4: n->message_id = U32(v); return true;
-      case 5: n->range_id = v; return true;
-      case 6: case 7: return true;  // known, not kept
-      default: return false;
-    }
-  });
+  uint64_t v[16] = {};
+  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7}), v)) return false;
+  n->operation = I32(v[1]);
+  n->thread_id = U32(v[2]);
+  n->domain_id = U32(v[3]);
+  n->message_id = U32(v[4]);
+  n->range_id = v[5];
+  return true;
 }
 
 bool ReadInternedString(const char* begin, const char* end, uint32_t* id,
