@@ -195,13 +195,18 @@ bool ReadTraceFile(const std::string& path, Sink& sink, std::string* error) {
   return true;
 }
 
-// The streaming analysis, with a second read (`read_again(analyzer)`) for the processes
-// that need every event at once.
+// The streaming analysis, with further reads (`read_again(sink)`) for the processes whose
+// phases are inferred and those that need every event at once.
 template <typename ReadAgain>
 std::unique_ptr<Report> FinishStreaming(internal::StreamingAnalyzer& streaming,
                                         const AnalysisOptions& options, ReadAgain read_again) {
   std::vector<uint32_t> in_memory;
   std::unique_ptr<Report> report = streaming.Finish(&in_memory);
+  while (streaming.NeedsPass()) {
+    streaming.BeginPass();
+    if (!read_again(streaming)) break;
+    streaming.EndPass(report.get());
+  }
   if (!in_memory.empty()) {
     Analyzer analyzer(options, std::set<uint32_t>(in_memory.begin(), in_memory.end()));
     std::unique_ptr<Report> full;
@@ -231,8 +236,8 @@ std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const Analysis
   }
   internal::StreamingAnalyzer streaming(options);
   if (!ReadTraceFile(path, streaming, error)) return nullptr;
-  std::unique_ptr<Report> report = FinishStreaming(streaming, options, [&](Analyzer& analyzer) {
-    return ReadTraceFile(path, analyzer, nullptr);
+  std::unique_ptr<Report> report = FinishStreaming(streaming, options, [&](auto& sink) {
+    return ReadTraceFile(path, sink, nullptr);
   });
   report->trace_file = path;
   return report;
@@ -247,10 +252,10 @@ std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const Analysis
   }
   internal::StreamingAnalyzer streaming(options);
   ReadChunks(reader, streaming);
-  return FinishStreaming(streaming, options, [&](Analyzer& analyzer) {
+  return FinishStreaming(streaming, options, [&](auto& sink) {
     BufferReader again(bytes);
     if (!again.Open("the trace")) return false;
-    ReadChunks(again, analyzer);
+    ReadChunks(again, sink);
     return true;
   });
 }

@@ -15,31 +15,6 @@ constexpr uint32_t kForwardId = 0xFFFFFFF1u;
 constexpr uint32_t kBackwardId = 0xFFFFFFF2u;
 constexpr uint32_t kOptimizerId = 0xFFFFFFF3u;
 
-struct Burst {
-  uint64_t first_ns;
-  uint64_t last_ns;
-};
-
-bool IsAutograd(const std::vector<uint32_t>& threads, uint32_t tid) {
-  return std::find(threads.begin(), threads.end(), tid) != threads.end();
-}
-
-// Maximal runs of autograd-thread points not interrupted by a calling-thread point.
-std::vector<Burst> FindBursts(const std::vector<std::pair<uint64_t, bool>>& points) {
-  std::vector<Burst> bursts;
-  bool open = false;
-  for (const auto& [ts, autograd] : points) {
-    if (autograd) {
-      if (!open) bursts.push_back(Burst{ts, ts});
-      bursts.back().last_ns = ts;
-      open = true;
-    } else {
-      open = false;
-    }
-  }
-  return bursts;
-}
-
 void AddRange(std::vector<Event>* events, uint32_t message_id, uint32_t thread, uint64_t range_id,
               uint64_t begin_ns, uint64_t end_ns) {
   Event open{};
@@ -59,37 +34,62 @@ void AddRange(std::vector<Event>* events, uint32_t message_id, uint32_t thread, 
   events->push_back(close);
 }
 
+bool IsAutograd(const std::vector<uint32_t>& threads, uint32_t tid) {
+  return std::find(threads.begin(), threads.end(), tid) != threads.end();
+}
+
+bool IsMemory(const Event& e) {
+  return (e.type == EventType::kAllocate || e.type == EventType::kRelease) &&
+         IsDeviceMemory(e.kind);
+}
+
 }  // namespace
 
-InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) {
+bool HasAutogradThread(const DecodedStream& s) {
+  for (const auto& [tid, name] : s.thread_names) {
+    if (name.rfind("pt_autograd", 0) == 0) return true;
+  }
+  return false;
+}
+
+void InferenceScan::Add(const Event& e) {
+  if (e.type == EventType::kRangeOpen) {
+    const std::pair<uint32_t, uint32_t> name{e.aux_id, e.name_id};
+    if (seen_names_.emplace(name, true).second) range_names_.push_back(name);
+  } else if (IsMemory(e) && e.thread_id != 0) {
+    // Streams run long on one thread: skip the map lookup while the thread stays the same.
+    if (e.thread_id != last_thread_) {
+      last_thread_ = e.thread_id;
+      last_count_ = &memory_events_[e.thread_id];
+    }
+    ++*last_count_;
+  }
+}
+
+InferenceOutcome InferenceScan::Decide(const DecodedStream& s, const PhaseRules& rules,
+                                       bool* more) const {
+  *more = false;
   InferenceOutcome out;
-  for (const auto& [tid, name] : s->thread_names) {
+  for (const auto& [tid, name] : s.thread_names) {
     if (name.rfind("pt_autograd", 0) == 0) out.autograd_threads.push_back(tid);
   }
   if (out.autograd_threads.empty()) {
     out.reason = "no autograd worker thread (pt_autograd_*) in this process";
     return out;
   }
-  std::unordered_map<uint32_t, uint64_t> memory_events_by_thread;
-  for (const Event& e : s->events) {
-    if (e.type == EventType::kRangeOpen) {
-      const std::string message = s->Resolve(e.name_id);
-      const std::string domain = s->Resolve(e.aux_id);
-      const std::string phase =
-          rules.Map(domain.empty() ? message : domain + ": " + message).phase;
-      if (phase == "forward" || IsBackwardLikePhase(phase) || IsOptimizerLikePhase(phase)) {
-        out.reason = "the program labels its phases with NVTX (" + phase + ")";
-        return out;
-      }
-    }
-    if ((e.type == EventType::kAllocate || e.type == EventType::kRelease) &&
-        IsDeviceMemory(e.kind) && !IsAutograd(out.autograd_threads, e.thread_id) &&
-        e.thread_id != 0) {
-      ++memory_events_by_thread[e.thread_id];
+  // The first range opened (in time order) that names a training phase.
+  for (const auto& [domain_id, message_id] : range_names_) {
+    const std::string message = s.Resolve(message_id);
+    const std::string domain = s.Resolve(domain_id);
+    const std::string phase = rules.Map(domain.empty() ? message : domain + ": " + message).phase;
+    if (phase == "forward" || IsBackwardLikePhase(phase) || IsOptimizerLikePhase(phase)) {
+      out.reason = "the program labels its phases with NVTX (" + phase + ")";
+      return out;
     }
   }
   uint64_t most = 0;
-  for (const auto& [tid, n] : memory_events_by_thread) {
+  for (const auto& [tid, n] : memory_events_) {
+    if (IsAutograd(out.autograd_threads, tid)) continue;
     if (n > most) {
       most = n;
       out.calling_thread = tid;
@@ -99,98 +99,125 @@ InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) 
     out.reason = "no calling thread with device memory activity";
     return out;
   }
+  *more = true;
+  return out;
+}
 
+void BurstScan::Finder::Add(uint64_t ts, bool autograd) {
+  // Maximal runs of autograd-thread points not interrupted by a calling-thread point.
+  if (autograd) {
+    if (!open) bursts.push_back(Burst{ts, ts});
+    bursts.back().last_ns = ts;
+    open = true;
+  } else {
+    open = false;
+  }
+}
+
+void BurstScan::Add(const Event& e) {
+  const bool autograd = IsAutograd(decided_.autograd_threads, e.thread_id);
+  if (!autograd && e.thread_id != decided_.calling_thread) return;
   // Bursts from memory events (host time) when the autograd thread allocates in most
   // passes (async allocator); else from kernels (the caching allocator reuses its blocks).
-  std::vector<std::pair<uint64_t, bool>> memory_points, kernel_points;
-  for (const Event& e : s->events) {
-    const bool autograd = IsAutograd(out.autograd_threads, e.thread_id);
-    if (!autograd && e.thread_id != out.calling_thread) continue;
-    if ((e.type == EventType::kAllocate || e.type == EventType::kRelease) &&
-        IsDeviceMemory(e.kind)) {
-      memory_points.emplace_back(e.timestamp_ns, autograd);
-    } else if (e.type == EventType::kKernel) {
-      kernel_points.emplace_back(e.timestamp_ns, autograd);
-    }
+  if (IsMemory(e)) {
+    memory_.Add(e.timestamp_ns, autograd);
+    if (!autograd && forward_start_ == 0) forward_start_ = e.timestamp_ns;
+  } else if (e.type == EventType::kKernel) {
+    kernels_.Add(e.timestamp_ns, autograd);
   }
-  std::vector<Burst> bursts = FindBursts(memory_points);
-  out.signal = "memory";
-  const std::vector<Burst> kernel_bursts = FindBursts(kernel_points);
-  if (kernel_bursts.size() > bursts.size()) {
-    bursts = kernel_bursts;
-    out.signal = "kernels";
-  }
-  if (bursts.empty()) {
-    out.reason = "the autograd thread did no work that was recorded";
-    return out;
-  }
+}
 
+std::vector<Burst> BurstScan::Finish(InferenceOutcome* out) {
+  out->signal = "memory";
+  std::vector<Burst> bursts = std::move(memory_.bursts);
+  if (kernels_.bursts.size() > bursts.size()) {
+    bursts = std::move(kernels_.bursts);
+    out->signal = "kernels";
+  }
+  if (bursts.empty()) out->reason = "the autograd thread did no work that was recorded";
+  return bursts;
+}
+
+void GradientScan::Add(const Event& e) {
   // Gradients: memory born on the autograd thread during burst k and freed after it, before
   // the next one. The optimizer of iteration k ends with the last such free. Memory that is
   // never freed (a library's workspace made by the first backward pass) is not a gradient.
-  std::vector<uint64_t> optimizer_end(bursts.size(), 0);
-  if (out.signal == "memory") {
-    std::unordered_map<uint64_t, size_t> born_in_burst;  // (device, address) -> burst
-    size_t burst = 0;
-    for (const Event& e : s->events) {
-      if ((e.type != EventType::kAllocate && e.type != EventType::kRelease) ||
-          !IsDeviceMemory(e.kind)) {
-        continue;
-      }
-      while (burst < bursts.size() && bursts[burst].last_ns < e.timestamp_ns) ++burst;
-      const uint64_t key = e.a ^ (static_cast<uint64_t>(e.device) << 56);
-      if (e.type == EventType::kAllocate) {
-        // Allocated by the autograd thread inside a burst: a candidate gradient.
-        if (burst < bursts.size() && e.timestamp_ns >= bursts[burst].first_ns &&
-            IsAutograd(out.autograd_threads, e.thread_id)) {
-          born_in_burst[key] = burst;
-        }
-        continue;
-      }
-      auto it = born_in_burst.find(key);
-      if (it == born_in_burst.end()) continue;
-      const size_t k = it->second;
-      born_in_burst.erase(it);
-      // Freed inside its own burst: a temporary of the backward pass, not a gradient.
-      if (e.timestamp_ns <= bursts[k].last_ns) continue;
-      if (k + 1 == bursts.size() || e.timestamp_ns < bursts[k + 1].first_ns) {
-        optimizer_end[k] = std::max(optimizer_end[k], e.timestamp_ns);
-      }
+  if (!IsMemory(e)) return;
+  while (burst_ < bursts_.size() && bursts_[burst_].last_ns < e.timestamp_ns) ++burst_;
+  const uint64_t key = e.a ^ (static_cast<uint64_t>(e.device) << 56);
+  if (e.type == EventType::kAllocate) {
+    // Allocated by the autograd thread inside a burst: a candidate gradient.
+    if (burst_ < bursts_.size() && e.timestamp_ns >= bursts_[burst_].first_ns &&
+        IsAutograd(decided_.autograd_threads, e.thread_id)) {
+      born_in_burst_[key] = burst_;
     }
+    return;
   }
+  auto it = born_in_burst_.find(key);
+  if (it == born_in_burst_.end()) return;
+  const size_t k = it->second;
+  born_in_burst_.erase(it);
+  // Freed inside its own burst: a temporary of the backward pass, not a gradient.
+  if (e.timestamp_ns <= bursts_[k].last_ns) return;
+  if (k + 1 == bursts_.size() || e.timestamp_ns < bursts_[k + 1].first_ns) {
+    optimizer_end_[k] = std::max(optimizer_end_[k], e.timestamp_ns);
+  }
+}
 
+std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
+                                  const std::vector<uint64_t>& optimizer_end,
+                                  uint64_t forward_start, InferenceOutcome* out) {
+  std::vector<Event> events;
   // The calling thread's first recorded work opens the first forward pass.
-  uint64_t forward_start = 0;
-  for (const auto& [ts, autograd] : memory_points) {
-    if (!autograd) {
-      forward_start = ts;
-      break;
-    }
-  }
   if (forward_start == 0 || forward_start > bursts[0].first_ns) forward_start = bursts[0].first_ns;
-
   uint64_t range_id = 0xFFFF000000000000ull;
   for (size_t k = 0; k < bursts.size(); ++k) {
     const Burst& b = bursts[k];
     if (b.first_ns > forward_start) {
-      AddRange(&s->events, kForwardId, out.calling_thread, range_id++, forward_start,
+      AddRange(&events, kForwardId, out->calling_thread, range_id++, forward_start,
                b.first_ns - 1);
     }
-    AddRange(&s->events, kBackwardId, out.calling_thread, range_id++, b.first_ns, b.last_ns);
+    AddRange(&events, kBackwardId, out->calling_thread, range_id++, b.first_ns, b.last_ns);
     forward_start = b.last_ns + 1;
-    if (optimizer_end[k] != 0) {
-      AddRange(&s->events, kOptimizerId, out.calling_thread, range_id++, b.last_ns + 1,
-               optimizer_end[k]);
-      forward_start = optimizer_end[k] + 1;
-      ++out.optimizers_inferred;
+    const uint64_t end = optimizer_end.empty() ? 0 : optimizer_end[k];
+    if (end != 0) {
+      AddRange(&events, kOptimizerId, out->calling_thread, range_id++, b.last_ns + 1, end);
+      forward_start = end + 1;
+      ++out->optimizers_inferred;
     }
   }
+  out->applied = true;
+  out->backward_passes = bursts.size();
+  out->reason = "no NVTX phases; inferred from the autograd thread (" + out->signal + ")";
+  return events;
+}
+
+void AddInferredNames(DecodedStream* s) {
   s->strings[kForwardId] = "forward";
   s->strings[kBackwardId] = "backward";
   s->strings[kOptimizerId] = "optimizer";
-  out.applied = true;
-  out.backward_passes = bursts.size();
-  out.reason = "no NVTX phases; inferred from the autograd thread (" + out.signal + ")";
+}
+
+InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) {
+  InferenceScan scan;
+  for (const Event& e : s->events) scan.Add(e);
+  bool more = false;
+  InferenceOutcome out = scan.Decide(*s, rules, &more);
+  if (!more) return out;
+  BurstScan burst_scan(out);
+  for (const Event& e : s->events) burst_scan.Add(e);
+  const std::vector<Burst> bursts = burst_scan.Finish(&out);
+  if (bursts.empty()) return out;
+  std::vector<uint64_t> optimizer_end;
+  if (out.signal == "memory") {
+    GradientScan gradients(out, bursts);
+    for (const Event& e : s->events) gradients.Add(e);
+    optimizer_end = gradients.optimizer_end();
+  }
+  const std::vector<Event> ranges =
+      InferredRanges(bursts, optimizer_end, burst_scan.forward_start(), &out);
+  s->events.insert(s->events.end(), ranges.begin(), ranges.end());
+  AddInferredNames(s);
   return out;
 }
 

@@ -8,10 +8,18 @@
 //   forward   = the calling thread's work before the backward pass (from the end of the
 //               previous optimizer, or of the previous backward pass).
 // The first forward also holds whatever the program did before its first iteration.
+//
+// The inference reads a process's events in time order three times: which thread calls
+// (InferenceScan), the bursts (BurstScan), the gradient frees (GradientScan). Each scan
+// takes one event at a time, so the streaming analysis runs them as passes over the file
+// and the in-memory one over its sorted vector, with the same result.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collector/engine/decoded.h"
@@ -28,6 +36,72 @@ struct InferenceOutcome {
   uint64_t backward_passes = 0;
   uint64_t optimizers_inferred = 0;
 };
+
+// Pass 1: named ranges and device memory events per thread.
+class InferenceScan {
+ public:
+  void Add(const Event& e);
+  // Decides from what was seen (and the stream's thread names and strings): not applied
+  // (with the reason), or the calling thread found and passes 2 and 3 needed (*more).
+  InferenceOutcome Decide(const DecodedStream& s, const PhaseRules& rules, bool* more) const;
+
+ private:
+  std::vector<std::pair<uint32_t, uint32_t>> range_names_;  // (domain, message), first seen first
+  std::map<std::pair<uint32_t, uint32_t>, bool> seen_names_;
+  std::map<uint32_t, uint64_t> memory_events_;  // by thread (0 left out)
+  uint32_t last_thread_ = 0;
+  uint64_t* last_count_ = nullptr;
+};
+
+struct Burst {
+  uint64_t first_ns;
+  uint64_t last_ns;
+};
+
+// Pass 2: bursts of the autograd threads' work between the calling thread's.
+class BurstScan {
+ public:
+  explicit BurstScan(const InferenceOutcome& decided) : decided_(decided) {}
+  void Add(const Event& e);
+  // The bursts of the chosen signal; sets out->signal, or out->reason when there are none.
+  std::vector<Burst> Finish(InferenceOutcome* out);
+  uint64_t forward_start() const { return forward_start_; }
+
+ private:
+  struct Finder {
+    std::vector<Burst> bursts;
+    bool open = false;
+    void Add(uint64_t ts, bool autograd);
+  };
+  const InferenceOutcome& decided_;
+  Finder memory_, kernels_;
+  uint64_t forward_start_ = 0;  // the calling thread's first memory point
+};
+
+// Pass 3 (memory signal only): when the gradients born in each burst are freed.
+class GradientScan {
+ public:
+  GradientScan(const InferenceOutcome& decided, const std::vector<Burst>& bursts)
+      : decided_(decided), bursts_(bursts), optimizer_end_(bursts.size(), 0) {}
+  void Add(const Event& e);
+  const std::vector<uint64_t>& optimizer_end() const { return optimizer_end_; }
+
+ private:
+  const InferenceOutcome& decided_;
+  const std::vector<Burst>& bursts_;
+  std::vector<uint64_t> optimizer_end_;
+  std::unordered_map<uint64_t, size_t> born_in_burst_;  // (device, address) -> burst
+  size_t burst_ = 0;
+};
+
+// The synthesized range events (domain kInferredDomainId), in the order the in-memory
+// analysis appends them; sets the outcome's counts. `optimizer_end` empty: none inferred.
+std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
+                                  const std::vector<uint64_t>& optimizer_end,
+                                  uint64_t forward_start, InferenceOutcome* out);
+// The names of the synthesized ranges' message ids.
+void AddInferredNames(DecodedStream* s);
+bool HasAutogradThread(const DecodedStream& s);
 
 // Appends synthesized range events (domain kInferredDomainId) to s->events, which must be
 // sorted on entry; the caller sorts again when `applied`.

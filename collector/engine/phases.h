@@ -96,6 +96,7 @@ class PhaseTracker {
   // Once everything is closed: slot s becomes new_slot[s] (a permutation).
   void ReorderSlots(const std::vector<uint32_t>& new_slot);
   const std::vector<PhaseName>& names() const { return names_; }
+  const PhaseRules* rules() const { return rules_; }
   const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }
 

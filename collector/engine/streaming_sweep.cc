@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "collector/engine/lifetimes.h"
+#include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/process_sweep.h"
 #include "collector/engine/stream_decoder.h"
@@ -19,13 +20,6 @@ namespace {
 inline bool KeyBefore(const Event& x, const Event& y) {
   if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
   return x.pad < y.pad;
-}
-
-bool HasAutogradThread(const DecodedStream& s) {
-  for (const auto& [tid, name] : s.thread_names) {
-    if (name.rfind("pt_autograd", 0) == 0) return true;
-  }
-  return false;
 }
 
 // Storage of the reorder window: fixed blocks, recycled, so that events flowing through the
@@ -128,67 +122,31 @@ constexpr uint32_t kNone = ~uint32_t{0};
 
 }  // namespace
 
-// One stream: its reorder window and the sweep that consumes it.
-class ProcessSweep {
+// The reorder window of one stream: events come in arrival order and leave, in the
+// sweep's order, to sink->Sweep(event) once they are `window_ns` older than the newest.
+template <typename Sink>
+class ReorderWindow {
  public:
-  ProcessSweep(const AnalysisOptions& options, const StreamingOptions& streaming,
-               const PhaseRules* rules, const DecodedStream* stream)
-      : options_(options), streaming_(streaming), phases_(0, stream, rules) {}
+  ReorderWindow(const StreamingOptions& streaming, Sink* sink, StreamingStats* stats)
+      : streaming_(streaming), sink_(sink), stats_(*stats) {}
 
-  bool in_memory() const { return in_memory_; }
-  const StreamingStats& stats() const { return stats_; }
+  uint64_t late_events() const { return late_events_; }
 
-  // Takes the events a chunk added to the stream (in arrival order).
-  void AddEvents(DecodedStream& s, std::vector<Event>& events) {
-    if (events.empty()) return;
-    if (!in_memory_ && options_.infer_phases && s.thread_names.size() != thread_names_seen_) {
-      thread_names_seen_ = s.thread_names.size();
-      // Phase inference reads the whole process: leave it to the in-memory analysis.
-      if (HasAutogradThread(s)) GiveUp();
-    }
-    if (in_memory_) {
-      events_ += events.size();
-      events.clear();
-      return;
-    }
-    if (!s.has_handshake) batch_before_handshake_ = true;
+  // The events a chunk added to the stream, in arrival order (taken).
+  void AddEvents(const DecodedStream& s, std::vector<Event>& events) {
     const int64_t offset = s.realtime_offset_ns;
     for (Event& e : events) {
       if (offset != 0) ShiftEventToRealtime(offset, &e);
       Insert(e);
     }
-    events_ += events.size();
     events.clear();
     stats_.max_window_events = std::max<uint64_t>(stats_.max_window_events, window_events_);
     stats_.max_runs = std::max<uint64_t>(stats_.max_runs, runs_.size());
     if (newest_ns_ > streaming_.window_ns) Drain(newest_ns_ - streaming_.window_ns, false);
   }
-
-  ProcessReport Finish(DecodedStream& s);
+  void DrainAll() { Drain(0, true); }
 
  private:
-  struct Live {
-    Allocation a;
-    uint32_t group[2];  // origin groups (by API, by calling module); kNone for other memory
-  };
-  struct Freed {
-    Live live;
-    uint64_t death_ns;
-  };
-  struct Group {
-    uint32_t slot;
-    uint32_t id;
-    OriginStats stats;
-    uint64_t live = 0;
-  };
-
-  void GiveUp() {
-    in_memory_ = true;
-    runs_.clear();
-    window_events_ = 0;
-  }
-
-  // --- The reorder window ---------------------------------------------------------------
 
   void Insert(Event e) {
     const uint64_t arrival = arrival_++;
@@ -201,7 +159,7 @@ class ProcessSweep {
     if (released_any_ && KeyBefore(e, released_)) {
       // Older than what was swept already: applied now, where it arrived, and counted.
       ++late_events_;
-      Sweep(e);
+      sink_->Sweep(e);
       return;
     }
     // The run whose last event is the latest one not after e; else a new run.
@@ -273,7 +231,7 @@ class ProcessSweep {
         released_any_ = true;
         run.Pop();
         --window_events_;
-        Sweep(released_);
+        sink_->Sweep(released_);
       } while (!run.empty() && (other == nullptr || Before(run, *other)));
       if (run.empty()) {
         if (next != runs_.size() - 1) runs_[next] = std::move(runs_.back());
@@ -289,6 +247,77 @@ class ProcessSweep {
     if (KeyBefore(a, b)) return true;
     return !KeyBefore(b, a) && x.front_arrival() < y.front_arrival();
   }
+
+  const StreamingOptions& streaming_;
+  Sink* sink_;
+  StreamingStats& stats_;
+  BlockPool blocks_;
+  std::vector<Run> runs_;  // never empty ones
+  size_t window_events_ = 0;
+  uint64_t arrival_ = 0;
+  uint64_t newest_ns_ = 0;
+  bool released_any_ = false;
+  Event released_{};
+  uint64_t late_events_ = 0;
+};
+
+// One stream: its reorder window and the sweep that consumes it.
+class ProcessSweep {
+ public:
+  ProcessSweep(const AnalysisOptions& options, const StreamingOptions& streaming,
+               const PhaseRules* rules, const DecodedStream* stream)
+      : options_(options), streaming_(streaming), phases_(0, stream, rules) {}
+
+  bool in_memory() const { return in_memory_; }
+  const StreamingStats& stats() const { return stats_; }
+
+  // Takes the events a chunk added to the stream (in arrival order).
+  void AddEvents(DecodedStream& s, std::vector<Event>& events) {
+    if (events.empty()) return;
+    if (!s.has_handshake) batch_before_handshake_ = true;
+    events_ += events.size();
+    window_.AddEvents(s, events);
+  }
+
+  // For the last pass of a process whose phases are inferred: the outcome and the ranges.
+  void SetInferred(const InferenceOutcome& outcome, std::vector<Event> ranges) {
+    inferred_ = true;
+    scan_inference_ = false;
+    inference_ = outcome;
+    for (Event& e : ranges) e.pad = static_cast<uint8_t>(TieRank(e.type));
+    std::stable_sort(ranges.begin(), ranges.end(), KeyBefore);
+    synthetic_ = std::move(ranges);
+  }
+
+  // Set by Finish(): the inference needs passes 2 and 3 (the outcome so far).
+  bool needs_inference() const { return needs_inference_; }
+  const InferenceOutcome& inference() const { return inference_; }
+
+  void Sweep(const Event& e) {
+    while (next_synthetic_ < synthetic_.size() && KeyBefore(synthetic_[next_synthetic_], e)) {
+      SweepOne(synthetic_[next_synthetic_++]);
+    }
+    SweepOne(e);
+  }
+
+  ProcessReport Finish(DecodedStream& s);
+
+ private:
+  struct Live {
+    Allocation a;
+    uint32_t group[2];  // origin groups (by API, by calling module); kNone for other memory
+  };
+  struct Freed {
+    Live live;
+    uint64_t death_ns;
+  };
+  struct Group {
+    uint32_t slot;
+    uint32_t id;
+    OriginStats stats;
+    uint64_t live = 0;
+  };
+
 
   // --- The sweep (AnalyzeProcess's loop, one event at a time) ----------------------------
 
@@ -464,7 +493,8 @@ class ProcessSweep {
     Forget(index);
   }
 
-  void Sweep(const Event& e) {
+  void SweepOne(const Event& e) {
+    if (scan_inference_) inference_scan_.Add(e);
     if (!any_ || e.timestamp_ns < first_) first_ = e.timestamp_ns;
     any_ = true;
     last_ = std::max(last_, e.timestamp_ns);
@@ -514,19 +544,18 @@ class ProcessSweep {
   const StreamingOptions& streaming_;
   StreamingStats stats_;
   bool in_memory_ = false;
-  size_t thread_names_seen_ = 0;
+  bool needs_inference_ = false;
+  bool scan_inference_ = options_.infer_phases;
   bool batch_before_handshake_ = false;
   uint64_t events_ = 0;
-  uint64_t late_events_ = 0;
 
-  // Reorder window.
-  BlockPool blocks_;
-  std::vector<Run> runs_;  // never empty ones
-  size_t window_events_ = 0;
-  uint64_t arrival_ = 0;
-  uint64_t newest_ns_ = 0;
-  bool released_any_ = false;
-  Event released_{};
+  ReorderWindow<ProcessSweep> window_{streaming_, this, &stats_};
+  // Inferred phase ranges (sorted), swept among the events: after those of the same key.
+  std::vector<Event> synthetic_;
+  size_t next_synthetic_ = 0;
+  bool inferred_ = false;
+  InferenceOutcome inference_;
+  InferenceScan inference_scan_;
 
   // Sweep.
   PhaseTracker phases_;
@@ -559,7 +588,6 @@ class ProcessSweep {
 
 ProcessReport ProcessSweep::Finish(DecodedStream& s) {
   ProcessReport p;
-  if (options_.infer_phases && HasAutogradThread(s)) in_memory_ = true;
   if (in_memory_ || (batch_before_handshake_ && s.realtime_offset_ns != 0)) {
     // The caller analyzes this one in memory (a handshake after events it would have
     // shifted is rare enough not to be streamed).
@@ -567,13 +595,27 @@ ProcessReport ProcessSweep::Finish(DecodedStream& s) {
     p.stream_id = s.stream_id;
     return p;
   }
-  Drain(0, true);
+  window_.DrainAll();
+  while (next_synthetic_ < synthetic_.size()) SweepOne(synthetic_[next_synthetic_++]);
+  if (options_.infer_phases && !inferred_) {
+    // Pass 1 of the inference ran with the sweep; when it finds the phases can be inferred,
+    // this report is not used: the caller reads the process again (passes 2 and 3, then
+    // this sweep with the inferred ranges).
+    inference_ = inference_scan_.Decide(s, *phases_.rules(), &needs_inference_);
+  }
   FillStreamFacts(s, &p);
   p.events = events_;
-  p.late_events = late_events_;
+  p.late_events = window_.late_events();
   ShiftRecordsToRealtime(&s);
   if (options_.infer_phases) {
-    p.phase_inference.reason = "no autograd worker thread (pt_autograd_*) in this process";
+    PhaseInferenceReport& r = p.phase_inference;
+    r.applied = inference_.applied;
+    r.reason = inference_.reason;
+    r.signal = inference_.signal;
+    r.calling_thread = inference_.calling_thread;
+    r.autograd_threads = inference_.autograd_threads;
+    r.backward_passes = inference_.backward_passes;
+    r.optimizers_inferred = inference_.optimizers_inferred;
   }
 
   // Devices named only by the stream's records get a slot too.
@@ -726,13 +768,109 @@ class StreamingAnalyzer::Impl {
   }
 
   void AddChunk(const v1::TraceChunk& chunk) {
+    if (in_pass_) {
+      InferencePass* pass = Pass(chunk.stream_id());
+      if (pass == nullptr) return;
+      pass_decoder_->AddChunk(chunk);
+      if (chunk.content_case() == v1::TraceChunk::kWireFrame) PassEvents(chunk.stream_id(), pass);
+      return;
+    }
     decoder_.AddChunk(chunk);
     if (chunk.content_case() == v1::TraceChunk::kWireFrame) TakeEvents(chunk.stream_id());
   }
 
   void AddWireFrame(uint32_t stream_id, std::string_view frame) {
+    if (in_pass_) {
+      InferencePass* pass = Pass(stream_id);
+      if (pass == nullptr) return;
+      pass_decoder_->AddWireFrame(stream_id, frame);
+      PassEvents(stream_id, pass);
+      return;
+    }
     decoder_.AddWireFrame(stream_id, frame);
     TakeEvents(stream_id);
+  }
+
+  // --- Phase inference: passes 2 and 3, then the sweep again with the inferred ranges ---
+
+  bool NeedsPass() const {
+    for (const auto& [id, pass] : passes_) {
+      if (pass->stage != InferencePass::Stage::kDone) return true;
+    }
+    return false;
+  }
+
+  void BeginPass() {
+    in_pass_ = true;
+    pass_decoder_ = std::make_unique<StreamDecoder>();
+    for (auto& [id, pass] : passes_) {
+      InferencePass& p = *pass;
+      switch (p.stage) {
+        case InferencePass::Stage::kBursts:
+          p.bursts_scan = std::make_unique<ScanSink<BurstScan>>(p.outcome);
+          p.bursts_window = std::make_unique<ReorderWindow<ScanSink<BurstScan>>>(
+              streaming_, p.bursts_scan.get(), &p.stats);
+          break;
+        case InferencePass::Stage::kGradients:
+          p.gradient_scan = std::make_unique<ScanSink<GradientScan>>(p.outcome, p.bursts);
+          p.gradient_window = std::make_unique<ReorderWindow<ScanSink<GradientScan>>>(
+              streaming_, p.gradient_scan.get(), &p.stats);
+          break;
+        case InferencePass::Stage::kFinal: {
+          DecodedStream& s = pass_decoder_->streams()[id];
+          AddInferredNames(&s);
+          p.sweep = std::make_unique<ProcessSweep>(options_, streaming_, rules_, &s);
+          std::vector<Event> ranges =
+              InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome);
+          p.sweep->SetInferred(p.outcome, std::move(ranges));
+          break;
+        }
+        case InferencePass::Stage::kDone:
+          break;
+      }
+    }
+  }
+
+  void EndPass(Report* report) {
+    for (auto& [id, pass] : passes_) {
+      InferencePass& p = *pass;
+      ProcessReport& process = report->processes[p.index];
+      switch (p.stage) {
+        case InferencePass::Stage::kBursts:
+          p.bursts_window->DrainAll();
+          p.bursts = p.bursts_scan->scan.Finish(&p.outcome);
+          p.forward_start = p.bursts_scan->scan.forward_start();
+          p.bursts_window.reset();
+          p.bursts_scan.reset();
+          if (p.bursts.empty()) {
+            // Not applied after all: the first pass's sweep stands, with the reason.
+            SetInference(p.outcome, &process);
+            p.stage = InferencePass::Stage::kDone;
+          } else {
+            p.stage = p.outcome.signal == "memory" ? InferencePass::Stage::kGradients
+                                                   : InferencePass::Stage::kFinal;
+          }
+          break;
+        case InferencePass::Stage::kGradients:
+          p.gradient_window->DrainAll();
+          p.optimizer_end = p.gradient_scan->scan.optimizer_end();
+          p.gradient_window.reset();
+          p.gradient_scan.reset();
+          p.stage = InferencePass::Stage::kFinal;
+          break;
+        case InferencePass::Stage::kFinal: {
+          DecodedStream& s = pass_decoder_->streams()[id];
+          process = p.sweep->Finish(s);
+          p.sweep.reset();
+          p.stage = InferencePass::Stage::kDone;
+          break;
+        }
+        case InferencePass::Stage::kDone:
+          break;
+      }
+    }
+    pass_decoder_.reset();
+    in_pass_ = false;
   }
 
   // Moves what the last frame decoded into the stream's window.
@@ -751,6 +889,7 @@ class StreamingAnalyzer::Impl {
   }
 
   void MarkTruncated(const std::string& reason) {
+    if (in_pass_) return;  // the first read said so already
     if (!truncated_) truncation_reason_ = reason;
     truncated_ = true;
   }
@@ -770,6 +909,12 @@ class StreamingAnalyzer::Impl {
       }
       report->processes.push_back(sweep->second->Finish(stream));
       if (sweep->second->in_memory()) in_memory->push_back(stream_id);
+      if (sweep->second->needs_inference()) {
+        auto pass = std::make_unique<InferencePass>();
+        pass->index = report->processes.size() - 1;
+        pass->outcome = sweep->second->inference();
+        passes_[stream_id] = std::move(pass);
+      }
       (*stats)[stream_id] = sweep->second->stats();
       sweep->second.reset();
       stream = DecodedStream();
@@ -783,6 +928,59 @@ class StreamingAnalyzer::Impl {
   const PhaseRules* rules_;
   StreamDecoder decoder_;
   std::map<uint32_t, std::unique_ptr<ProcessSweep>> sweeps_;
+
+  template <typename Scan>
+  struct ScanSink {
+    template <typename... Args>
+    explicit ScanSink(Args&&... args) : scan(std::forward<Args>(args)...) {}
+    void Sweep(const Event& e) { scan.Add(e); }
+    Scan scan;
+  };
+  struct InferencePass {
+    enum class Stage { kBursts, kGradients, kFinal, kDone } stage = Stage::kBursts;
+    size_t index = 0;  // in the report's processes
+    InferenceOutcome outcome;
+    std::vector<Burst> bursts;
+    uint64_t forward_start = 0;
+    std::vector<uint64_t> optimizer_end;
+    StreamingStats stats;
+    std::unique_ptr<ScanSink<BurstScan>> bursts_scan;
+    std::unique_ptr<ReorderWindow<ScanSink<BurstScan>>> bursts_window;
+    std::unique_ptr<ScanSink<GradientScan>> gradient_scan;
+    std::unique_ptr<ReorderWindow<ScanSink<GradientScan>>> gradient_window;
+    std::unique_ptr<ProcessSweep> sweep;
+  };
+
+  InferencePass* Pass(uint32_t stream_id) {
+    auto it = passes_.find(stream_id);
+    if (it == passes_.end() || it->second->stage == InferencePass::Stage::kDone) return nullptr;
+    return it->second.get();
+  }
+
+  void PassEvents(uint32_t stream_id, InferencePass* pass) {
+    DecodedStream& s = pass_decoder_->streams()[stream_id];
+    switch (pass->stage) {
+      case InferencePass::Stage::kBursts: pass->bursts_window->AddEvents(s, s.events); break;
+      case InferencePass::Stage::kGradients: pass->gradient_window->AddEvents(s, s.events); break;
+      case InferencePass::Stage::kFinal: pass->sweep->AddEvents(s, s.events); break;
+      case InferencePass::Stage::kDone: s.events.clear(); break;
+    }
+  }
+
+  static void SetInference(const InferenceOutcome& o, ProcessReport* p) {
+    PhaseInferenceReport& r = p->phase_inference;
+    r.applied = o.applied;
+    r.reason = o.reason;
+    r.signal = o.signal;
+    r.calling_thread = o.calling_thread;
+    r.autograd_threads = o.autograd_threads;
+    r.backward_passes = o.backward_passes;
+    r.optimizers_inferred = o.optimizers_inferred;
+  }
+
+  std::map<uint32_t, std::unique_ptr<InferencePass>> passes_;
+  std::unique_ptr<StreamDecoder> pass_decoder_;
+  bool in_pass_ = false;
   bool truncated_ = false;
   std::string truncation_reason_;
 };
@@ -801,5 +999,8 @@ void StreamingAnalyzer::MarkTruncated(const std::string& reason) {
 std::unique_ptr<Report> StreamingAnalyzer::Finish(std::vector<uint32_t>* in_memory) {
   return impl_->Finish(in_memory, &stats_);
 }
+bool StreamingAnalyzer::NeedsPass() const { return impl_->NeedsPass(); }
+void StreamingAnalyzer::BeginPass() { impl_->BeginPass(); }
+void StreamingAnalyzer::EndPass(Report* report) { impl_->EndPass(report); }
 
 }  // namespace cumemtrace::internal

@@ -6,8 +6,9 @@
 // The report is the one AnalyzeProcess (process_sweep.h) writes from every event at once,
 // with one difference: an event older than what the sweep has already passed (it arrived
 // more than the window late) is applied where it arrived and counted in
-// ProcessReport::late_events. Streams whose analysis needs every event at once (phase
-// inference for programs with autograd threads) are left to the caller: see Finish().
+// ProcessReport::late_events. A process whose phases are inferred is read three or four
+// times (NeedsPass()); one whose handshake came after events it would have moved onto
+// CLOCK_REALTIME is left to the in-memory analysis (Finish()).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,13 @@ class StreamingAnalyzer {
   // in-memory analysis go to *in_memory: their entries hold only the stream id, for the
   // caller to replace with AnalyzeProcess over a second read of those streams.
   std::unique_ptr<Report> Finish(std::vector<uint32_t>* in_memory);
+  // After Finish(): processes whose phases are inferred need the same chunks read again,
+  // twice or three times (docs/phases.md; the inference's passes, then the sweep with the
+  // inferred ranges). While NeedsPass(): BeginPass(), every chunk again, EndPass(report),
+  // which updates those processes in the report Finish() returned.
+  bool NeedsPass() const;
+  void BeginPass();
+  void EndPass(Report* report);
   // Per stream id, valid after Finish().
   const std::map<uint32_t, StreamingStats>& stats() const { return stats_; }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -262,7 +263,7 @@ TEST(Streaming, TwoProcessesInterleavedGiveTheInMemoryReport) {
   EXPECT_EQ(StreamingJson(both, AnalysisOptions()), InMemoryJson(both, AnalysisOptions()));
 }
 
-TEST(Streaming, AnAutogradThreadTakesTheInMemoryPathWithTheSameReport) {
+TEST(Streaming, AnAutogradThreadNamedAfterItsEventsGivesTheInMemoryReport) {
   StreamBuilder b(1, 42);
   b.Raw(ThreadNameEvent(1, "python3"));
   for (uint64_t k = 0; k < 3; ++k) {
@@ -278,6 +279,97 @@ TEST(Streaming, AnAutogradThreadTakesTheInMemoryPathWithTheSameReport) {
   const std::string json = StreamingJson(chunks, AnalysisOptions());
   EXPECT_EQ(json, InMemoryJson(chunks, AnalysisOptions()));
   EXPECT_NE(json.find("\"applied\": true"), std::string::npos) << json;
+}
+
+// A PyTorch-like program without NVTX: the calling thread (1) runs forward and the
+// optimizer, the autograd thread (2) the backward pass; gradients are freed by zero_grad.
+// With `memory_signal` false the autograd thread only launches kernels (caching allocator).
+std::vector<v1::TraceChunk> UnlabeledTrace(uint32_t seed, bool memory_signal, int drains_late) {
+  std::mt19937 rng(seed);
+  StreamBuilder b(1, 7);
+  b.Raw(ThreadNameEvent(1, "python3")).Raw(ThreadNameEvent(2, "pt_autograd_0"));
+  b.Raw(ThreadNameEvent(3, "dataloader"));
+  b.Flush();
+  std::vector<std::vector<std::function<void()>>> cupti(1);
+  uint64_t t = 1'000'000'000;
+  auto later = [&](std::function<void()> f) { cupti.back().push_back(std::move(f)); };
+  for (int w = 0; w < 4; ++w) {
+    const uint64_t ts = t += 1000;
+    later([&b, ts, w] { b.Alloc(ts, 0, 0x100000 + 0x1000 * w, 4096, kDevice, 1); });
+  }
+  const int iterations = 3 + static_cast<int>(rng() % 6);
+  for (int k = 0; k < iterations; ++k) {
+    const int layers = 2 + static_cast<int>(rng() % 5);
+    for (int l = 0; l < layers; ++l) {  // forward
+      const uint64_t ts = t += 1000 + rng() % 3000;
+      later([&b, ts, l] { b.Alloc(ts, 0, 0x200000 + 0x1000 * l, 1024, kDevice, 1); });
+      later([&b, ts] { b.Kernel(ts + 100, ts + 900, 0, 1); });
+      if (rng() % 4 == 0) {
+        const uint64_t tsd = t += 10;
+        later([&b, tsd] { b.Alloc(tsd, 0, 0x900000, 64, kDevice, 3); b.Free(tsd + 5, 0, 0x900000, 64, kDevice, 3); });
+      }
+    }
+    for (int l = layers; l-- > 0;) {  // backward on the autograd thread
+      const uint64_t ts = t += 1000 + rng() % 3000;
+      if (memory_signal) {
+        later([&b, ts, l] { b.Alloc(ts, 0, 0x400000 + 0x1000 * l, 512, kDevice, 2); });
+        later([&b, ts, l] { b.Free(ts + 200, 0, 0x200000 + 0x1000 * l, 1024, kDevice, 2); });
+      } else {
+        later([&b, ts, l] { b.Free(ts + 200, 0, 0x200000 + 0x1000 * l, 1024, kDevice, 1); });
+      }
+      later([&b, ts] { b.Kernel(ts + 300, ts + 800, 0, 2); });
+    }
+    t += 5000;
+    for (int l = 0; l < layers; ++l) {  // optimizer on the calling thread
+      const uint64_t ts = t += 1000 + rng() % 2000;
+      later([&b, ts] { b.Kernel(ts, ts + 500, 0, 1); });
+      if (memory_signal) later([&b, ts, l] { b.Free(ts + 100, 0, 0x400000 + 0x1000 * l, 512, kDevice, 1); });
+    }
+    if (rng() % 2 == 0) {
+      b.Flush();
+      if (cupti.size() > static_cast<size_t>(drains_late)) {
+        for (auto& f : cupti.front()) f();
+        b.Flush();
+        cupti.erase(cupti.begin());
+      }
+      cupti.emplace_back();
+    }
+  }
+  b.Flush();
+  for (auto& batch : cupti) {
+    for (auto& f : batch) f();
+    b.Flush();
+  }
+  b.Exit(t + 1000, 0);
+  return b.Chunks();
+}
+
+TEST(Streaming, InferredPhasesGiveTheInMemoryReport) {
+  int applied = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    for (bool memory_signal : {true, false}) {
+      const std::vector<v1::TraceChunk> chunks = UnlabeledTrace(seed, memory_signal, 1 + seed % 2);
+      const std::string json = StreamingJson(chunks, AnalysisOptions());
+      EXPECT_EQ(json, InMemoryJson(chunks, AnalysisOptions())) << "seed " << seed;
+      applied += json.find("\"applied\": true") != std::string::npos ? 1 : 0;
+      // The streaming analysis read the process again instead of keeping its events.
+      internal::StreamingAnalyzer streaming{AnalysisOptions()};
+      for (const v1::TraceChunk& chunk : chunks) streaming.AddChunk(chunk);
+      std::vector<uint32_t> in_memory;
+      auto report = streaming.Finish(&in_memory);
+      EXPECT_TRUE(in_memory.empty());
+      int passes = 0;
+      while (streaming.NeedsPass()) {
+        streaming.BeginPass();
+        for (const v1::TraceChunk& chunk : chunks) streaming.AddChunk(chunk);
+        streaming.EndPass(report.get());
+        ++passes;
+      }
+      EXPECT_EQ(passes, memory_signal ? 3 : 2) << "seed " << seed;
+      EXPECT_TRUE(report->processes.at(0).phase_inference.applied);
+    }
+  }
+  EXPECT_EQ(applied, 24);
 }
 
 TEST(Streaming, AnEventOlderThanTheWindowIsCountedAndStillAccounted) {

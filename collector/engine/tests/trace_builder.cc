@@ -256,7 +256,17 @@ std::unique_ptr<Report> Analyze(const std::vector<v1::TraceChunk>& chunks,
                                 const AnalysisOptions& options) {
   TraceAnalyzer analyzer(options);
   for (const v1::TraceChunk& chunk : chunks) analyzer.AddChunk(chunk);
-  return analyzer.Finish();
+  auto report = analyzer.Finish();
+  // Every test that analyzes through here also checks that the streaming analysis (what
+  // `report` runs) writes the same summary (streaming_sweep.h).
+  if (!options.keep_lifetimes) {
+    std::string error;
+    auto streamed = AnalyzeTraceBytes(FileBytes(chunks), options, &error);
+    if (streamed != nullptr) {
+      EXPECT_EQ(SummaryJson(*streamed), SummaryJson(*report)) << "the streaming analysis differs";
+    }
+  }
+  return report;
 }
 
 std::string FileBytes(const std::vector<v1::TraceChunk>& chunks) {
