@@ -5,6 +5,7 @@ PyTorch's own memory recorders, one process per run, configurations interleaved 
 round so that drift of the machine falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
+              [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
@@ -23,8 +24,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
 
 
-def python_configs(cumemtrace, scratch):
-    workloads = [sys.executable, os.path.join(HERE, "workloads.py")]
+def cpu_plan():
+    """The CPU the programs' main thread runs alone on, and the CPUs for everything else
+    (collector, tracer thread, the program's other threads): neither the chosen CPU nor its
+    hyperthread sibling. Between-process noise on the GPU machine was bimodal (up to 2x on
+    the allocation loop) without it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    main = cpus[len(cpus) // 2]
+    siblings = {main}
+    path = f"/sys/devices/system/cpu/cpu{main}/topology/thread_siblings_list"
+    if os.path.exists(path):
+        for part in open(path).read().strip().split(","):
+            lo, _, hi = part.partition("-")
+            siblings.update(range(int(lo), int(hi or lo) + 1))
+    return main, ",".join(str(c) for c in cpus if c not in siblings)
+
+
+MAIN_CPU, OTHER_CPUS = cpu_plan()
+
+
+def python_configs(cumemtrace, scratch, only=None):
+    workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU)]
+    if only:
+        workloads += ["--only", only]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *workloads]
     return {
@@ -36,7 +58,7 @@ def python_configs(cumemtrace, scratch):
         "cumemtrace --allocator=native --no-kernels":
             (run("native-nokernels", "--allocator=native", "--no-kernels"), {}),
         # The default with memory from CUPTI's MEMORY2 records instead of the driver callbacks.
-        "cumemtrace, MEMORY2 records": (run("memory2"), {"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
+        "cumemtrace (MEMORY2 records)": (run("memory2"), {"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
     }
@@ -58,7 +80,8 @@ def run_once(argv, env_extra, scratch):
     for name in os.listdir(scratch):
         shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
     env = dict(os.environ, **env_extra)
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(["taskset", "-c", OTHER_CPUS, *argv], capture_output=True, text=True,
+                          env=env, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr[-2000:]}")
     for line in reversed(proc.stdout.splitlines()):
@@ -74,11 +97,27 @@ def main():
     parser.add_argument("--libtorch-train", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument("--workloads", help="comma list: mlp, launch, alloc, libtorch (default all)")
+    parser.add_argument("--configs", help="'|'-separated configuration names to run (default all)")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
-    suites = [python_configs(args.cumemtrace, scratch),
-              libtorch_configs(args.cumemtrace, args.libtorch_train, scratch)]
+    wanted = args.workloads.split(",") if args.workloads else ["mlp", "launch", "alloc", "libtorch"]
+    python_only = ",".join(w for w in wanted if w != "libtorch")
+    suites = []
+    if python_only:
+        suites.append(python_configs(args.cumemtrace, scratch, python_only))
+    if "libtorch" in wanted:
+        suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch))
+    if args.configs:
+        keep = set(args.configs.split("|"))
+        suites = [{k: v for k, v in s.items() if k in keep} for s in suites]
+    print(f"main thread on CPU {MAIN_CPU}, everything else on {OTHER_CPUS}", flush=True)
+    # One unrecorded round first: on the GPU machine the first processes after a pause ran
+    # up to 40% slower in every configuration.
+    for configs in suites:
+        for name, (argv, env) in configs.items():
+            run_once(argv, env, scratch)
     for round_index in range(args.rounds):
         for configs in suites:
             names = list(configs)

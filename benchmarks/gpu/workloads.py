@@ -8,6 +8,7 @@ the timed rounds, to compare with them in the same session.
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -64,13 +65,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recorder", choices=["none", "history", "profiler"], default="none")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", help="comma list of workloads to run (mlp, launch, alloc)")
+    parser.add_argument("--pin", type=int, help="run the main thread alone on this CPU")
     args = parser.parse_args()
+    if args.pin is not None:
+        # This thread only (threads started later inherit it: PyTorch's autograd worker runs
+        # while this one waits); the tracer's and the collector's threads stay elsewhere.
+        os.sched_setaffinity(0, {args.pin})
     torch.manual_seed(0)
     workloads = {
         "mlp": (mlp(8, 2048, 256), 30, 40, 1e3),        # ms per step
         "launch": (mlp(48, 256, 32), 20, 20, 1e3),      # ms per step
         "alloc": (alloc_loop(20000), 1, 1, 1e6 / 20000),  # us per allocation + free
     }
+    if args.only:
+        workloads = {k: v for k, v in workloads.items() if k in args.only.split(",")}
     recorder = None
     if args.recorder == "history":
         torch.cuda.memory._record_memory_history(stacks="python")
