@@ -49,7 +49,9 @@ class TraceAnalyzer {
 
 // Reads and analyzes a trace file. Returns null with *error set only when the file cannot be
 // read at all or is not a trace file; a file that is cut or corrupt after a valid start
-// gives a report marked truncated, with everything before the damage.
+// gives a report marked truncated, with everything before the damage. Streams the file
+// (memory bounded by a reorder window and the live allocations, not by the number of
+// events); with options.keep_lifetimes, keeps every event instead (docs/design.md).
 std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
                                          std::string* error);
 

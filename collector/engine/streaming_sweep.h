@@ -27,7 +27,7 @@ namespace cumemtrace::internal {
 struct StreamingOptions {
   // An event leaves the reorder window once it is this much older than the newest event of
   // its stream. The tracer delivers CUPTI buffers at most about 200 ms after their records
-  // (tracer_runtime.cc); the traces measured arrive at most ~10 ms late (docs/benchmarks.md).
+  // (tracer_runtime.cc); the recorded traces arrive at most ~0.1 s late (docs/benchmarks.md).
   uint64_t window_ns = 1'000'000'000;
   // ... and at most this many events of one stream wait in it (64 bytes each).
   size_t max_window_events = size_t{1} << 20;
