@@ -65,7 +65,7 @@ def python_configs(cumemtrace, scratch, only=None):
 
 
 def libtorch_configs(cumemtrace, program, scratch):
-    argv = [program, "--steps", "40", "--timing", "-"]
+    argv = [program, "--steps", "40", "--timing", "-", "--pin", str(MAIN_CPU)]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *argv]
     return {
@@ -73,6 +73,9 @@ def libtorch_configs(cumemtrace, program, scratch):
         "untraced, async allocator": (argv, ASYNC),
         "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
         "cumemtrace": (run("lt-default"), {}),
+        # Diagnostic: what is left with no per-call callbacks at all (no memory then).
+        "cumemtrace --no-kernels (API callbacks off)":
+            (run("lt-nocallbacks", "--no-kernels"), {"CUMEMTRACE_API_CALLBACKS": "0"}),
     }
 
 

@@ -3,6 +3,8 @@
 // peaks so the GPU suite can compare them with cumemtrace's report.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
+#include <sched.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,7 +30,7 @@ struct Mlp : torch::nn::Module {
 };
 
 int main(int argc, char** argv) {
-  int depth = 8, width = 2048, batch = 256, steps = 5, exit_code = 0;
+  int depth = 8, width = 2048, batch = 256, steps = 5, exit_code = 0, pin = -1;
   bool nvtx = true;  // --no-nvtx: the unlabeled twin, for inferred phases
   std::string stats_path;
   std::string timing_path;  // --timing FILE ("-": stdout): median ms per step, as JSON
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--stats")) stats_path = argv[i + 1];
     else if (!strcmp(argv[i], "--timing")) timing_path = argv[i + 1];
     else if (!strcmp(argv[i], "--exit-code")) exit_code = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--pin")) pin = std::stoi(argv[i + 1]);
     ++i;
   }
   auto push = [nvtx](const char* name) {
@@ -53,6 +56,13 @@ int main(int argc, char** argv) {
   auto pop = [nvtx] {
     if (nvtx) nvtxRangePop();
   };
+  if (pin >= 0) {
+    // --pin CPU: this thread alone on one CPU, for timings (benchmarks/gpu/overhead.py).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(pin, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
   torch::manual_seed(0);
   torch::Device device(torch::kCUDA, 0);
   auto model = std::make_shared<Mlp>(depth, width);
