@@ -308,6 +308,29 @@ uint32_t CuptiSession::StreamId(CUcontext context, CUstream stream, bool per_thr
   return id;
 }
 
+HostRecord CuptiSession::MemoryRecord(const ApiInfo& api, int row, const CUpti_CallbackData* call,
+                                      const CallOperands& operands, bool release) {
+  HostRecord record;
+  record.type = HostRecord::Type::kMemory;
+  record.release = release;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.correlation_id = call->correlationId;
+  record.api = static_cast<uint16_t>(row);
+  record.address = operands.address;
+  record.bytes = operands.bytes;
+  if (!release) record.memory_kind = static_cast<uint8_t>(api.kind);
+  record.device = ContextDevice(call->context);
+  record.is_async = api.stream_ordered;
+  if (api.stream_ordered) {
+    record.stream_id = StreamId(call->context, operands.stream, api.per_thread_stream);
+  } else if (!release) {
+    // Synchronous allocations are rare and large: worth naming the library that asked.
+    record.caller = CallerModule();
+  }
+  return record;
+}
+
 void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain domain,
                                        CUpti_CallbackId cbid, const void* data) {
   TracerRuntime& runtime = TracerRuntime::Get();
@@ -349,21 +372,7 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
     CallOperands operands;
     api.read(call->functionParams, &operands);
     if (operands.address == 0) return;  // cudaFree(nullptr): nothing given back
-    HostRecord record;
-    record.type = HostRecord::Type::kMemory;
-    record.release = true;
-    record.timestamp_ns = MonotonicNs();
-    record.thread_id = CurrentThreadId();
-    record.correlation_id = call->correlationId;
-    record.api = static_cast<uint16_t>(row);
-    record.address = operands.address;
-    record.bytes = operands.bytes;
-    record.device = self.ContextDevice(call->context);
-    record.is_async = api.stream_ordered;
-    if (api.stream_ordered) {
-      record.stream_id = self.StreamId(call->context, operands.stream, api.per_thread_stream);
-    }
-    runtime.Record(std::move(record));
+    runtime.Record(self.MemoryRecord(api, row, call, operands, /*release=*/true));
     return;
   }
 
@@ -374,24 +383,7 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
     CallOperands operands;
     api.read(call->functionParams, &operands);
     if (operands.address == 0) return;
-    HostRecord record;
-    record.type = HostRecord::Type::kMemory;
-    record.timestamp_ns = MonotonicNs();
-    record.thread_id = CurrentThreadId();
-    record.correlation_id = call->correlationId;
-    record.api = static_cast<uint16_t>(row);
-    record.address = operands.address;
-    record.bytes = operands.bytes;
-    record.memory_kind = static_cast<uint8_t>(api.kind);
-    record.device = self.ContextDevice(call->context);
-    record.is_async = api.stream_ordered;
-    if (api.stream_ordered) {
-      record.stream_id = self.StreamId(call->context, operands.stream, api.per_thread_stream);
-    } else {
-      // Synchronous allocations are rare and large: worth naming the library that asked.
-      record.caller = CallerModule();
-    }
-    runtime.Record(std::move(record));
+    runtime.Record(self.MemoryRecord(api, row, call, operands, /*release=*/false));
     return;
   }
 

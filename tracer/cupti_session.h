@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "tracer/api_catalog.h"
+#include "tracer/host_record.h"
+
 namespace cumemtrace::tracer {
 
 // CUPTI entry points, resolved with dlsym from the already-loaded (or soname-loaded) copy.
@@ -110,6 +113,9 @@ class CuptiSession {
   // The device of a callback's context, and CUPTI's id of a stream (as in kernel records).
   uint32_t ContextDevice(CUcontext context);
   uint32_t StreamId(CUcontext context, CUstream stream, bool per_thread);
+  // What an allocation (at its exit) or a release (at its entry) call did to memory.
+  HostRecord MemoryRecord(const ApiInfo& api, int row, const CUpti_CallbackData* call,
+                          const CallOperands& operands, bool release);
   std::string ResultString(CUptiResult result) const;
 
   CuptiApi api_;
