@@ -82,15 +82,18 @@ class Run {
   // The key of the last event: its time and tie rank (Event::pad).
   uint64_t back_ns() const { return back_ns_; }
   uint8_t back_rank() const { return back_rank_; }
-  void Push(const Event& e, uint64_t arrival) {
+  // e goes in with `rank` as its tie rank (Event::pad).
+  void Push(const Event& e, uint8_t rank, uint64_t arrival) {
     back_ns_ = e.timestamp_ns;
-    back_rank_ = e.pad;
+    back_rank_ = rank;
     if (blocks_.empty() || tail_ == Block::kEvents) {
       blocks_.push_back(pool_->Get());
       tail_ = 0;
     }
-    blocks_.back()->events[tail_] = e;
-    blocks_.back()->arrival[tail_] = arrival;
+    Block* block = blocks_.back();
+    block->events[tail_] = e;
+    block->events[tail_].pad = rank;
+    block->arrival[tail_] = arrival;
     ++tail_;
   }
   void Pop() {
@@ -148,16 +151,21 @@ class ReorderWindow {
 
  private:
 
-  void Insert(Event e) {
+  // e is the caller's copy, which this may change. Its tie rank is written into the
+  // window's copy (Run::Push), not into e just before e is copied: the copy's wide loads
+  // would wait on that one-byte store.
+  void Insert(Event& e) {
     const uint64_t arrival = arrival_++;
-    e.pad = static_cast<uint8_t>(TieRank(e.type));
+    const auto rank = static_cast<uint8_t>(TieRank(e.type));
     if (e.timestamp_ns > newest_ns_) {
       newest_ns_ = e.timestamp_ns;
     } else {
       stats_.max_lateness_ns = std::max(stats_.max_lateness_ns, newest_ns_ - e.timestamp_ns);
     }
-    if (released_any_ && KeyBefore(e, released_)) {
+    if (released_any_ && (e.timestamp_ns != released_ns_ ? e.timestamp_ns < released_ns_
+                                                          : rank < released_rank_)) {
       // Older than what was swept already: applied now, where it arrived, and counted.
+      e.pad = rank;
       ++late_events_;
       sink_->Sweep(e);
       return;
@@ -166,7 +174,7 @@ class ReorderWindow {
     Run* best = nullptr;
     for (Run& r : runs_) {
       const bool fits = e.timestamp_ns != r.back_ns() ? e.timestamp_ns > r.back_ns()
-                                                      : e.pad >= r.back_rank();
+                                                      : rank >= r.back_rank();
       if (fits && (best == nullptr || best->back_ns() < r.back_ns() ||
                    (best->back_ns() == r.back_ns() && best->back_rank() < r.back_rank()))) {
         best = &r;
@@ -178,13 +186,13 @@ class ReorderWindow {
       const Run& merged = runs_[0];
       if (runs_.size() > 1 && !merged.empty() &&
           (e.timestamp_ns != merged.back_ns() ? e.timestamp_ns > merged.back_ns()
-                                              : e.pad >= merged.back_rank())) {
+                                              : rank >= merged.back_rank())) {
         // Consolidate() left one run that e can extend.
         runs_.pop_back();
         best = &runs_[0];
       }
     }
-    best->Push(e, arrival);
+    best->Push(e, rank, arrival);
     ++window_events_;
     if (window_events_ > streaming_.max_window_events) Drain(0, false);
   }
@@ -204,7 +212,7 @@ class ReorderWindow {
       return x.first < y.first;
     });
     runs_.erase(runs_.begin() + 1, runs_.end());
-    for (const auto& [arrival, e] : all) runs_[0].Push(e, arrival);
+    for (const auto& [arrival, e] : all) runs_[0].Push(e, e.pad, arrival);
   }
 
   // Sweeps, in order, every waiting event older than `below_ns`, and the oldest ones beyond
@@ -222,17 +230,33 @@ class ReorderWindow {
         if (i != next && (other == nullptr || Before(runs_[i], *other))) other = &runs_[i];
       }
       Run& run = runs_[next];
+      // The other run's first key, read once: the loop below compares every event with it.
+      const bool bounded = other != nullptr;
+      const uint64_t other_ns = bounded ? other->front().timestamp_ns : 0;
+      const uint8_t other_rank = bounded ? other->front().pad : 0;
+      const uint64_t other_arrival = bounded ? other->front_arrival() : 0;
       do {
         const Event& e = run.front();
         if (!all && e.timestamp_ns >= below_ns && window_events_ <= streaming_.max_window_events) {
           return;
         }
-        released_ = e;
+        released_ns_ = e.timestamp_ns;
+        released_rank_ = e.pad;
         released_any_ = true;
-        run.Pop();
         --window_events_;
-        sink_->Sweep(released_);
-      } while (!run.empty() && (other == nullptr || Before(run, *other)));
+        // The sink never touches the window, so the event is swept where it lies.
+        sink_->Sweep(e);
+        run.Pop();
+        if (run.empty() || !bounded) continue;
+        const Event& f = run.front();
+        if (f.timestamp_ns != other_ns) {
+          if (f.timestamp_ns > other_ns) break;
+        } else if (f.pad != other_rank) {
+          if (f.pad > other_rank) break;
+        } else if (run.front_arrival() > other_arrival) {
+          break;
+        }
+      } while (!run.empty());
       if (run.empty()) {
         if (next != runs_.size() - 1) runs_[next] = std::move(runs_.back());
         runs_.pop_back();
@@ -244,8 +268,9 @@ class ReorderWindow {
   static bool Before(const Run& x, const Run& y) {
     const Event& a = x.front();
     const Event& b = y.front();
-    if (KeyBefore(a, b)) return true;
-    return !KeyBefore(b, a) && x.front_arrival() < y.front_arrival();
+    if (a.timestamp_ns != b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns;
+    if (a.pad != b.pad) return a.pad < b.pad;
+    return x.front_arrival() < y.front_arrival();
   }
 
   const StreamingOptions& streaming_;
@@ -257,7 +282,9 @@ class ReorderWindow {
   uint64_t arrival_ = 0;
   uint64_t newest_ns_ = 0;
   bool released_any_ = false;
-  Event released_{};
+  // The key of the last event swept (KeyBefore's fields).
+  uint64_t released_ns_ = 0;
+  uint8_t released_rank_ = 0;
   uint64_t late_events_ = 0;
 };
 

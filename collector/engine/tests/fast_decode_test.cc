@@ -94,5 +94,37 @@ TEST(FastDecode, SecondPayloadInOneEventIsLeftToProtobuf) {
   EXPECT_EQ(merged->processes[0].nvtx_marks, 1u);
 }
 
+TEST(FastDecode, LongAndPaddedVarintsReadAsProtobufReadsThem) {
+  const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
+  const std::string unknown_field = std::string("\x78\x01", 2);
+  // A second timestamp field after each event's own (the last one counts): ten-byte
+  // encodings, canonical or padded with continuation bytes.
+  const std::vector<std::string> timestamps = {
+      std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11),  // 2^64 - 1
+      std::string("\x08\x81\x80\x80\x80\x80\x80\x80\x80\x80\x00", 11),  // 1, padded
+      std::string("\x08\xe8\x87\x80\x00", 5),                            // 1000, padded
+      std::string("\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 11),  // 2^63
+  };
+  for (const std::string& timestamp : timestamps) {
+    const auto fast = testing::Analyze(WithExtraEventBytes(plain, timestamp));
+    const auto slow = testing::Analyze(WithExtraEventBytes(plain, timestamp + unknown_field));
+    EXPECT_EQ(SummaryJson(*fast), SummaryJson(*slow));
+    EXPECT_FALSE(fast->processes.at(0).damaged);
+  }
+  // Beyond what a varint holds (a tenth byte above 1, eleven bytes): the fast path declines
+  // them, so the outcome is protobuf's either way (the damage notes name frame sizes, which
+  // the unknown field changes).
+  const std::vector<std::string> invalid = {
+      std::string("\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02", 11),
+      std::string("\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00", 12),
+  };
+  for (const std::string& timestamp : invalid) {
+    const auto fast = testing::Analyze(WithExtraEventBytes(plain, timestamp));
+    const auto slow = testing::Analyze(WithExtraEventBytes(plain, timestamp + unknown_field));
+    EXPECT_EQ(fast->processes.at(0).damage.size(), slow->processes.at(0).damage.size());
+    EXPECT_EQ(fast->processes.at(0).events, slow->processes.at(0).events);
+  }
+}
+
 }  // namespace
 }  // namespace cumemtrace
