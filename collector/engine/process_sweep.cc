@@ -416,6 +416,24 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
   for (auto& [source, sum] : drops) p->dropped.push_back(std::move(sum));
 }
 
+FailedAllocationReport FailedAllocationOf(const Event& e, const DecodedStream& s,
+                                          uint64_t time_ns) {
+  FailedAllocationReport f;
+  f.time_ns = time_ns;
+  f.time_abs_ns = e.timestamp_ns;
+  f.api = s.Resolve(e.name_id);
+  f.requested_bytes = e.a;
+  f.error_code = e.code;
+  f.error_name = s.Resolve(e.aux_id);
+  f.kind = MemoryKindName(e.kind);
+  f.device = e.device;
+  f.device_free_bytes = e.b;
+  f.device_total_bytes = e.c;
+  f.thread_id = e.thread_id;
+  f.caller = s.Resolve(e.caller_id);
+  return f;
+}
+
 const char* MemoryKindName(uint8_t kind) {
   static const char* const kNames[kMemoryKinds] = {"UNKNOWN", "PAGEABLE",      "PINNED",
                                                    "DEVICE",  "ARRAY",         "MANAGED",
@@ -524,19 +542,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
         const uint32_t slot = slots(e.device);
         phases.Attribute(e.thread_id, &attribution);
         for (int32_t phase : attribution.names) ++phases.counters(phase, slot).failed_allocations;
-        FailedAllocationReport f;
-        f.time_ns = rel(e.timestamp_ns);
-        f.time_abs_ns = e.timestamp_ns;
-        f.api = s.Resolve(e.name_id);
-        f.requested_bytes = e.a;
-        f.error_code = e.code;
-        f.error_name = s.Resolve(e.aux_id);
-        f.kind = MemoryKindName(e.kind);
-        f.device = e.device;
-        f.device_free_bytes = e.b;
-        f.device_total_bytes = e.c;
-        f.thread_id = e.thread_id;
-        f.caller = s.Resolve(e.caller_id);
+        FailedAllocationReport f = FailedAllocationOf(e, s, rel(e.timestamp_ns));
         failed_phase.push_back(attribution.innermost);
         f.device_in_use_bytes = in_use[slot];
         p.failed_allocations.push_back(std::move(f));

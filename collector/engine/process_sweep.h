@@ -24,6 +24,11 @@ ProcessReport AnalyzeProcess(DecodedStream& stream, const AnalysisOptions& optio
 // "DEVICE", "PINNED", ... for a v1::MemoryKind value.
 const char* MemoryKindName(uint8_t kind);
 
+// A failed allocation event as the report lists it, `time_ns` after the process's start;
+// its phase and the device memory in use then are the sweep's to fill in.
+FailedAllocationReport FailedAllocationOf(const Event& e, const DecodedStream& s,
+                                          uint64_t time_ns);
+
 // The pieces of a ProcessReport that the in-memory sweep and the streaming one
 // (streaming_sweep.h) share, so that both write the same report from the same state.
 // `first` is the process's first timestamp; relative times are taken from it.

@@ -447,16 +447,7 @@ class ProcessSweep {
     l.group[0] = l.group[1] = kNone;
     live_.Insert(key, index);
 
-    d.kind_seen[kind] = true;
-    KindStats& k = d.kinds[kind];
-    ++k.allocations;
-    k.allocated_bytes += e.b;
-    d.kind_live[kind] += e.b;
-    k.peak_bytes = std::max(k.peak_bytes, d.kind_live[kind]);
-    if (IsStaticMemory(kind)) {
-      d.static_live += e.b;
-      d.static_peak = std::max(d.static_peak, d.static_live);
-    }
+    d.CountAllocation(kind, e.b);
     if (IsDeviceMemory(kind)) {
       d.in_use += e.b;
       if (d.in_use > d.peak || d.peak_pos == kNever) {
@@ -690,19 +681,7 @@ ProcessReport ProcessSweep::Finish(DecodedStream& s) {
   p.unmatched_range_closes = unmatched_range_closes_;
   for (size_t i = 0; i < failed_.size(); ++i) {
     const Event& e = failed_[i];
-    FailedAllocationReport f;
-    f.time_ns = rel(e.timestamp_ns);
-    f.time_abs_ns = e.timestamp_ns;
-    f.api = s.Resolve(e.name_id);
-    f.requested_bytes = e.a;
-    f.error_code = e.code;
-    f.error_name = s.Resolve(e.aux_id);
-    f.kind = MemoryKindName(e.kind);
-    f.device = e.device;
-    f.device_free_bytes = e.b;
-    f.device_total_bytes = e.c;
-    f.thread_id = e.thread_id;
-    f.caller = s.Resolve(e.caller_id);
+    FailedAllocationReport f = FailedAllocationOf(e, s, rel(e.timestamp_ns));
     f.phase = failed_phase_[i] < 0 ? std::string()
                                    : phase_names[static_cast<size_t>(failed_phase_[i])];
     f.device_in_use_bytes = failed_in_use_[i];

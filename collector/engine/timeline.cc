@@ -22,16 +22,7 @@ uint32_t MemoryTimeline::Allocate(const Event& event, uint32_t slot, uint64_t po
                                     event.caller_id, event.thread_id, kind});
   live_.Insert(key, index);
 
-  d.kind_seen[kind] = true;
-  KindStats& k = d.kinds[kind];
-  ++k.allocations;
-  k.allocated_bytes += event.b;
-  d.kind_live[kind] += event.b;
-  k.peak_bytes = std::max(k.peak_bytes, d.kind_live[kind]);
-  if (IsStaticMemory(kind)) {
-    d.static_live += event.b;
-    d.static_peak = std::max(d.static_peak, d.static_live);
-  }
+  d.CountAllocation(kind, event.b);
   if (IsDeviceMemory(kind)) {
     d.in_use += event.b;
     if (d.in_use > d.peak || d.peak_pos == kNever) {

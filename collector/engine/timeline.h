@@ -4,6 +4,7 @@
 // of the live set taken at every new maximum.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -128,6 +129,21 @@ struct DeviceCounters {
   uint64_t reallocated_live_address = 0;
   uint64_t kernel_count = 0;
   uint64_t kernel_busy_ns = 0;
+
+  // One allocation's per-kind and module-global figures; device memory in use and its peak
+  // are left to the caller (the in-memory and the streaming sweep keep the peak apart).
+  void CountAllocation(uint8_t kind, uint64_t bytes) {
+    kind_seen[kind] = true;
+    KindStats& k = kinds[kind];
+    ++k.allocations;
+    k.allocated_bytes += bytes;
+    kind_live[kind] += bytes;
+    k.peak_bytes = std::max(k.peak_bytes, kind_live[kind]);
+    if (IsStaticMemory(kind)) {
+      static_live += bytes;
+      static_peak = std::max(static_peak, static_live);
+    }
+  }
 };
 
 class MemoryTimeline {
