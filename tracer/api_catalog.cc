@@ -93,7 +93,7 @@ constexpr auto kLaunch = ApiRole::kLaunch;
 // Names keep CUPTI's version suffixes out of the report (cuMemAlloc, not cuMemAlloc_v2).
 const ApiInfo kApis[] = {
     // name, callback id, role, kind, operands, stream-ordered, per-thread default stream,
-    // makes memory on its own (cuMemCreate's physical memory counts once mapped).
+    // makes memory on its own (cuMemCreate's physical memory counts once mapped), mapping.
     {"cuMemAlloc", CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, kAllocate, kDevice,
      ReadAllocation<AllocParams>},
     {"cuMemAllocPitch", CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, kAllocate, kDevice,
@@ -114,14 +114,16 @@ const ApiInfo kApis[] = {
      kDevice, ReadAllocation<AllocFromPoolAsyncParams>, true, true},
     {"cuMemCreate", CUPTI_DRIVER_TRACE_CBID_cuMemCreate, kAllocate, kDevice, ReadCreate, false,
      false, false},
-    {"cuMemMap", CUPTI_DRIVER_TRACE_CBID_cuMemMap, kAllocate, kDevice, ReadMapping},
+    {"cuMemMap", CUPTI_DRIVER_TRACE_CBID_cuMemMap, kAllocate, kDevice, ReadMapping, false, false,
+     true, true},
     {"cuMemFree", CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, kRelease, kNone, ReadFree},
     {"cuMemFreeHost", CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, kRelease, kNone, ReadFree},
     {"cuMemFreeAsync", CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, kRelease, kNone, ReadFreeAsync,
      true},
     {"cuMemFreeAsync", CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, kRelease, kNone,
      ReadFreeAsync, true, true},
-    {"cuMemUnmap", CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, kRelease, kNone, ReadMapping},
+    {"cuMemUnmap", CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, kRelease, kNone, ReadMapping, false,
+     false, true, true},
     // Launches: a kernel record carries the correlation id of the driver call that launched it
     // (also when the program called the runtime), so the driver layer gives every kernel its
     // launching thread.

@@ -38,6 +38,8 @@ struct ApiInfo {
   // False for cuMemCreate: physical memory counts once it is mapped (cuMemMap), as in
   // CUPTI's own memory records; its failures are still reported.
   bool makes_memory = true;
+  // cuMemMap / cuMemUnmap: address ranges, where one unmap may end several mappings.
+  bool mapping = false;
 };
 
 // All rows; the index of a row is its ApiId (stable within one build, sent as a name).

@@ -397,7 +397,7 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   record.api = static_cast<uint16_t>(row);
   record.caller = CallerModule();
   record.error_code = status;
-  record.requested_bytes = operands.bytes;
+  record.bytes = operands.bytes;
   record.device = self.ContextDevice(call->context);
   const DriverApi& driver = self.driver_;
   if (driver.MemGetInfo != nullptr) {

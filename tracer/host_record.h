@@ -36,6 +36,7 @@ struct HostRecord {
   const NvtxDomain* domain = nullptr;
   // kMemory: what the call made or gave back. A release's size, kind and device are those of
   // the allocation it ends (the translator knows them); bytes is set for cuMemUnmap only.
+  // kFailedAllocation: bytes is what the call asked for.
   bool release = false;
   bool is_async = false;
   uint8_t memory_kind = 0;  // v1::MemoryKind
@@ -43,7 +44,6 @@ struct HostRecord {
   uint64_t address = 0;
   uint64_t bytes = 0;
   int32_t error_code = 0;        // failed allocation; exit code for kProcessExit
-  uint64_t requested_bytes = 0;  // failed allocation
   uint64_t device_free_bytes = 0;
   uint64_t device_total_bytes = 0;
   std::string text;              // NVTX message or thread name

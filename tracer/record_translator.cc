@@ -1,7 +1,5 @@
 #include "tracer/record_translator.h"
 
-#include <cupti_driver_cbid.h>
-
 #include "tracer/api_catalog.h"
 #include "tracer/nvtx_domain.h"
 
@@ -91,7 +89,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       v1::FailedAllocation* failed =
           encoder_->AddEvent(record.timestamp_ns)->mutable_failed_allocation();
       failed->set_api_name_id(api_id);
-      failed->set_requested_bytes(record.requested_bytes);
+      failed->set_requested_bytes(record.bytes);
       failed->set_error_code(record.error_code);
       failed->set_error_name_id(error_id);
       failed->set_device(record.device);
@@ -134,14 +132,10 @@ bool RecordTranslator::AddActivity(const CUpti_Activity* record) {
   }
 }
 
-bool IsMapping(const ApiInfo* api) {
-  return api != nullptr && (api->cbid == CUPTI_DRIVER_TRACE_CBID_cuMemMap ||
-                            api->cbid == CUPTI_DRIVER_TRACE_CBID_cuMemUnmap);
-}
-
 void RecordTranslator::AddAllocation(const HostRecord& record) {
   const Live live{record.bytes, record.device, record.memory_kind};
-  if (IsMapping(ApiAt(record.api))) {
+  const ApiInfo* api = ApiAt(record.api);
+  if (api != nullptr && api->mapping) {
     mapped_[record.address] = live;
   } else {
     // An address still live here lost its release (a call the tracer does not watch): the
@@ -152,7 +146,8 @@ void RecordTranslator::AddAllocation(const HostRecord& record) {
 }
 
 void RecordTranslator::AddRelease(const HostRecord& record) {
-  if (IsMapping(ApiAt(record.api))) {
+  const ApiInfo* api = ApiAt(record.api);
+  if (api != nullptr && api->mapping) {
     // cuMemUnmap(ptr, size) ends every mapping in [ptr, ptr + size).
     const uint64_t end = record.address + record.bytes;
     auto it = mapped_.lower_bound(record.address);

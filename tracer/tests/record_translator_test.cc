@@ -315,7 +315,7 @@ TEST_F(TranslatorTest, FailedAllocationNamesApiAndError) {
   failed.timestamp_ns = 99;
   failed.thread_id = 5;
   failed.error_code = 2;
-  failed.requested_bytes = 1ull << 40;
+  failed.bytes = 1ull << 40;
   failed.device = 0;
   failed.device_free_bytes = 100;
   failed.device_total_bytes = 200;
