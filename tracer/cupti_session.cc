@@ -290,9 +290,9 @@ uint32_t CuptiSession::ContextDevice(CUcontext context) {
   // A thread works in one context almost always: remember the last answer.
   thread_local CUcontext last_context = nullptr;
   thread_local uint32_t last_device = 0;
-  if (context != last_context || context == nullptr) {
+  if (context != last_context) {
     uint32_t device = 0;
-    if (context == nullptr || api_.GetDeviceId(context, &device) != CUPTI_SUCCESS) device = 0;
+    if (api_.GetDeviceId(context, &device) != CUPTI_SUCCESS) device = 0;
     last_context = context;
     last_device = device;
   }

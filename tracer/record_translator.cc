@@ -142,7 +142,7 @@ void RecordTranslator::AddAllocation(const HostRecord& record) {
     // collector closes the old allocation when it sees the new one.
     live_[record.address] = live;
   }
-  EmitMemory(record, false, record.address, record.bytes, record.memory_kind, record.device);
+  EmitMemory(record, api, record.address, live);
 }
 
 void RecordTranslator::AddRelease(const HostRecord& record) {
@@ -152,7 +152,7 @@ void RecordTranslator::AddRelease(const HostRecord& record) {
     const uint64_t end = record.address + record.bytes;
     auto it = mapped_.lower_bound(record.address);
     while (it != mapped_.end() && it->first < end) {
-      EmitMemory(record, true, it->first, it->second.bytes, it->second.kind, it->second.device);
+      EmitMemory(record, api, it->first, it->second);
       it = mapped_.erase(it);
     }
     return;
@@ -161,24 +161,24 @@ void RecordTranslator::AddRelease(const HostRecord& record) {
   if (it == live_.end()) {
     // Not made while traced (or not memory at all): sent as it is, the collector counts it
     // as released but unknown.
-    EmitMemory(record, true, record.address, 0, v1::MEMORY_KIND_UNKNOWN, record.device);
+    EmitMemory(record, api, record.address, Live{0, record.device, v1::MEMORY_KIND_UNKNOWN});
     return;
   }
-  EmitMemory(record, true, record.address, it->second.bytes, it->second.kind, it->second.device);
+  EmitMemory(record, api, record.address, it->second);
   live_.erase(it);
 }
 
-void RecordTranslator::EmitMemory(const HostRecord& record, bool release, uint64_t address,
-                                  uint64_t bytes, uint8_t kind, uint32_t device) {
-  const ApiInfo* api = ApiAt(record.api);
+void RecordTranslator::EmitMemory(const HostRecord& record, const ApiInfo* api, uint64_t address,
+                                  const Live& memory) {
   const uint32_t api_id = api != nullptr ? encoder_->Intern(api->name) : 0;
   const uint32_t caller_id = record.caller.empty() ? 0 : encoder_->Intern(record.caller);
   v1::MemoryOp* op = encoder_->AddEvent(record.timestamp_ns)->mutable_memory();
-  op->set_operation(release ? v1::MEMORY_OPERATION_RELEASE : v1::MEMORY_OPERATION_ALLOCATE);
+  op->set_operation(record.release ? v1::MEMORY_OPERATION_RELEASE
+                                   : v1::MEMORY_OPERATION_ALLOCATE);
   op->set_address(address);
-  op->set_bytes(bytes);
-  op->set_kind(static_cast<v1::MemoryKind>(kind));
-  op->set_device(device);
+  op->set_bytes(memory.bytes);
+  op->set_kind(static_cast<v1::MemoryKind>(memory.kind));
+  op->set_device(memory.device);
   op->set_stream(record.stream_id);
   op->set_is_async(record.is_async);
   op->set_correlation_id(record.correlation_id);

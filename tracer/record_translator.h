@@ -16,6 +16,8 @@
 
 namespace cumemtrace::tracer {
 
+struct ApiInfo;  // api_catalog.h
+
 // Names of CUDA driver error codes, supplied by whoever can ask the driver (a default in
 // tests).
 struct ErrorNamer {
@@ -39,22 +41,6 @@ class RecordTranslator {
   bool AddActivity(const CUpti_Activity* record);
 
  private:
-  uint64_t CuptiTime(uint64_t t) const {
-    return static_cast<uint64_t>(static_cast<int64_t>(t) + cupti_clock_offset_ns_);
-  }
-  // Memory seen by the driver callbacks (HostRecord::Type::kMemory).
-  void AddAllocation(const HostRecord& record);
-  void AddRelease(const HostRecord& record);
-  void EmitMemory(const HostRecord& record, bool release, uint64_t address, uint64_t bytes,
-                  uint8_t kind, uint32_t device);
-  // Memory from CUPTI's MEMORY2 records (CUMEMTRACE_MEMORY_RECORDS=cupti).
-  void AddMemory(const CUpti_ActivityMemory4& record);
-  void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
-  void AddKernel(const CUpti_ActivityKernel10& record);
-
-  // Stable storage for calling-module names referenced from the correlation table.
-  const std::string* ModuleName(const std::string& name);
-
   // What is live, so that a release is sent with the size, kind and device of the
   // allocation it ends (a free names only an address). Bounded by the live set. Mappings
   // (cuMemMap) apart: one cuMemUnmap may end several of them.
@@ -63,6 +49,25 @@ class RecordTranslator {
     uint32_t device;
     uint8_t kind;
   };
+
+  uint64_t CuptiTime(uint64_t t) const {
+    return static_cast<uint64_t>(static_cast<int64_t>(t) + cupti_clock_offset_ns_);
+  }
+  // Memory seen by the driver callbacks (HostRecord::Type::kMemory).
+  void AddAllocation(const HostRecord& record);
+  void AddRelease(const HostRecord& record);
+  // `memory` is what `address` spans: the record's own for an allocation, the ended
+  // allocation's for a release.
+  void EmitMemory(const HostRecord& record, const ApiInfo* api, uint64_t address,
+                  const Live& memory);
+  // Memory from CUPTI's MEMORY2 records (CUMEMTRACE_MEMORY_RECORDS=cupti).
+  void AddMemory(const CUpti_ActivityMemory4& record);
+  void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
+  void AddKernel(const CUpti_ActivityKernel10& record);
+
+  // Stable storage for calling-module names referenced from the correlation table.
+  const std::string* ModuleName(const std::string& name);
+
   std::unordered_map<uint64_t, Live> live_;
   std::map<uint64_t, Live> mapped_;
 
