@@ -1,6 +1,6 @@
 // Test support for the end-to-end tests: start a real process with its stdout and stderr on
 // pipes, then read both to the end and reap it, with a bound on how long a hung child may
-// hold the test.
+// hold the test; a private scratch directory; the shell's view of an exit status.
 #pragma once
 
 #include <fcntl.h>
@@ -26,14 +26,24 @@ struct Child {
   int err_fd = -1;
 };
 
+// The shell's view of a waitpid status: the exit code, or 128+N when signal N ended it.
+inline int ExitCode(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// A fresh directory /tmp/<prefix>-XXXXXX, or "" when it cannot be made.
+inline std::string MakeTempDir(const std::string& prefix) {
+  std::string pattern = "/tmp/" + prefix + "-XXXXXX";
+  return mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
+}
+
 struct ChildExit {
   int status = 0;  // as waitpid gives it
   std::string out;
   std::string err;
   rusage usage{};
   double seconds = 0;
-  // The shell's view: the exit code, or 128+N when signal N ended it.
-  int code() const { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status); }
+  int code() const { return ExitCode(status); }
 };
 
 // Starts args[0] with exactly `env` ("NAME=value" entries), in `cwd` when not empty; `fds`

@@ -159,9 +159,8 @@ unsigned FileMode(const std::string& path) {
 class CliEndToEnd : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/cumemtrace-e2e-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    tmp_ = pattern;
+    tmp_ = testing::MakeTempDir("cumemtrace-e2e");
+    ASSERT_FALSE(tmp_.empty());
   }
   void TearDown() override {
     std::error_code ignored;

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "integration_tests/cpu/child_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,9 +24,9 @@ namespace fs = std::filesystem;
 class NvtxEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char pattern[] = "/tmp/cumemtrace-nvtx-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    tmp_ = new std::string(pattern);
+    const std::string dir = cumemtrace::testing::MakeTempDir("cumemtrace-nvtx");
+    ASSERT_FALSE(dir.empty());
+    tmp_ = new std::string(dir);
     const std::string out = *tmp_ + "/out";
     const pid_t pid = fork();
     if (pid == 0) {
@@ -38,7 +40,7 @@ class NvtxEndToEnd : public ::testing::Test {
     }
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    exit_code_ = cumemtrace::testing::ExitCode(status);
     std::ifstream in(out + "/summary.json");
     if (in.good()) summary_ = new nlohmann::json(nlohmann::json::parse(in));
   }

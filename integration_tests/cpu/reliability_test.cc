@@ -190,9 +190,8 @@ int CountLines(const std::string& text, const std::string& needle) {
 class TracerFaults : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/cmt-faults-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    tmp_ = pattern;
+    tmp_ = testing::MakeTempDir("cmt-faults");
+    ASSERT_FALSE(tmp_.empty());
     socket_ = tmp_ + "/sock/collector.sock";
     traces_ = tmp_ + "/traces";
   }

@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "integration_tests/cpu/child_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,16 +30,14 @@ std::string ReadFile(const std::string& path) {
 }
 
 int Shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return cumemtrace::testing::ExitCode(std::system(command.c_str()));
 }
 
 class PythonPhases : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/cumemtrace-pyphase-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    tmp_ = pattern;
+    tmp_ = cumemtrace::testing::MakeTempDir("cumemtrace-pyphase");
+    ASSERT_FALSE(tmp_.empty());
     // The real interpreter, not a launcher shim, so the summary has one python process.
     ASSERT_EQ(Shell("python3 -c 'import sys; print(sys.executable)' > " + tmp_ + "/python"), 0);
     python_ = ReadFile(tmp_ + "/python");
