@@ -23,6 +23,9 @@ LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
     : names_(names), by_phase_(names.size()), iterations_(iterations) {
   for (const OccurrenceRecord& o : occurrences) {
     by_phase_[static_cast<size_t>(o.phase)].push_back(&o);
+    if (!names_[static_cast<size_t>(o.phase)].iteration) {
+      last_phase_end_ns_ = std::max(last_phase_end_ns_, o.end_ns);
+    }
     if (IsOptimizerLikePhase(names_[static_cast<size_t>(o.phase)].name)) {
       optimizer_starts_.push_back(o.start_ns);
     }
@@ -67,7 +70,13 @@ LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phas
     auto next = std::upper_bound(optimizer_starts_.begin(), optimizer_starts_.end(), birth_ns);
     if (next != optimizer_starts_.end() && *next < death_ns) return LifetimeClass::kGradient;
   }
-  if (iterations_.empty() ? !freed : crosses_iteration) return LifetimeClass::kPersistent;
+  if (!freed || crosses_iteration) return LifetimeClass::kPersistent;
+  // Freed only after the last phase closed: teardown (Python frees the weights at interpreter
+  // exit), so it held on through every phase like memory that is never freed. Without this, a
+  // one-step program's weights were "other" or "persistent" depending on how it exited.
+  if (last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ && death_ns >= last_phase_end_ns_) {
+    return LifetimeClass::kPersistent;
+  }
   return LifetimeClass::kOther;
 }
 

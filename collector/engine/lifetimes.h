@@ -5,7 +5,8 @@
 //   gradient   - born in backward or contrast, alive when an optimizer or update step starts,
 //                gone before the next iteration (else it is state: persistent);
 //   persistent - alive at the start of an iteration it was not born in (weights, optimizer
-//                state), or never freed when no iterations were found;
+//                state), never freed, or freed only in teardown (after the last phase
+//                closed), so that it does not depend on how the program exits;
 //   other      - none of these.
 // The first class that fits wins, in that order.
 #pragma once
@@ -37,6 +38,7 @@ class LifetimeClassifier {
   const std::vector<PhaseName>& names_;
   std::vector<std::vector<const OccurrenceRecord*>> by_phase_;  // each sorted by start
   std::vector<uint64_t> optimizer_starts_;                      // sorted
+  uint64_t last_phase_end_ns_ = 0;                              // 0: no phase at all
   const std::vector<IterationWindow>& iterations_;              // sorted, disjoint
 };
 

@@ -7,7 +7,12 @@ then the program has no NVTX at all and can be labeled from outside with
 `cumemtrace run --phase settling/free=ep_train:EPTrainer.settle_free ...`.
 
 --verify FILE writes the program's own view of each phase: for every call,
-torch.cuda.max_memory_allocated() minus the memory allocated at its entry.
+torch.cuda.max_memory_allocated() minus the memory allocated at its entry, and the bytes of
+the weights and of the optimizer's buffers.
+
+--iterations 1 --momentum is what research scripts measure (build the model, one step, read
+the peak, exit): SGD's momentum buffers are made before the step, so the optimizer's state is
+alive at the peak like the weights, and both are freed only at interpreter exit.
 """
 import argparse
 import json
@@ -21,9 +26,10 @@ import torch
 class PhaseLog:
     """The in-process measurement (--verify) and the NVTX labels, around each phase."""
 
-    def __init__(self, nvtx, verify):
+    def __init__(self, nvtx, verify, momentum=False):
         self.nvtx = nvtx
         self.verify = verify
+        self.momentum = momentum
         self.above_entry = defaultdict(list)
 
     @contextmanager
@@ -42,6 +48,20 @@ class PhaseLog:
                 torch.cuda.nvtx.range_pop()
 
 
+def make_optimizer(params, lr, momentum):
+    if not momentum:
+        return torch.optim.SGD(params, lr=lr)
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9)
+    for p in params:  # SGD takes an existing buffer as its state
+        optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
+    return optimizer
+
+
+def optimizer_bytes(optimizer):
+    return sum(t.numel() * t.element_size() for state in optimizer.state.values()
+               for t in state.values() if torch.is_tensor(t) and t.is_cuda)
+
+
 class EPTrainer:
     def __init__(self, depth, width, inputs, classes, beta, steps, lr, log):
         self.log = log
@@ -51,7 +71,7 @@ class EPTrainer:
         self.weights = [torch.nn.Parameter(torch.randn(sizes[i + 1], sizes[i], device="cuda")
                                            / sizes[i] ** 0.5)
                         for i in range(len(sizes) - 1)]
-        self.optimizer = torch.optim.SGD(self.weights, lr=lr)
+        self.optimizer = make_optimizer(self.weights, lr, log.momentum)
 
     def energy_of(self, x, states):
         """E = 1/2 sum |s|^2 - sum s_l . W_l rho(s_{l-1})."""
@@ -115,7 +135,7 @@ class BPTrainer:
         for i in range(depth):
             layers += [torch.nn.Linear(sizes[i], sizes[i + 1]), torch.nn.Sigmoid()]
         self.model = torch.nn.Sequential(*layers, torch.nn.Linear(width, classes)).cuda()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.optimizer = make_optimizer(list(self.model.parameters()), lr, log.momentum)
 
     def forward(self, x, target):
         return torch.nn.functional.cross_entropy(self.model(x), target)
@@ -146,12 +166,14 @@ def main():
     parser.add_argument("--settle-steps", type=int, default=4)
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--bp", action="store_true", help="train with backprop instead of EP")
+    parser.add_argument("--momentum", action="store_true",
+                        help="SGD with momentum buffers made before the first step")
     parser.add_argument("--no-nvtx", action="store_true", help="no NVTX ranges at all")
     parser.add_argument("--verify", help="write the in-process per-phase measurement here")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    log = PhaseLog(nvtx=not args.no_nvtx, verify=args.verify is not None)
+    log = PhaseLog(nvtx=not args.no_nvtx, verify=args.verify is not None, momentum=args.momentum)
     if args.bp:
         trainer = BPTrainer(args.depth, args.width, args.inputs, 10, 0.01, log)
     else:
@@ -167,7 +189,9 @@ def main():
     print(f"{'BP' if args.bp else 'EP'} depth {args.depth}: done, weights {weights} B")
     if args.verify:
         with open(args.verify, "w") as f:
-            json.dump({"weights_bytes": weights, "above_entry": log.above_entry}, f)
+            json.dump({"weights_bytes": weights,
+                       "optimizer_bytes": optimizer_bytes(trainer.optimizer),
+                       "above_entry": log.above_entry}, f)
     return 0
 
 

@@ -204,6 +204,77 @@ TEST(Lifetimes, ClassesAtThePeakAndActivationMemory) {
   EXPECT_EQ(count["temporary"], 6);  // backward scratch and optimizer scratch
 }
 
+// One training step, as research scripts measure it (build the model, one step, read the
+// peak, exit): weights and optimizer buffers made before the step, a library workspace made
+// in its first phase, then EP (settle free/nudged, energy, contrast, update) or backprop
+// (forward, backward, optimizer). `teardown`: the program frees everything after the last
+// phase (Python at interpreter exit); otherwise it exits holding it.
+StreamBuilder OneStep(bool ep, bool teardown) {
+  StreamBuilder s(1, 10);
+  const std::vector<std::string> names =
+      ep ? std::vector<std::string>{"settle_free", "settle_nudged", "energy", "contrast", "update"}
+         : std::vector<std::string>{"forward", "backward", "optimizer"};
+  for (size_t i = 0; i < names.size(); ++i) s.String(static_cast<uint32_t>(i + 1), names[i]);
+  s.Alloc(1, 0, 0x1000, 100 * MiB, testing::kDevice, 10);  // weights
+  s.Alloc(2, 0, 0x2000, 100 * MiB, testing::kDevice, 10);  // optimizer buffers
+  uint64_t t = 10;
+  s.Push(t, 10, 1).Alloc(t + 1, 0, 0x3000, 32 * MiB, testing::kDevice, 10);  // workspace
+  s.Alloc(t + 2, 0, 0x4000, 8 * MiB, testing::kDevice, 10);                 // state / activation
+  if (ep) {
+    s.Pop(t + 3, 10).Push(t + 4, 10, 2).Alloc(t + 5, 0, 0x5000, 8 * MiB, testing::kDevice, 10);
+    s.Pop(t + 6, 10).Push(t + 7, 10, 3).Alloc(t + 8, 0, 0x6000, 1 * MiB, testing::kDevice, 10);
+    s.Free(t + 9, 0, 0x6000, 1 * MiB, testing::kDevice, 10).Pop(t + 10, 10);
+    s.Push(t + 11, 10, 4);
+  } else {
+    s.Alloc(t + 5, 0, 0x5000, 8 * MiB, testing::kDevice, 10).Pop(t + 10, 10).Push(t + 11, 10, 2);
+  }
+  s.Alloc(t + 12, 0, 0x7000, 4 * MiB, testing::kDevice, 10);  // gradients: the peak
+  s.Free(t + 13, 0, 0x4000, 8 * MiB, testing::kDevice, 10);
+  s.Free(t + 14, 0, 0x5000, 8 * MiB, testing::kDevice, 10).Pop(t + 15, 10);
+  s.Push(t + 16, 10, ep ? 5 : 3).Free(t + 17, 0, 0x7000, 4 * MiB, testing::kDevice, 10);
+  s.Pop(t + 18, 10);
+  if (teardown) {
+    s.Free(t + 30, 0, 0x3000, 32 * MiB, testing::kDevice, 10);
+    s.Free(t + 31, 0, 0x2000, 100 * MiB, testing::kDevice, 10);
+    s.Free(t + 32, 0, 0x1000, 100 * MiB, testing::kDevice, 10);
+  }
+  s.Exit(t + 40, 0);
+  s.Flush();
+  return s;
+}
+
+TEST(Lifetimes, OneStepProgramsKeepWeightsPersistentWhateverTheTeardown) {
+  // Freed at interpreter exit or never freed, in EP and in backprop alike: weights, optimizer
+  // buffers and the workspace are persistent, and activation memory = peak - persistent. (The
+  // weights were "other" when freed at exit, and the EP sweep's activation column held them.)
+  for (bool ep : {true, false}) {
+    for (bool teardown : {true, false}) {
+      SCOPED_TRACE(std::string(ep ? "EP" : "BP") + (teardown ? ", freed in teardown" : ", kept"));
+      AnalysisOptions keep;
+      keep.keep_lifetimes = true;
+      for (const AnalysisOptions& options : {AnalysisOptions(), keep}) {
+        auto report = Analyze(OneStep(ep, teardown).Chunks(), options);
+        const ProcessReport& p = report->processes.at(0);
+        EXPECT_EQ(p.iterations.count, 0u);
+        const DeviceReport* d = FindDevice(p, 0);
+        ASSERT_NE(d, nullptr);
+        EXPECT_EQ(d->peak.bytes, 252 * MiB);
+        const auto& classes = d->lifetime_at_peak.bytes_by_class;
+        EXPECT_EQ(classes.at("persistent"), 232 * MiB);
+        EXPECT_EQ(classes.at("activation"), 16 * MiB);
+        EXPECT_EQ(classes.at("gradient"), 4 * MiB);
+        EXPECT_EQ(classes.count("other"), 0u);
+        EXPECT_EQ(d->lifetime_at_peak.activation_memory_bytes, 20 * MiB);
+        for (const AllocationLifetime& a : p.lifetimes) {
+          if (a.bytes >= 32 * MiB) {
+            EXPECT_EQ(a.lifetime_class, "persistent") << a.address;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Splits RFC 4180 CSV text without quoted fields (these tables have none) into rows of fields.
 std::vector<std::vector<std::string>> CsvRows(const std::string& text) {
   std::vector<std::vector<std::string>> rows;

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The GPU checks that the answers built on the bytes are right on real training scripts,
+in two steps like gpu_suite.py:
+
+  gpu_fidelity.py run   --cumemtrace BIN --programs DIR --results DIR   (needs the GPU)
+  gpu_fidelity.py check --results DIR                                   (reads results only)
+
+- one-step EP and its backprop twin (build, one step, exit) at three depths: persistent at
+  the peak >= weights + optimizer buffers + cuBLAS's own memory live at the peak, in both;
+  and in `cumemtrace sweep` over the same runs, activation = peak - persistent to the byte.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from gpu_suite import Table, load, suite_main  # noqa: E402
+
+DEPTHS = ["10", "100", "1000"]
+
+
+def cases(cm, programs, r):
+    py = sys.executable
+    ep = os.path.join(HERE, "ep_train.py")
+    out = lambda name: os.path.join(r, name)
+    c = {}
+    for depth in DEPTHS:
+        for mode, extra in (("ep", []), ("bp", ["--bp"])):
+            name = f"onestep_{mode}_{depth}"
+            c[name] = [cm, "run", "-o", out(name), "--", py, ep, *extra, "--depth", depth,
+                       "--iterations", "1", "--momentum", "--verify", out(name + ".verify.json")]
+    one_step = "--iterations 1 --momentum"
+    c["onestep_sweep"] = [cm, "sweep", "-o", out("onestep_sweep"), "--param",
+                          "depth=" + ",".join(DEPTHS),
+                          "--run", f"EP={py} {ep} --depth {{depth}} {one_step}",
+                          "--run", f"BP={py} {ep} --bp --depth {{depth}} {one_step}"]
+    return c
+
+
+def run(args):
+    args.results = os.path.abspath(args.results)
+    os.makedirs(args.results, exist_ok=True)
+    records = {}
+    for name, argv in cases(args.cumemtrace, args.programs, args.results).items():
+        started = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, timeout=560)
+        records[name] = {"argv": argv, "status": proc.returncode,
+                         "seconds": round(time.monotonic() - started, 2),
+                         "stdout": proc.stdout.decode(errors="replace"),
+                         "stderr": proc.stderr.decode(errors="replace")}
+        print(f"ran {name}: status {proc.returncode} in {records[name]['seconds']} s", flush=True)
+    with open(os.path.join(args.results, "fidelity_runs.json"), "w") as f:
+        json.dump(records, f, indent=1)
+
+
+def main_process(results, case):
+    summary = load(os.path.join(results, case, "summary.json"))
+    return max(summary["processes"],
+               key=lambda p: max([d["peak"]["bytes"] for d in p["devices"]] or [0]))
+
+
+def device0(process):
+    return next(d for d in process["devices"] if d["index"] == 0)
+
+
+def cublas_at_peak(device):
+    return sum(v["live_at_peak_bytes"] for k, v in device["by_library"].items()
+               if "cublas" in k.lower())
+
+
+def check_one_step(t, r, runs):
+    expected_floor = {}
+    for depth in DEPTHS:
+        for mode in ("ep", "bp"):
+            case = f"onestep_{mode}_{depth}"
+            t.check(case, "exit status", 0, runs[case]["status"])
+            if runs[case]["status"] != 0:
+                continue
+            verify = load(os.path.join(r, case + ".verify.json"))
+            d = device0(main_process(r, case))
+            lifetime = d["lifetime_at_peak"]
+            persistent = lifetime["bytes_by_class"].get("persistent", 0)
+            floor = verify["weights_bytes"] + verify["optimizer_bytes"] + cublas_at_peak(d)
+            expected_floor[(mode.upper(), depth)] = floor
+            t.check(case, f"persistent at peak {persistent} >= weights {verify['weights_bytes']}"
+                    f" + optimizer {verify['optimizer_bytes']} + cuBLAS {cublas_at_peak(d)}",
+                    True, persistent >= floor)
+            t.check(case, "activation memory = peak - persistent",
+                    d["peak"]["bytes"] - persistent, lifetime["activation_memory_bytes"])
+            t.check(case, "no allocation is 'other' at the peak", 0,
+                    lifetime["bytes_by_class"].get("other", 0))
+    t.check("onestep_sweep", "exit status", 0, runs["onestep_sweep"]["status"])
+    path = os.path.join(r, "onestep_sweep", "sweep.csv")
+    lines = open(path).read().strip().splitlines() if os.path.exists(path) else []
+    rows = [dict(zip(lines[0].split(","), l.split(","))) for l in lines[1:]] if lines else []
+    t.check("onestep_sweep", "rows", 2 * len(DEPTHS), len(rows))
+    for row in rows:
+        what = f"{row['label']} depth {row['depth']}"
+        peak, persistent = int(row["peak_bytes"]), int(row["persistent_bytes"])
+        t.check("onestep_sweep", f"{what}: activation = peak - persistent",
+                peak - persistent, int(row["activation_memory_bytes"]))
+        floor = expected_floor.get((row["label"], row["depth"]))
+        if floor is not None:
+            t.check("onestep_sweep", f"{what}: persistent {persistent} >= {floor}", True,
+                    persistent >= floor)
+
+
+def check(args):
+    r = args.results
+    runs = load(os.path.join(r, "fidelity_runs.json"))
+    t = Table()
+    check_one_step(t, r, runs)
+    failed = t.print()
+    print("\none-step memory vs depth (cumemtrace sweep):\n" + runs["onestep_sweep"]["stdout"])
+    with open(os.path.join(r, "fidelity_suite.json"), "w") as f:
+        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), row))
+                   for row in t.rows], f, indent=1)
+    return 1 if failed else 0
+
+
+def main():
+    return suite_main(__doc__, run, check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
