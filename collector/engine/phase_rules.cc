@@ -15,8 +15,11 @@ const BuiltIn kBuiltIns[] = {
     // Per-op ranges (torch.autograd.profiler.emit_nvtx and friends) roll up.
     {R"(^(aten|autograd|c10d|cudnn|cublas|torch|prim|profiler)::)", "@rollup"},
     // Libraries that label their own calls in a domain of their own (NCCL: "NCCL:
-    // ncclAllReduce"): their internals, not the program's phases.
-    {R"(^(NCCL|NVSHMEM|cuDNN|cuBLAS): )", "@rollup"},
+    // ncclAllReduce"; CUB and Thrust: "CCCL: cub::DeviceRadixSort::SortPairs"): their
+    // internals, not the program's phases. A user rule that names one comes first.
+    {R"(^(CCCL|NCCL|NVSHMEM|cuDNN|cuBLAS|cuBLASLt|cuFFT|cuSPARSE|cuSPARSELt|cuSOLVER|cuRAND|)"
+     R"(cuTENSOR|cuDSS|nvJPEG|NPP|nvCOMP|TensorRT|DALI): )",
+     "@rollup"},
     {R"(^(step|iteration|iter|train[_ ]?step|training[_ ]?step)( ?[#:]? ?\d+)?$)", "@iteration"},
     {R"(^(forward|fwd|forward[_ ]pass|model[_ .]forward)$)", "forward"},
     {R"(^(backward|bwd|backward[_ ]pass|loss[_ .]backward)$)", "backward"},

@@ -53,6 +53,9 @@ TEST(PhaseRules, BuiltInsMapCommonNamesAndKeepTheRest) {
   EXPECT_EQ(rules.Map("contrast").phase, "contrast");
   EXPECT_TRUE(rules.Map("aten::addmm, seq = 12").rollup);
   EXPECT_TRUE(rules.Map("NCCL: ncclAllReduce").rollup);  // a library's own domain
+  EXPECT_TRUE(rules.Map("CCCL: cub::DeviceRadixSort::SortPairs").rollup);
+  EXPECT_TRUE(rules.Map("nvJPEG: decode").rollup);
+  EXPECT_FALSE(rules.Map("trainer: load data").rollup);  // the program's own domain
   EXPECT_TRUE(rules.Map("train_step").iteration);
   const PhaseRules::Mapping own = rules.Map("my_phase");
   EXPECT_FALSE(own.matched);
@@ -69,6 +72,9 @@ TEST(PhaseRules, FileRulesComeFirstAndErrorsNameTheLine) {
   EXPECT_EQ(rules.Map("ep.relax_free").phase, "settling");
   EXPECT_EQ(rules.Map("forward").phase, "backward");  // the user's rule wins
   EXPECT_TRUE(rules.Map("mine").rollup);
+  ASSERT_TRUE(rules.AddFromText("/^CCCL: cub::DeviceRadixSort/ = sort\n", "r1", &error)) << error;
+  EXPECT_EQ(rules.Map("CCCL: cub::DeviceRadixSort::SortPairs").phase, "sort");  // named: kept
+  EXPECT_FALSE(rules.Map("CCCL: cub::DeviceRadixSort::SortPairs").rollup);
   EXPECT_FALSE(rules.AddFromText("no equals sign\n", "r2", &error));
   EXPECT_EQ(error.rfind("r2:1:", 0), 0u) << error;
   EXPECT_FALSE(rules.AddFromText("\n/([/ = x\n", "r3", &error));
