@@ -21,9 +21,9 @@
 
 #include "benchmarks/synthetic_trace.h"
 #include "collector/engine/analysis.h"
-#include "collector/engine/framing.h"
 #include "collector/engine/report.h"
-#include "collector/engine/trace_file.h"
+#include "collector/format/framing.h"
+#include "collector/format/trace_file.h"
 
 namespace cumemtrace {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 #include "cumemtrace/v1/trace.pb.h"
 #include "tracer/api_catalog.h"
 #include "tracer/correlation_table.h"

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "collector/cli/log.h"
-#include "collector/engine/framing.h"
-#include "collector/engine/trace_file.h"
-#include "collector/engine/wire_validator.h"
+#include "collector/format/framing.h"
+#include "collector/format/trace_file.h"
+#include "collector/format/wire_validator.h"
 
 namespace cumemtrace {
 namespace {

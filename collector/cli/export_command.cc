@@ -1,4 +1,4 @@
-// `cumemtrace export`: convert a trace into a file another tool opens (engine: export.h).
+// `cumemtrace export`: convert a trace into a file another tool opens (collector/output/exports.h).
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -18,8 +18,8 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
-#include "collector/engine/export.h"
-#include "collector/engine/timeline_model.h"
+#include "collector/output/exports.h"
+#include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace {
 namespace {

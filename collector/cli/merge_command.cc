@@ -15,7 +15,7 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 
 #ifndef CUMEMTRACE_VERSION
 #define CUMEMTRACE_VERSION "unknown"

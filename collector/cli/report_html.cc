@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "collector/cli/cli_support.h"
-#include "collector/engine/export.h"
-#include "collector/engine/timeline_model.h"
+#include "collector/output/exports.h"
+#include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace {
 

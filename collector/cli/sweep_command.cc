@@ -19,7 +19,7 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
-#include "collector/engine/export.h"
+#include "collector/output/exports.h"
 
 namespace cumemtrace {
 namespace {

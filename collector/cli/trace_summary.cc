@@ -7,6 +7,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
+#include "collector/output/summary.h"
 
 namespace cumemtrace {
 

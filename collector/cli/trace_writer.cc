@@ -9,7 +9,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 
 #ifndef CUMEMTRACE_VERSION
 #define CUMEMTRACE_VERSION "unknown"

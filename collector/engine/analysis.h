@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -58,11 +57,5 @@ std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const Analysis
 // The same for a whole trace file's bytes held in memory.
 std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const AnalysisOptions& options,
                                           std::string* error);
-
-// The content of summary.json (schema "cumemtrace.summary/1", documented in docs/summary.md).
-std::string SummaryJson(const Report& report);
-
-// The human-readable summary that `run` and `report` print.
-void PrintSummaryText(const Report& report, std::ostream& out);
 
 }  // namespace cumemtrace

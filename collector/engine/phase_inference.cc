@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "collector/engine/phases.h"
-#include "collector/engine/timeline.h"
+#include "collector/engine/accounting.h"
 
 namespace cumemtrace::internal {
 namespace {

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "collector/engine/decoded.h"
+#include "collector/engine/decoded_stream.h"
 #include "collector/engine/phase_rules.h"
 
 namespace cumemtrace::internal {

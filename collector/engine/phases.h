@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collector/engine/decoded.h"
+#include "collector/engine/decoded_stream.h"
 #include "collector/engine/phase_rules.h"
 
 namespace cumemtrace::internal {

@@ -9,6 +9,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "collector/format/varint.h"
+
 namespace cumemtrace::internal {
 namespace {
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
@@ -87,46 +89,6 @@ bool CompactNvtx(const NvtxFields& n, Event* e) {
   e->name_id = n.message_id;
   e->a = n.range_id;
   return true;
-}
-
-// One varint at *p, which moves past it. False, *p unchanged, for a truncated varint or
-// one longer than ten bytes, or with a tenth byte above 1 (left to protobuf's judgment).
-inline bool ReadVarint(const uint8_t** p, const uint8_t* end, uint64_t* value) {
-  const uint8_t* q = *p;
-  if (end - q >= 10) {
-    // No bounds checks: ten bytes are there. Each byte is added whole and its continuation
-    // bit taken off again once it is known to be set (unsigned arithmetic wraps).
-    uint64_t byte = *q++;
-    uint64_t result = byte;
-    if (byte < 0x80) goto done;
-    for (int shift = 7; shift < 63; shift += 7) {
-      result -= uint64_t{0x80} << (shift - 7);
-      byte = *q++;
-      result += byte << shift;
-      if (byte < 0x80) goto done;
-    }
-    result -= uint64_t{0x80} << 56;
-    byte = *q++;
-    if (byte > 1) return false;
-    result += byte << 63;
-  done:
-    *p = q;
-    *value = result;
-    return true;
-  }
-  uint64_t result = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (q == end) return false;
-    const uint8_t byte = *q++;
-    if (shift == 63 && byte > 1) return false;
-    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if (byte < 0x80) {
-      *p = q;
-      *value = result;
-      return true;
-    }
-  }
-  return false;
 }
 
 // A forward-only reader of protobuf wire format that gives up (returns false) rather than

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "collector/engine/decoded.h"
+#include "collector/engine/decoded_stream.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace google::protobuf {

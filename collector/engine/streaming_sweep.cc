@@ -7,10 +7,10 @@
 #include "collector/engine/lifetimes.h"
 #include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
-#include "collector/engine/process_sweep.h"
+#include "collector/engine/in_memory_sweep.h"
 #include "collector/engine/stream_decoder.h"
-#include "collector/engine/timeline.h"
-#include "collector/engine/training_report.h"
+#include "collector/engine/accounting.h"
+#include "collector/engine/training_analysis.h"
 
 namespace cumemtrace::internal {
 namespace {

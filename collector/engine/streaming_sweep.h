@@ -3,7 +3,7 @@
 // leave it; allocations are kept only while live, or while live at the device's current
 // peak. Memory is bounded by the window and the live set, not by the number of events.
 //
-// The report is the one AnalyzeProcess (process_sweep.h) writes from every event at once,
+// The report is the one AnalyzeProcess (in_memory_sweep.h) writes from every event at once,
 // with one difference: an event older than what the sweep has already passed (it arrived
 // more than the window late) is applied where it arrived and counted in
 // ProcessReport::late_events. A process whose phases are inferred is read three or four

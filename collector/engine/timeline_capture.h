@@ -1,14 +1,14 @@
-// Internal: fills a ProcessTimeline (timeline_model.h) at the end of the process sweep, from
+// Internal: fills a ProcessTimeline (analyzed_trace.h) at the end of the process sweep, from
 // the sorted events and the allocation table the sweep built.
 #pragma once
 
 #include <vector>
 
-#include "collector/engine/decoded.h"
+#include "collector/engine/decoded_stream.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
-#include "collector/engine/timeline.h"
-#include "collector/engine/timeline_model.h"
+#include "collector/engine/accounting.h"
+#include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace::internal {
 

@@ -30,7 +30,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 #include "integration_tests/cpu/child_process.h"
 #include "cumemtrace/v1/trace.pb.h"
 

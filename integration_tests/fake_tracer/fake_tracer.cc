@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/framing.h"
+#include "collector/format/framing.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace {

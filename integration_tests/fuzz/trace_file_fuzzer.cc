@@ -12,6 +12,7 @@
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
+#include "collector/output/summary.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cumemtrace;

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "collector/engine/framing.h"
-#include "collector/engine/trace_file.h"
+#include "collector/format/framing.h"
+#include "collector/format/trace_file.h"
 
 int main(int argc, char** argv) {
   using namespace cumemtrace;

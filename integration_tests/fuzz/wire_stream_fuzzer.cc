@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "collector/engine/analysis.h"
-#include "collector/engine/framing.h"
+#include "collector/format/framing.h"
 #include "collector/engine/report.h"
-#include "collector/engine/trace_file.h"
-#include "collector/engine/wire_validator.h"
+#include "collector/format/trace_file.h"
+#include "collector/format/wire_validator.h"
+#include "collector/output/summary.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "collector/engine/timeline.h"
+#include "collector/engine/accounting.h"
 
 namespace cumemtrace::internal {
 namespace {

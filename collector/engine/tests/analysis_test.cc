@@ -7,6 +7,7 @@
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
 #include "collector/engine/tests/trace_builder.h"
+#include "collector/output/summary.h"
 
 namespace cumemtrace {
 namespace {

@@ -16,7 +16,8 @@
 #include "collector/engine/report.h"
 #include "collector/engine/streaming_sweep.h"
 #include "collector/engine/tests/trace_builder.h"
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
+#include "collector/output/summary.h"
 
 namespace cumemtrace::testing {
 namespace {

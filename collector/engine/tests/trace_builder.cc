@@ -4,7 +4,8 @@
 
 #include <fstream>
 
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
+#include "collector/output/summary.h"
 
 namespace cumemtrace::testing {
 

@@ -1,4 +1,4 @@
-#include "collector/engine/trace_file.h"
+#include "collector/format/trace_file.h"
 
 #include <gtest/gtest.h>
 

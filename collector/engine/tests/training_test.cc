@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "collector/engine/analysis.h"
-#include "collector/engine/export.h"
+#include "collector/output/exports.h"
 #include "collector/engine/phase_rules.h"
 #include "collector/engine/report.h"
 #include "collector/engine/run_figures.h"

@@ -1,0 +1,131 @@
+// Internal: a stream's events decoded into compact POD records (no proto objects kept, strings
+// by interned id), plus what the stream said about itself. Produced by StreamDecoder, consumed
+// by the per-process sweep (in_memory_sweep.cc).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/engine/report.h"
+
+namespace cumemtrace::internal {
+
+enum class EventType : uint8_t {
+  kRangeOpen,   // NVTX push or start
+  kAllocate,
+  kRelease,
+  kFailedAllocation,
+  kKernel,
+  kMark,
+  kRangeClose,  // NVTX pop or end
+};
+
+// Order at equal timestamps (design.md "Phases"): openings first, closings last.
+inline int TieRank(EventType type) {
+  switch (type) {
+    case EventType::kRangeOpen: return 0;
+    case EventType::kRangeClose: return 2;
+    default: return 1;
+  }
+}
+
+// One timed event; field meaning depends on `type` (see StreamDecoder::DecodeEvent).
+struct Event {
+  uint64_t timestamp_ns;
+  // kAllocate/kRelease: address. kKernel: end_ns. kRange*: range_id. kFailedAllocation:
+  // requested bytes.
+  uint64_t a;
+  // kAllocate/kRelease: bytes. kFailedAllocation: device free bytes.
+  uint64_t b;
+  // kFailedAllocation: device total bytes. kKernel, kAllocate, kRelease: CUPTI stream id.
+  uint64_t c;
+  uint32_t thread_id;
+  // Interned ids: api name (memory, failed), kernel name, NVTX message.
+  uint32_t name_id;
+  // Interned ids: NVTX domain, failed allocation's error name.
+  uint32_t aux_id;
+  int32_t code;  // failed allocation's error code
+  uint32_t caller_id;  // interned calling module (allocation, failed allocation), 0 if unknown
+  uint32_t device;
+  EventType type;
+  uint8_t kind;     // v1::MemoryKind
+  uint8_t nvtx_op;  // v1::NvtxOperation
+  uint8_t pad = 0;
+};
+
+struct DeviceInfoRecord {
+  std::string name;
+  std::string uuid;
+  uint64_t total_memory_bytes = 0;
+};
+
+struct DropRecord {
+  int source = 0;
+  uint64_t count = 0;
+  uint64_t first_ns = 0;  // absolute
+  uint64_t last_ns = 0;
+};
+
+struct TracerMemoryRecord {
+  uint64_t bytes = 0;
+  std::string description;
+};
+
+// Everything one stream (one traced process) delivered.
+struct DecodedStream {
+  uint32_t stream_id = 0;
+  bool has_handshake = false;
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  std::vector<std::string> command_line;
+  std::string hostname;
+  std::string tracer_version;
+  int timestamp_clock = 0;
+  std::string allocator_mode;
+  std::string pytorch_alloc_conf;
+  int injection_mode = 0;
+  bool kernels_enabled = false;
+  uint64_t trace_start_ns = 0;
+  int32_t rank = -1;        // rank in a distributed job, -1 when not in one
+  int32_t local_rank = -1;
+  int32_t world_size = 0;
+  // Added to this stream's timestamps to put them on CLOCK_REALTIME (multi-host jobs);
+  // 0 when unknown.
+  int64_t realtime_offset_ns = 0;
+
+  std::vector<Event> events;  // arrival order until sorted
+  std::unordered_map<uint32_t, std::string> strings;
+  std::map<uint32_t, DeviceInfoRecord> device_info;
+  std::map<uint32_t, TracerMemoryRecord> tracer_memory;
+  std::map<uint32_t, std::string> thread_names;
+  std::vector<Notice> notices;
+  std::vector<DropRecord> drops;
+
+  uint64_t batches = 0;
+  bool saw_batch = false;
+  uint64_t next_sequence = 0;
+  std::vector<SequenceGap> gaps;
+
+  std::optional<int32_t> process_exit_code;
+  uint64_t process_exit_ns = 0;
+  std::optional<ExitStatus> launcher_exit;
+  bool closed = false;
+  int close_reason = 0;
+  std::string close_error;
+  uint32_t peer_pid = 0;
+
+  std::vector<std::string> damage;  // frames skipped and why
+
+  // "" for id 0; an id that was never defined shows as "#<id>" rather than vanishing.
+  std::string Resolve(uint32_t id) const {
+    if (id == 0) return std::string();
+    auto it = strings.find(id);
+    return it == strings.end() ? "#" + std::to_string(id) : it->second;
+  }
+};
+
+}  // namespace cumemtrace::internal

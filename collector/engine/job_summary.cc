@@ -1,0 +1,60 @@
+#include "collector/engine/job_summary.h"
+
+#include <algorithm>
+
+namespace cumemtrace::internal {
+
+void AddJobSummary(Report* report) {
+  JobReport& job = report->job;
+  for (const ProcessReport& p : report->processes) {
+    if (p.rank < 0) continue;
+    // A rank's device: the one where its memory peaked highest (DDP: one GPU per rank).
+    const DeviceReport* device = nullptr;
+    for (const DeviceReport& d : p.devices) {
+      if (device == nullptr || d.peak.bytes > device->peak.bytes) device = &d;
+    }
+    if (device == nullptr) continue;  // a launcher or helper that used no GPU
+    RankFigures r;
+    r.rank = p.rank;
+    r.local_rank = p.local_rank;
+    r.pid = p.pid;
+    r.hostname = p.hostname;
+    r.device = device->index;
+    r.device_uuid = device->uuid;
+    r.peak_bytes = device->peak.bytes;
+    r.peak_abs_ns = device->peak.time_abs_ns;
+    for (const auto& [library, stats] : device->by_library) {
+      if (library.rfind("libnccl", 0) == 0) r.nccl_bytes_at_peak += stats.live_at_peak_bytes;
+    }
+    for (const PhaseReport& phase : p.phases) {
+      for (const PhaseDeviceStats& d : phase.devices) {
+        if (d.index == device->index) r.phase_peak_bytes[phase.name] = d.peak_bytes;
+      }
+    }
+    job.world_size = std::max(job.world_size, p.world_size);
+    job.ranks.push_back(std::move(r));
+  }
+  if (job.ranks.empty()) return;
+  std::sort(job.ranks.begin(), job.ranks.end(),
+            [](const RankFigures& a, const RankFigures& b) { return a.rank < b.rank; });
+  uint64_t lowest = job.ranks[0].peak_bytes;
+  for (const RankFigures& r : job.ranks) {
+    if (r.peak_bytes > job.highest_peak_bytes) {
+      job.highest_peak_bytes = r.peak_bytes;
+      job.highest_rank = r.rank;
+    }
+    lowest = std::min(lowest, r.peak_bytes);
+  }
+  job.lowest_peak_bytes = lowest;
+  job.imbalance = job.highest_peak_bytes == 0
+                      ? 0.0
+                      : static_cast<double>(job.highest_peak_bytes - lowest) /
+                            static_cast<double>(job.highest_peak_bytes);
+  for (const RankFigures& r : job.ranks) {
+    if (std::find(job.hosts.begin(), job.hosts.end(), r.hostname) == job.hosts.end()) {
+      job.hosts.push_back(r.hostname);
+    }
+  }
+}
+
+}  // namespace cumemtrace::internal

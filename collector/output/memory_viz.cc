@@ -1,0 +1,188 @@
+// WriteMemoryVizSnapshot (exports.h): the snapshot layout of torch.cuda.memory._snapshot(),
+// which https://pytorch.org/memory_viz opens:
+//   {"segments": [segment...], "device_traces": [[entry...] per device ordinal]}
+// `segments` is the state at the end of the trace (what was still allocated), and the traces
+// are the history that leads there. How CUPTI's view maps onto PyTorch's allocator:
+// - async mode (and programs without PyTorch's caching allocator): every allocation is its
+//   own cudaMalloc(Async), so it is a segment holding one block that fills it:
+//   segment_alloc + alloc at birth, free_requested + free_completed + segment_free at release.
+// - native mode: CUPTI sees the caching allocator's cudaMalloc'ed segments, not the tensors
+//   inside them, so the trace has segment_alloc/segment_free only and each segment's one block
+//   is "inactive" (its use is unknown, not claimed).
+// Every entry has `category`: the phase of origin of its allocation, "unknown" without one.
+#include <algorithm>
+#include <map>
+
+#include "collector/output/exports.h"
+#include "collector/output/slice_tracks.h"
+#include "collector/output/pickle_writer.h"
+#include "collector/engine/accounting.h"
+
+namespace cumemtrace {
+namespace {
+
+using internal::PickleWriter;
+
+std::string Category(const ProcessTimeline& t, int32_t phase) {
+  if (phase < 0 || static_cast<size_t>(phase) >= t.phase_names.size()) return "unknown";
+  return t.phase_names[static_cast<size_t>(phase)];
+}
+
+void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes,
+           uint64_t time_ns, const std::string& category) {
+  w.BeginDict();
+  w.Str("action");
+  w.Str(action);
+  w.Str("addr");
+  w.UInt(address);
+  w.Str("size");
+  w.UInt(bytes);
+  w.Str("stream");
+  w.Int(0);  // CUPTI's memory records do not say which stream an allocation is ordered on
+  w.Str("time_us");
+  w.UInt(time_ns / 1000);
+  w.Str("frames");
+  w.BeginList();
+  w.EndList();
+  w.Str("category");
+  w.Str(category);
+  w.EndDict();
+}
+
+void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known) {
+  const uint64_t used = blocks_known ? a.bytes : 0;
+  w.BeginDict();
+  w.Str("device");
+  w.UInt(device);
+  w.Str("address");
+  w.UInt(a.address);
+  w.Str("total_size");
+  w.UInt(a.bytes);
+  w.Str("allocated_size");
+  w.UInt(used);
+  w.Str("active_size");
+  w.UInt(used);
+  w.Str("requested_size");
+  w.UInt(used);
+  w.Str("stream");
+  w.Int(0);
+  w.Str("segment_type");
+  w.Str("large");
+  w.Str("segment_pool_id");
+  w.BeginTuple();
+  w.Int(0);
+  w.Int(0);
+  w.EndTuple();
+  w.Str("is_expandable");
+  w.Bool(false);
+  w.Str("frames");
+  w.BeginList();
+  w.EndList();
+  w.Str("blocks");
+  w.BeginList();
+  w.BeginDict();
+  w.Str("address");
+  w.UInt(a.address);
+  w.Str("size");
+  w.UInt(a.bytes);
+  w.Str("requested_size");
+  w.UInt(used);
+  w.Str("state");
+  w.Str(blocks_known ? "active_allocated" : "inactive");
+  w.Str("frames");
+  w.BeginList();
+  w.EndList();
+  w.EndDict();
+  w.EndList();
+  w.EndDict();
+}
+
+}  // namespace
+
+size_t ProcessWithHighestPeak(const Report& report) {
+  size_t best = 0;
+  uint64_t best_bytes = 0;
+  for (size_t i = 0; i < report.processes.size(); ++i) {
+    for (const DeviceReport& d : report.processes[i].devices) {
+      if (d.peak.bytes > best_bytes) {
+        best_bytes = d.peak.bytes;
+        best = i;
+      }
+    }
+  }
+  return best;
+}
+
+void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
+  const ProcessReport& p = trace.report->processes.at(process);
+  const ProcessTimeline& t = trace.timelines.at(process);
+  const bool blocks_known = p.allocator_mode != "native";
+  PickleWriter w(out);
+  w.BeginDict();
+
+  w.Str("segments");
+  w.BeginList();
+  for (const TimelineAllocation& a : t.allocations) {
+    if (internal::IsDeviceMemory(a.kind) && a.live_at_exit) {
+      Segment(w, t.devices[a.device_slot].index, a, blocks_known);
+    }
+  }
+  w.EndList();
+
+  // One trace per device ordinal, from 0 to the highest seen (PyTorch indexes it by ordinal).
+  uint32_t max_device = 0;
+  for (const DeviceTimeline& d : t.devices) max_device = std::max(max_device, d.index);
+  w.Str("device_traces");
+  w.BeginList();
+  for (uint32_t ordinal = 0; ordinal <= max_device && !t.devices.empty(); ++ordinal) {
+    w.BeginList();
+    auto slot_it = std::find_if(t.devices.begin(), t.devices.end(),
+                                [ordinal](const DeviceTimeline& d) { return d.index == ordinal; });
+    if (slot_it != t.devices.end()) {
+      const auto slot = static_cast<uint32_t>(slot_it - t.devices.begin());
+      // Step k of the device's series is one birth or death: which allocation, which one.
+      std::vector<std::pair<uint32_t, bool>> step_owner(slot_it->device_memory.size());
+      for (uint32_t i = 0; i < t.allocations.size(); ++i) {
+        const TimelineAllocation& a = t.allocations[i];
+        if (a.device_slot != slot || a.birth_step == kNoStep) continue;
+        step_owner[a.birth_step] = {i, true};
+        if (a.death_step != kNoStep) step_owner[a.death_step] = {i, false};
+      }
+      std::vector<const FailedAllocationReport*> failures;
+      for (const FailedAllocationReport& f : p.failed_allocations) {
+        if (f.device == ordinal) failures.push_back(&f);
+      }
+      size_t next_failure = 0;
+      for (size_t step = 0; step <= step_owner.size(); ++step) {
+        const uint64_t now =
+            step < step_owner.size() ? slot_it->device_memory[step].time_ns : ~uint64_t{0};
+        for (; next_failure < failures.size() && failures[next_failure]->time_ns < now;
+             ++next_failure) {
+          const FailedAllocationReport& f = *failures[next_failure];
+          // PyTorch's OOM entry carries the device's free bytes in `addr`.
+          Entry(w, "oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
+                f.phase.empty() ? "unknown" : f.phase);
+        }
+        if (step == step_owner.size()) break;
+        const TimelineAllocation& a = t.allocations[step_owner[step].first];
+        const std::string category = Category(t, a.phase);
+        if (step_owner[step].second) {
+          Entry(w, "segment_alloc", a.address, a.bytes, now, category);
+          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, now, category);
+        } else {
+          if (blocks_known) {
+            Entry(w, "free_requested", a.address, a.bytes, now, category);
+            Entry(w, "free_completed", a.address, a.bytes, now, category);
+          }
+          Entry(w, "segment_free", a.address, a.bytes, now, category);
+        }
+      }
+    }
+    w.EndList();
+  }
+  w.EndList();
+  w.EndDict();
+  w.Finish();
+}
+
+}  // namespace cumemtrace

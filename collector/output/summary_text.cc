@@ -1,0 +1,470 @@
+// PrintSummaryText: the terminal summary. Human units everywhere, exact bytes where a
+// number will be compared (the peak), columns aligned.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "collector/output/summary.h"
+
+namespace cumemtrace {
+namespace {
+
+std::string Format(const char* fmt, double value) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), fmt, value);
+  return buf;
+}
+
+// 1234567 -> "1,234,567"
+std::string Grouped(uint64_t value) {
+  std::string digits = std::to_string(value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string Bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return Format(value < 10 ? "%.2f" : value < 100 ? "%.1f" : "%.0f", value) + " " + kUnits[unit];
+}
+
+std::string Duration(uint64_t ns) {
+  const double v = static_cast<double>(ns);
+  if (ns < 1000) return std::to_string(ns) + " ns";
+  if (ns < 1000000) return Format("%.1f us", v / 1e3);
+  if (ns < 1000000000) return Format("%.1f ms", v / 1e6);
+  if (ns < 600ull * 1000000000) return Format("%.3f s", v / 1e9);
+  return Format("%.1f min", v / 60e9);
+}
+
+std::string At(uint64_t ns) { return "+" + Duration(ns); }
+
+std::string Phase(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
+
+std::string Join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+std::string Plural(uint64_t n, const std::string& one, const std::string& many = "") {
+  return Grouped(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+}
+
+// `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers.
+// A command line on one terminal line: control characters escaped, long ones shortened
+// (`python -c "..."` carries whole programs).
+std::string OneLine(const std::string& text, size_t max_chars) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
+  return out;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void PrintTable(std::ostream& out, const std::string& indent,
+                const std::vector<std::vector<std::string>>& rows, const std::string& align) {
+  if (rows.empty()) return;
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      const bool left = c < align.size() && align[c] == 'l';
+      line += (c == 0 ? "" : "  ") + (left ? row[c] + pad : pad + row[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+}
+
+std::string ExitText(const ExitStatus& exit) {
+  switch (exit.source) {
+    case ExitStatus::Source::kLauncher:
+      if (exit.signal != 0) {
+        return "killed by signal " + std::to_string(exit.signal) +
+               (exit.core_dumped ? " (core dumped)" : "");
+      }
+      return "exit code " + std::to_string(exit.code);
+    case ExitStatus::Source::kTracer:
+      return "exit code " + std::to_string(exit.code) + " (seen by the tracer)";
+    default:
+      return "exit unknown";
+  }
+}
+
+// Which allocator holds the memory: a framework's own calls versus libraries' direct ones.
+void PrintOrigins(std::ostream& out, const char* title,
+                  const std::map<std::string, OriginStats>& groups) {
+  if (groups.size() < 2) return;
+  out << "    " << title << ":\n";
+  std::vector<std::vector<std::string>> rows{{"", "at peak", "own peak", "allocations"}};
+  std::vector<std::pair<std::string, OriginStats>> sorted(groups.begin(), groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
+    return x.second.live_at_peak_bytes > y.second.live_at_peak_bytes;
+  });
+  for (const auto& [name, a] : sorted) {
+    rows.push_back({name, Bytes(a.live_at_peak_bytes), Bytes(a.peak_bytes), Grouped(a.allocations)});
+  }
+  PrintTable(out, "      ", rows, "lrrr");
+}
+
+void PrintDevice(std::ostream& out, const DeviceReport& d) {
+  out << "  GPU " << d.index;
+  if (d.has_info) {
+    out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
+  }
+  out << '\n';
+  if (d.peak.seen) {
+    out << "    peak device memory  " << Bytes(d.peak.bytes) << " (" << Grouped(d.peak.bytes)
+        << " B) at " << At(d.peak.time_ns) << ", "
+        << Plural(d.peak.live_count, "live allocation") << '\n';
+  } else {
+    out << "    peak device memory  none allocated\n";
+  }
+  if (!d.peak.live_by_phase_and_kind.empty()) {
+    out << "    live at peak:\n";
+    std::vector<std::vector<std::string>> rows{{"phase", "kind", "count", "bytes"}};
+    for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
+      rows.push_back({Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)});
+    }
+    PrintTable(out, "      ", rows, "ll");
+  }
+  if (!d.peak.largest.empty()) {
+    out << "    largest at peak:\n";
+    std::vector<std::vector<std::string>> rows{{"bytes", "kind", "phase", "api", "born"}};
+    for (const LiveAllocation& a : d.peak.largest) {
+      rows.push_back({Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
+                      At(a.birth_ns)});
+    }
+    PrintTable(out, "      ", rows, "rlll");
+  }
+  PrintOrigins(out, "by API", d.by_api);
+  PrintOrigins(out, "by library", d.by_library);
+  if (!d.lifetime_at_peak.bytes_by_class.empty()) {
+    std::vector<std::string> classes;
+    for (const char* c : {"persistent", "activation", "gradient", "temporary", "other"}) {
+      auto it = d.lifetime_at_peak.bytes_by_class.find(c);
+      if (it != d.lifetime_at_peak.bytes_by_class.end()) classes.push_back(std::string(c) + " " + Bytes(it->second));
+    }
+    out << "    at peak by lifetime " << Join(classes, ", ") << '\n';
+    out << "    activation memory   " << Bytes(d.lifetime_at_peak.activation_memory_bytes)
+        << " (peak - persistent)\n";
+  }
+  std::vector<std::string> other;
+  for (const auto& [kind, k] : d.by_kind) {
+    if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {
+      continue;
+    }
+    other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" +
+                    Plural(k.allocations, "allocation") + ")");
+  }
+  if (!other.empty()) out << "    other memory        " << Join(other, ", ") << " (not in the peak)\n";
+  const NotProgramMemory& n = d.not_program;
+  std::vector<std::string> foreign;
+  if (n.static_allocations > 0) {
+    foreign.push_back("module statics " + Bytes(n.static_peak_bytes) + " (" +
+                      Grouped(n.static_allocations) + ")");
+  }
+  if (n.tracer_bytes > 0) foreign.push_back("tracer " + Bytes(n.tracer_bytes));
+  if (n.released_unknown_count > 0) {
+    foreign.push_back("freed but allocated before tracing " + Bytes(n.released_unknown_bytes) +
+                      " (" + Grouped(n.released_unknown_count) + ")");
+  }
+  if (!foreign.empty()) out << "    not the program's   " << Join(foreign, ", ") << '\n';
+  if (d.live_at_exit_count > 0) {
+    out << "    live at exit        " << Plural(d.live_at_exit_count, "allocation") << ", "
+        << Bytes(d.live_at_exit_bytes) << '\n';
+  }
+  if (d.kernel_count > 0) {
+    out << "    kernels             " << Grouped(d.kernel_count) << ", busy "
+        << Duration(d.kernel_busy_ns) << '\n';
+  }
+  if (d.reallocated_live_address > 0) {
+    out << "    warning: " << d.reallocated_live_address
+        << " allocations reused a live address (a release was lost)\n";
+  }
+}
+
+void PrintPhases(std::ostream& out, const ProcessReport& p) {
+  if (p.phases.empty()) return;
+  const bool many_devices = p.devices.size() > 1;
+  out << "  phases:\n";
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"phase", "n", "time"};
+  if (many_devices) header.push_back("gpu");
+  for (const char* h : {"at entry", "peak", "+above entry", "allocated", "freed", "failed"}) {
+    header.push_back(h);
+  }
+  rows.push_back(header);
+  for (const PhaseReport& ph : p.phases) {
+    std::string name = ph.name + (ph.inferred ? " (inferred)" : "") +
+                       (ph.still_open > 0 ? " (open at end)" : "");
+    bool first = true;
+    for (const PhaseDeviceStats& d : ph.devices) {
+      // Devices a phase never touched would only add zero rows.
+      if (!first && d.peak_bytes == 0 && d.allocations == 0 && d.frees == 0 &&
+          d.failed_allocations == 0) {
+        continue;
+      }
+      std::vector<std::string> row;
+      row.push_back(first ? name : "");
+      row.push_back(first ? Grouped(ph.occurrences) : "");
+      row.push_back(first ? Duration(ph.total_ns) : "");
+      if (many_devices) row.push_back(std::to_string(d.index));
+      row.push_back(Bytes(d.bytes_at_entry));
+      row.push_back(Bytes(d.peak_bytes));
+      row.push_back("+" + Bytes(d.peak_above_entry_bytes));
+      row.push_back(Bytes(d.allocated_bytes));
+      row.push_back(Bytes(d.freed_bytes));
+      row.push_back(Grouped(d.failed_allocations));
+      rows.push_back(row);
+      first = false;
+    }
+    if (first) {  // no devices at all
+      std::vector<std::string> row{name, Grouped(ph.occurrences), Duration(ph.total_ns)};
+      rows.push_back(row);
+    }
+  }
+  PrintTable(out, "    ", rows, "l");
+  if (p.rolled_up_ranges > 0) {
+    out << "    (" << Grouped(p.rolled_up_ranges)
+        << " per-op ranges, such as emit_nvtx's, are folded into their phases)\n";
+  }
+  if (p.phase_inference.applied) {
+    out << "    (no NVTX phases: forward/backward";
+    if (p.phase_inference.optimizers_inferred > 0) out << "/optimizer";
+    out << " inferred from the autograd thread's " << p.phase_inference.signal << ")\n";
+  }
+}
+
+std::string SignedBytes(int64_t bytes) {
+  return (bytes < 0 ? "-" : "+") + Bytes(static_cast<uint64_t>(bytes < 0 ? -bytes : bytes));
+}
+
+// Per-phase figures over iterations 2..N, the first (warm-up) apart.
+void PrintIterations(std::ostream& out, const ProcessReport& p) {
+  const IterationReport& r = p.iterations;
+  if (r.count == 0) return;
+  out << "  iterations: " << r.count;
+  out << (r.source == "range" ? " (range " + r.range + ")" : " (repeating " + r.range + ")");
+  out << "; first " << Duration(static_cast<uint64_t>(r.warmup_ns));
+  if (r.duration_ns.count > 0) {
+    out << ", then median " << Duration(static_cast<uint64_t>(r.duration_ns.median)) << " ["
+        << Duration(static_cast<uint64_t>(r.duration_ns.min)) << " .. "
+        << Duration(static_cast<uint64_t>(r.duration_ns.max)) << "]";
+  }
+  out << '\n';
+  if (p.devices.empty()) {  // no GPU memory: time is all there is
+    std::vector<std::vector<std::string>> rows{{"phase", "time (median)", "min", "max", "first"}};
+    for (const IterationPhaseStats& s : r.phases) {
+      const bool steady = s.time_ns.count > 0;
+      rows.push_back({s.phase, steady ? Duration(static_cast<uint64_t>(s.time_ns.median)) : "-",
+                      steady ? Duration(static_cast<uint64_t>(s.time_ns.min)) : "-",
+                      steady ? Duration(static_cast<uint64_t>(s.time_ns.max)) : "-",
+                      s.in_warmup ? Duration(static_cast<uint64_t>(s.warmup_ns)) : "-"});
+    }
+    PrintTable(out, "    ", rows, "l");
+    return;
+  }
+  const bool many_devices = p.devices.size() > 1;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"phase"};
+  if (many_devices) header.push_back("gpu");
+  for (const char* h : {"time (median)", "+above entry: median", "min", "max", "net change",
+                        "first: +above", "first: net"}) {
+    header.push_back(h);
+  }
+  rows.push_back(header);
+  for (const IterationPhaseStats& s : r.phases) {
+    bool first = true;
+    for (const IterationPhaseDevice& d : s.devices) {
+      std::vector<std::string> row{first ? s.phase : ""};
+      if (many_devices) row.push_back(std::to_string(d.index));
+      const bool steady = d.peak_above_entry_bytes.count > 0;
+      row.push_back(first && s.time_ns.count > 0
+                        ? Duration(static_cast<uint64_t>(s.time_ns.median))
+                        : "");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.median) : "-");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.min) : "-");
+      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.max) : "-");
+      row.push_back(steady ? SignedBytes(d.net_change_bytes.median) : "-");
+      row.push_back(s.in_warmup ? SignedBytes(d.warmup_peak_above_entry_bytes) : "-");
+      row.push_back(s.in_warmup ? SignedBytes(d.warmup_net_change_bytes) : "-");
+      rows.push_back(row);
+      first = false;
+    }
+  }
+  PrintTable(out, "    ", rows, "l");
+}
+
+void PrintProcess(std::ostream& out, const ProcessReport& p) {
+  out << "process " << p.pid;
+  if (!p.command_line.empty()) out << ": " << OneLine(Join(p.command_line, " "), 160);
+  out << '\n';
+  std::vector<std::string> facts{ExitText(p.exit)};
+  facts.push_back("allocator " + (p.allocator_mode.empty() ? std::string("not chosen by run")
+                                                           : p.allocator_mode));
+  if (!p.pytorch_alloc_conf.empty()) facts.back() += " (" + p.pytorch_alloc_conf + ")";
+  facts.push_back("traced for " + Duration(p.duration_ns));
+  if (!p.hostname.empty()) facts.push_back("on " + p.hostname);
+  out << "  " << Join(facts, ", ") << '\n';
+
+  for (const std::string& reason : p.incomplete_reasons) out << "  warning: incomplete: " << reason << '\n';
+  for (const std::string& damage : p.damage) out << "  warning: damaged stream: " << damage << '\n';
+  for (const DropSummary& d : p.dropped) {
+    out << "  warning: " << Grouped(d.total) << " records dropped (" << d.source << ")";
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const DropWindow& w : d.windows) {
+      if (!w.has_window) continue;
+      lo = std::min(lo, w.first_ns);
+      hi = std::max(hi, w.last_ns);
+    }
+    if (lo != UINT64_MAX) out << " between " << At(lo) << " and " << At(hi);
+    out << "; figures around then are incomplete\n";
+    // Each gap, so a reader knows which stretches of the timeline to distrust.
+    size_t shown = 0;
+    size_t with_window = 0;
+    for (const DropWindow& w : d.windows) with_window += w.has_window ? 1 : 0;
+    for (const DropWindow& w : d.windows) {
+      if (!w.has_window) continue;
+      if (++shown > 5) {
+        out << "    ... and " << with_window - 5 << " more gaps (summary.json lists them all)\n";
+        break;
+      }
+      out << "    gap: " << Grouped(w.count) << " records from " << At(w.first_ns) << " to "
+          << At(w.last_ns) << '\n';
+    }
+  }
+  if (p.lost_batches > 0 || !p.sequence_gaps.empty()) {
+    out << "  warning: " << Plural(p.lost_batches, "event batch", "event batches") << " lost ("
+        << Plural(p.sequence_gaps.size(), "sequence gap") << ")\n";
+  }
+  if (p.late_events > 0) {
+    out << "  warning: " << Plural(p.late_events, "event")
+        << " arrived later than the reorder window and were applied where they arrived,"
+           " out of time order\n";
+  }
+  for (const Notice& n : p.notices) {
+    out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
+  }
+  if (!p.kernels_enabled && p.has_handshake) out << "  (kernel records were off)\n";
+
+  for (const DeviceReport& d : p.devices) PrintDevice(out, d);
+  PrintPhases(out, p);
+  PrintIterations(out, p);
+
+  if (!p.failed_allocations.empty()) {
+    out << "  failed allocations:\n";
+    std::vector<std::vector<std::string>> rows{
+        {"when", "api", "requested", "error", "gpu", "in use", "free/total", "phase"}};
+    for (const FailedAllocationReport& f : p.failed_allocations) {
+      rows.push_back({At(f.time_ns), f.api, Bytes(f.requested_bytes) + " (" + Grouped(f.requested_bytes) + " B)",
+                      f.error_name + " (" + std::to_string(f.error_code) + ")",
+                      std::to_string(f.device), Bytes(f.device_in_use_bytes),
+                      Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
+                      Phase(f.phase)});
+    }
+    PrintTable(out, "    ", rows, "rlrlrrrl");
+  }
+}
+
+}  // namespace
+
+// Distributed jobs: one line per rank, the highest, the spread, and per-phase peaks.
+void PrintJob(std::ostream& out, const JobReport& job) {
+  if (job.ranks.empty()) return;
+  out << "\njob: " << job.ranks.size() << " ranks"
+      << (job.world_size > 0 ? " of " + std::to_string(job.world_size) : std::string()) << " on "
+      << Plural(job.hosts.size(), "host") << "; highest peak: rank " << job.highest_rank << ", "
+      << Bytes(job.highest_peak_bytes) << "; imbalance "
+      << std::to_string(static_cast<int>(job.imbalance * 1000 + 0.5) / 10.0).substr(0, 4)
+      << "% (highest - lowest, over highest)\n";
+  std::vector<std::string> phases;
+  for (const RankFigures& r : job.ranks) {
+    for (const auto& [name, bytes] : r.phase_peak_bytes) {
+      if (std::find(phases.begin(), phases.end(), name) == phases.end()) phases.push_back(name);
+    }
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"rank", "host", "pid", "gpu", "peak", "NCCL at peak"};
+  for (const std::string& phase : phases) header.push_back(phase + " peak");
+  rows.push_back(header);
+  for (const RankFigures& r : job.ranks) {
+    std::vector<std::string> row{std::to_string(r.rank), r.hostname, std::to_string(r.pid),
+                                 std::to_string(r.device), Bytes(r.peak_bytes),
+                                 Bytes(r.nccl_bytes_at_peak)};
+    for (const std::string& phase : phases) {
+      auto it = r.phase_peak_bytes.find(phase);
+      row.push_back(it == r.phase_peak_bytes.end() ? "-" : Bytes(it->second));
+    }
+    rows.push_back(row);
+  }
+  PrintTable(out, "  ", rows, "llrr");
+}
+
+void PrintSummaryText(const Report& report, std::ostream& out) {
+  if (!report.trace_file.empty()) out << "cumemtrace summary of " << report.trace_file << '\n';
+  if (report.truncated) {
+    out << "warning: the trace is truncated (" << report.truncation_reason
+        << "); everything before the damage is shown\n";
+  }
+  if (report.processes.empty()) out << "no traced processes\n";
+  PrintJob(out, report.job);
+  // Launchers and shell helpers (a pyenv shim runs a dozen) are traced too; when they did
+  // nothing worth showing, they get one line together instead of a section each.
+  std::map<std::string, uint64_t> quiet;
+  uint64_t quiet_count = 0;
+  for (const ProcessReport& p : report.processes) {
+    const bool nothing_to_show = p.devices.empty() && p.phases.empty() &&
+                                 p.failed_allocations.empty() && p.notices.empty() &&
+                                 p.damage.empty() && p.dropped.empty() &&
+                                 (p.complete || report.processes.size() > 1);
+    if (nothing_to_show && report.processes.size() > 1) {
+      ++quiet[p.command_line.empty() ? std::string("?") : BaseName(p.command_line[0])];
+      ++quiet_count;
+      continue;
+    }
+    out << '\n';
+    PrintProcess(out, p);
+  }
+  if (quiet_count > 0) {
+    std::vector<std::string> names;
+    for (const auto& [name, n] : quiet) names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
+    out << "\n" << Plural(quiet_count, "more process", "more processes") << " with no GPU memory, phases or "
+        << "warnings: " << Join(names, ", ") << '\n';
+  }
+}
+
+}  // namespace cumemtrace

@@ -1,0 +1,540 @@
+// Exports parsed back: the Perfetto file with the generated subset parser, the Chrome JSON with
+// nlohmann, the CSV tables with a small RFC 4180 reader, pickles with Python's own pickle (the
+// memory_viz snapshots are checked further by check_memory_viz.py). Checked against the Report
+// and the timeline model, not by string matching.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "collector/output/exports.h"
+#include "collector/output/slice_tracks.h"
+#include "collector/output/pickle_writer.h"
+#include "collector/engine/tests/trace_builder.h"
+#include "collector/engine/analyzed_trace.h"
+#include "collector/output/summary.h"
+#include "perfetto/perfetto_trace_subset.pb.h"
+
+namespace cumemtrace::testing {
+namespace {
+
+namespace pp = ::perfetto::protos;
+using nlohmann::json;
+
+#ifndef CUMEMTRACE_GOLDEN_DIR
+#error "CUMEMTRACE_GOLDEN_DIR must name integration_tests/golden"
+#endif
+
+std::unique_ptr<AnalyzedTrace> Load(const std::string& path) {
+  std::string error;
+  auto trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  EXPECT_NE(trace, nullptr) << error;
+  return trace;
+}
+
+// Two threads with nested phases and NVTX ranges of two domains that overlap without nesting,
+// kernels on two streams (two of them overlapping), a failed allocation, module globals, and
+// a phase name that needs CSV quoting.
+std::string SyntheticTrace() {
+  StreamBuilder s(1, 4242);
+  s.String(1, "forward").String(2, "backward").String(3, "a,\"quoted\" phase").String(4, "dom")
+      .String(5, "cudaMalloc").String(6, "gemm_kernel").String(7, "cudaErrorMemoryAllocation")
+      .String(8, "libtorch_cuda.so").Device(0, "GPU-A", 1000000).Device(1, "GPU-B", 1000000);
+  s.Push(100, 11, 1)                                 // forward on thread 11
+      .Alloc(110, 0, 0x1000, 400, kDevice, 11, 5, 8)
+      .Push(120, 11, 3)                              // nested quoted phase
+      .Alloc(130, 0, 0x2000, 300, kDevice, 11, 5, 8)
+      .Push(135, 11, 2, 4)                           // domain "dom" range opened inside...
+      .Pop(140, 11)                                  // ...quoted phase closes first: no nesting
+      .Alloc(150, 1, 0x9000, 50, kDevice, 11)
+      .Pop(160, 11, 4)                               // dom range ends
+      .Free(170, 0, 0x2000, 300, kDevice, 11)
+      .Pop(180, 11)                                  // forward ends
+      .Push(200, 12, 2)                              // backward on thread 12
+      .Alloc(210, 0, 0x3000, 500, kDevice, 12)
+      .Failed(220, 0, 12, 999999, 2, 5, 7, 100, 1000000)
+      .Free(230, 0, 0x1000, 400, kDevice, 12)
+      .Alloc(240, 0, 0x7000, 64, 6 /* DEVICE_STATIC */, 12)
+      .Pop(250, 12);
+  auto kernel = [&](uint64_t start, uint64_t end, uint32_t stream) {
+    v1::Event e;
+    e.set_timestamp_ns(start);
+    v1::Kernel* k = e.mutable_kernel();
+    k->set_name_id(6);
+    k->set_device(0);
+    k->set_stream(stream);
+    k->set_end_ns(end);
+    k->set_thread_id(11);
+    s.Raw(e);
+  };
+  kernel(105, 125, 7);
+  kernel(120, 140, 7);  // overlaps the previous one on the same stream
+  kernel(150, 155, 7);
+  kernel(150, 190, 8);
+  s.Mark(260, 12, 1).Exit(300, 0).LauncherExit(0, 0);
+  // One file per process: CTest runs the tests of this binary in parallel processes.
+  return WriteTempFile("export_synthetic." + std::to_string(getpid()) + ".cmtrace",
+                       FileBytes(s.Chunks()));
+}
+
+std::string Golden(const std::string& name) {
+  return std::string(CUMEMTRACE_GOLDEN_DIR) + "/" + name + ".cmtrace";
+}
+
+// ---- timeline model ---------------------------------------------------------------------
+
+TEST(TimelineModel, StepsAgreeWithTheReport) {
+  for (const std::string& path : {SyntheticTrace(), Golden("torch_async"), Golden("torch_native"),
+                                  Golden("cuda_phases"), Golden("libtorch_native")}) {
+    SCOPED_TRACE(path);
+    auto trace = Load(path);
+    ASSERT_EQ(trace->timelines.size(), trace->report->processes.size());
+    for (size_t i = 0; i < trace->timelines.size(); ++i) {
+      const ProcessReport& p = trace->report->processes[i];
+      const ProcessTimeline& t = trace->timelines[i];
+      ASSERT_EQ(t.devices.size(), p.devices.size());
+      for (size_t slot = 0; slot < t.devices.size(); ++slot) {
+        const DeviceTimeline& d = t.devices[slot];
+        uint64_t max = 0;
+        for (size_t k = 0; k < d.device_memory.size(); ++k) {
+          max = std::max(max, d.device_memory[k].bytes);
+          if (k > 0) {
+            EXPECT_LE(d.device_memory[k - 1].time_ns, d.device_memory[k].time_ns);
+          }
+        }
+        EXPECT_EQ(max, p.devices[slot].peak.bytes);
+        if (!p.devices[slot].peak.seen) continue;
+        ASSERT_NE(d.peak_step, kNoStep);
+        EXPECT_EQ(d.device_memory[d.peak_step].time_ns, p.devices[slot].peak.time_ns);
+        // The live set at the peak step is the report's live set at the peak.
+        uint64_t live = 0, count = 0;
+        for (const TimelineAllocation& a : t.allocations) {
+          if (a.device_slot != slot || a.birth_step == kNoStep) continue;
+          if (a.birth_step <= d.peak_step && (a.death_step == kNoStep || a.death_step > d.peak_step)) {
+            live += a.bytes;
+            ++count;
+          }
+        }
+        EXPECT_EQ(live, p.devices[slot].peak.bytes);
+        EXPECT_EQ(count, p.devices[slot].peak.live_count);
+      }
+    }
+  }
+}
+
+TEST(NestingLanes, OverlapsGoToAnotherLaneAndNestedSlicesStay) {
+  const std::vector<uint32_t> lanes =
+      internal::NestingLanes({{0, 100}, {10, 20}, {15, 30}, {20, 25}, {40, 120}, {130, 140}});
+  // [15,30] crosses the end of [10,20]; [40,120] crosses the end of [0,100]; [20,25] nests
+  // in [0,100] again once [10,20] has ended, and [130,140] starts after everything.
+  EXPECT_EQ(lanes, (std::vector<uint32_t>{0, 0, 1, 0, 1, 0}));
+}
+
+// ---- Perfetto ---------------------------------------------------------------------------
+
+struct PerfettoCheck {
+  std::map<uint64_t, pp::TrackDescriptor> tracks;
+  std::map<uint64_t, std::vector<std::pair<uint64_t, int64_t>>> counters;  // track -> points
+  std::map<uint64_t, uint64_t> slices;                                     // track -> count
+  std::vector<std::pair<std::string, const pp::TrackEvent*>> instants;
+  pp::Trace trace;
+};
+
+// Decodes the file and checks what Perfetto requires: every event names a described track,
+// every interned name is defined before use, slices on a track begin and end in order and nest.
+PerfettoCheck DecodePerfetto(const std::string& bytes) {
+  PerfettoCheck c;
+  EXPECT_TRUE(c.trace.ParseFromString(bytes));
+  std::map<uint64_t, std::string> names;
+  std::map<uint64_t, std::vector<uint64_t>> open;  // track -> begin timestamps
+  std::map<uint64_t, uint64_t> last_ts;
+  bool first = true;
+  for (const pp::TracePacket& packet : c.trace.packet()) {
+    EXPECT_EQ(packet.trusted_packet_sequence_id(), 1u);
+    if (first) {
+      EXPECT_EQ(packet.sequence_flags(), pp::TracePacket::SEQ_INCREMENTAL_STATE_CLEARED);
+      first = false;
+    }
+    for (const pp::EventName& n : packet.interned_data().event_names()) names[n.iid()] = n.name();
+    if (packet.has_track_descriptor()) {
+      const pp::TrackDescriptor& d = packet.track_descriptor();
+      EXPECT_FALSE(c.tracks.count(d.uuid())) << "uuid reused";
+      if (d.has_parent_uuid()) {
+        EXPECT_TRUE(c.tracks.count(d.parent_uuid())) << d.name();
+      }
+      c.tracks[d.uuid()] = d;
+    }
+    if (!packet.has_track_event()) continue;
+    const pp::TrackEvent& e = packet.track_event();
+    EXPECT_TRUE(c.tracks.count(e.track_uuid())) << "event on an undescribed track";
+    EXPECT_GE(packet.timestamp(), last_ts[e.track_uuid()]) << "time goes back on a track";
+    last_ts[e.track_uuid()] = packet.timestamp();
+    if (e.has_name_iid()) {
+      EXPECT_TRUE(names.count(e.name_iid())) << "undefined iid";
+    }
+    switch (e.type()) {
+      case pp::TrackEvent::TYPE_COUNTER:
+        EXPECT_EQ(c.tracks[e.track_uuid()].counter().unit(), pp::CounterDescriptor::UNIT_SIZE_BYTES);
+        c.counters[e.track_uuid()].emplace_back(packet.timestamp(), e.counter_value());
+        break;
+      case pp::TrackEvent::TYPE_SLICE_BEGIN:
+        open[e.track_uuid()].push_back(packet.timestamp());
+        ++c.slices[e.track_uuid()];
+        break;
+      case pp::TrackEvent::TYPE_SLICE_END:
+        EXPECT_FALSE(open[e.track_uuid()].empty()) << "end without a begin";
+        if (!open[e.track_uuid()].empty()) open[e.track_uuid()].pop_back();
+        break;
+      case pp::TrackEvent::TYPE_INSTANT:
+        c.instants.emplace_back(names[e.name_iid()], &e);
+        break;
+      default:
+        ADD_FAILURE() << "unexpected event type";
+    }
+  }
+  for (const auto& [track, stack] : open) EXPECT_TRUE(stack.empty()) << "slice left open";
+  return c;
+}
+
+uint64_t Annotation(const pp::TrackEvent& e, const std::string& name) {
+  for (const pp::DebugAnnotation& a : e.debug_annotations()) {
+    if (a.name() == name) return a.uint_value();
+  }
+  ADD_FAILURE() << "no annotation " << name;
+  return 0;
+}
+
+TEST(PerfettoExport, SyntheticTraceHasEveryTrackAndNestingSlices) {
+  auto trace = Load(SyntheticTrace());
+  std::ostringstream out;
+  WritePerfettoTrace(*trace, out);
+  PerfettoCheck c = DecodePerfetto(out.str());
+  const ProcessReport& p = trace->report->processes[0];
+
+  // Device memory counters: the maximum is the peak, on the GPU 0 track.
+  bool saw_gpu0 = false, saw_static = false;
+  for (const auto& [track, points] : c.counters) {
+    int64_t max = 0;
+    for (const auto& point : points) max = std::max(max, point.second);
+    const std::string& name = c.tracks[track].name();
+    if (name == "GPU 0 device memory in use") {
+      saw_gpu0 = true;
+      EXPECT_EQ(static_cast<uint64_t>(max), p.devices[0].peak.bytes);
+      EXPECT_EQ(max, 900);  // 0x1000 (400) and 0x3000 (500); 0x2000 was freed before
+    }
+    if (name == "GPU 0 module globals (not the program's)") {
+      saw_static = true;
+      EXPECT_EQ(max, 64);
+    }
+  }
+  EXPECT_TRUE(saw_gpu0);
+  EXPECT_TRUE(saw_static);
+
+  // NVTX: thread 11 has forward, the quoted phase and the dom range; the dom range overlaps
+  // the quoted phase without nesting, so it is on an overflow track under thread 11's track.
+  uint64_t thread11 = 0;
+  for (const auto& [uuid, d] : c.tracks) {
+    if (d.has_thread() && d.thread().tid() == 11) thread11 = uuid;
+  }
+  ASSERT_NE(thread11, 0u);
+  EXPECT_EQ(c.tracks[thread11].thread().pid(), 4242);
+  uint64_t overflow_slices = 0;
+  for (const auto& [uuid, d] : c.tracks) {
+    if (d.parent_uuid() == thread11) overflow_slices += c.slices[uuid];
+  }
+  EXPECT_EQ(c.slices[thread11] + overflow_slices, 3u);
+  EXPECT_EQ(overflow_slices, 1u);
+
+  // Kernels: 3 on stream 7 (one on an overflow track), 1 on stream 8.
+  uint64_t kernel_slices = 0;
+  for (const auto& [uuid, d] : c.tracks) {
+    if (d.name().find("kernels") != std::string::npos) kernel_slices += c.slices[uuid];
+  }
+  EXPECT_EQ(kernel_slices, 4u);
+
+  // Instants: the peak (with its bytes) and the failed allocation.
+  std::map<std::string, const pp::TrackEvent*> instants(c.instants.begin(), c.instants.end());
+  ASSERT_TRUE(instants.count("peak device memory"));
+  ASSERT_TRUE(instants.count("failed allocation"));
+  EXPECT_EQ(Annotation(*instants["failed allocation"], "requested_bytes"), 999999u);
+}
+
+TEST(PerfettoExport, GoldenTracesDecodeWithTheirPeaks) {
+  for (const char* name : {"torch_async", "torch_native", "cuda_phases", "libtorch_native"}) {
+    SCOPED_TRACE(name);
+    auto trace = Load(Golden(name));
+    std::ostringstream out;
+    WritePerfettoTrace(*trace, out);
+    PerfettoCheck c = DecodePerfetto(out.str());
+    int64_t peak = 0;
+    for (const auto& [track, points] : c.counters) {
+      if (c.tracks[track].name().find("device memory") == std::string::npos) continue;
+      for (const auto& point : points) peak = std::max(peak, point.second);
+    }
+    EXPECT_EQ(static_cast<uint64_t>(peak), trace->report->processes[0].devices[0].peak.bytes);
+    uint64_t slices = 0;
+    for (const auto& [track, n] : c.slices) slices += n;
+    EXPECT_EQ(slices, trace->timelines[0].ranges.size() + trace->timelines[0].kernels.size());
+  }
+}
+
+// ---- Chrome -----------------------------------------------------------------------------
+
+TEST(ChromeExport, SameContentAsJsonThatNests) {
+  for (const std::string& path : {SyntheticTrace(), Golden("torch_async")}) {
+    SCOPED_TRACE(path);
+    auto trace = Load(path);
+    std::ostringstream out;
+    WriteChromeTrace(*trace, out);
+    const json doc = json::parse(out.str());
+    const ProcessReport& p = trace->report->processes[0];
+    std::map<std::pair<uint64_t, uint64_t>, std::vector<std::pair<double, double>>> slices;
+    double counter_max = 0;
+    bool peak_instant = false;
+    size_t x_events = 0;
+    for (const json& e : doc.at("traceEvents")) {
+      const std::string ph = e.at("ph");
+      if (ph == "X") {
+        ++x_events;
+        slices[{e.at("pid"), e.at("tid")}].emplace_back(e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>());
+      } else if (ph == "C" && e.at("name").get<std::string>().find("device memory") != std::string::npos) {
+        counter_max = std::max(counter_max, e.at("args").at("bytes").get<double>());
+      } else if (ph == "i" && e.at("name") == "peak device memory") {
+        const DeviceReport* device = FindDevice(p, e.at("args").at("device").get<uint32_t>());
+        ASSERT_NE(device, nullptr);
+        peak_instant = peak_instant || device->index == p.devices[0].index;
+        EXPECT_EQ(e.at("args").at("bytes").get<uint64_t>(), device->peak.bytes);
+        EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), device->peak.time_ns / 1000.0);
+      }
+    }
+    EXPECT_TRUE(peak_instant);
+    EXPECT_EQ(static_cast<uint64_t>(counter_max), p.devices[0].peak.bytes);
+    EXPECT_EQ(x_events, trace->timelines[0].ranges.size() + trace->timelines[0].kernels.size());
+    // Complete events on one thread nest: sorted by start, each ends inside its enclosing one.
+    for (auto& [key, list] : slices) {
+      std::sort(list.begin(), list.end(), [](auto& a, auto& b) {
+        return a.first != b.first ? a.first < b.first : a.second > b.second;
+      });
+      std::vector<double> ends;
+      for (const auto& [start, end] : list) {
+        while (!ends.empty() && ends.back() <= start) ends.pop_back();
+        if (!ends.empty()) {
+          EXPECT_LE(end, ends.back()) << "overlap on tid " << key.second;
+        }
+        ends.push_back(end);
+      }
+    }
+  }
+}
+
+// ---- CSV --------------------------------------------------------------------------------
+
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1);
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (quoted) {
+      if (ch == '"' && i + 1 < text.size() && text[i + 1] == '"') field += text[++i];
+      else if (ch == '"') quoted = false;
+      else field += ch;
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == ',') {
+      rows.back().push_back(field);
+      field.clear();
+    } else if (ch == '\r' && i + 1 < text.size() && text[i + 1] == '\n') {
+      rows.back().push_back(field);
+      field.clear();
+      rows.emplace_back();
+      ++i;
+    } else {
+      field += ch;
+    }
+  }
+  if (rows.back().empty()) rows.pop_back();
+  return rows;
+}
+
+TEST(CsvExport, TablesParseBackWithTheReportsFigures) {
+  auto trace = Load(SyntheticTrace());
+  const ProcessReport& p = trace->report->processes[0];
+  std::map<std::string, std::vector<std::vector<std::string>>> tables;
+  for (const auto& [name, text] : SummaryCsvTables(*trace->report)) tables[name] = ParseCsv(text);
+  for (const char* name : {"devices.csv", "live_at_peak.csv", "by_kind.csv", "by_api.csv",
+                           "by_library.csv", "phases.csv", "failed_allocations.csv"}) {
+    ASSERT_TRUE(tables.count(name)) << name;
+    for (const auto& row : tables[name]) EXPECT_EQ(row.size(), tables[name][0].size()) << name;
+  }
+  auto column = [&](const std::string& table, const std::string& header) {
+    const auto& head = tables[table][0];
+    return static_cast<size_t>(std::find(head.begin(), head.end(), header) - head.begin());
+  };
+  ASSERT_EQ(tables["devices.csv"].size(), 1 + p.devices.size());
+  EXPECT_EQ(tables["devices.csv"][1][column("devices.csv", "peak_bytes")],
+            std::to_string(p.devices[0].peak.bytes));
+  // The quoted phase name survives the round trip.
+  std::set<std::string> phases;
+  for (size_t r = 1; r < tables["phases.csv"].size(); ++r) {
+    phases.insert(tables["phases.csv"][r][column("phases.csv", "phase")]);
+  }
+  EXPECT_TRUE(phases.count("a,\"quoted\" phase"));
+  EXPECT_EQ(tables["phases.csv"].size(), 1 + p.phases.size() * p.devices.size());
+  ASSERT_EQ(tables["failed_allocations.csv"].size(), 2u);
+  EXPECT_EQ(tables["failed_allocations.csv"][1][column("failed_allocations.csv", "requested_bytes")],
+            "999999");
+  EXPECT_EQ(tables["failed_allocations.csv"][1][column("failed_allocations.csv", "phase")],
+            "backward");
+}
+
+// ---- pickle -----------------------------------------------------------------------------
+
+// Runs python3 to unpickle `bytes` and returns the value as JSON (tuples become arrays).
+json Unpickle(const std::string& bytes) {
+  const std::string path =
+      WriteTempFile("value." + std::to_string(getpid()) + ".pickle", bytes);
+  const std::string command =
+      "python3 -c 'import json, pickle, sys; "
+      "print(json.dumps(pickle.load(open(sys.argv[1], \"rb\"))))' " + path;
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
+  EXPECT_EQ(pclose(pipe), 0) << "python3 could not unpickle";
+  return json::parse(out);
+}
+
+TEST(PickleWriter, PythonReadsBackEveryTypeAndSize) {
+  std::ostringstream out;
+  internal::PickleWriter w(out);
+  const std::vector<int64_t> ints = {0, 1, 255, 256, 65535, 65536, -1, -256, INT32_MAX,
+                                     INT32_MIN, int64_t{INT32_MAX} + 1, int64_t{INT32_MIN} - 1,
+                                     INT64_MAX, INT64_MIN, 1ll << 40, -(1ll << 47)};
+  w.BeginDict();
+  w.Str("ints");
+  w.BeginList();
+  for (int64_t v : ints) w.Int(v);
+  w.EndList();
+  w.Str("uints");
+  w.BeginList();
+  w.UInt(uint64_t{1} << 63);
+  w.UInt(UINT64_MAX);
+  w.EndList();
+  w.Str("strings");
+  w.BeginList();
+  w.Str("");
+  w.Str("ünïcode ✓");
+  w.Str("ints");  // memoized: the key above
+  w.EndList();
+  w.Str("flags");
+  w.BeginTuple();
+  w.Bool(true);
+  w.Bool(false);
+  w.None();
+  w.EndTuple();
+  w.Str("long");  // crosses the 1000-item batches of lists and dicts
+  w.BeginList();
+  for (int i = 0; i < 2500; ++i) w.Int(i);
+  w.EndList();
+  w.Str("wide");
+  w.BeginDict();
+  for (int i = 0; i < 1500; ++i) {
+    w.Str("k" + std::to_string(i));  // past 256 memo entries: LONG_BINPUT/LONG_BINGET
+    w.Int(i);
+  }
+  w.Str("k7");
+  w.Int(-7);  // a repeated key replaces the value, as in Python
+  w.EndDict();
+  w.EndDict();
+  w.Finish();
+
+  const json v = Unpickle(out.str());
+  ASSERT_EQ(v.at("ints").size(), ints.size());
+  for (size_t i = 0; i < ints.size(); ++i) EXPECT_EQ(v["ints"][i].get<int64_t>(), ints[i]);
+  EXPECT_EQ(v["uints"][0].get<uint64_t>(), uint64_t{1} << 63);
+  EXPECT_EQ(v["uints"][1].get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ(v["strings"], json::array({"", "ünïcode ✓", "ints"}));
+  EXPECT_EQ(v["flags"], json::array({true, false, nullptr}));
+  ASSERT_EQ(v["long"].size(), 2500u);
+  EXPECT_EQ(v["long"][2499], 2499);
+  EXPECT_EQ(v["wide"].size(), 1500u);
+  EXPECT_EQ(v["wide"]["k1499"], 1499);
+  EXPECT_EQ(v["wide"]["k7"], -7);
+}
+
+TEST(MemoryVizExport, SnapshotOfTheSyntheticTrace) {
+  auto trace = Load(SyntheticTrace());
+  std::ostringstream out;
+  WriteMemoryVizSnapshot(*trace, 0, out);
+  const json v = Unpickle(out.str());
+  // Still allocated at the end: 0x3000 (500 B) on GPU 0 and 0x9000 (50 B) on GPU 1.
+  ASSERT_EQ(v.at("segments").size(), 2u);
+  std::map<uint64_t, json> segments;
+  for (const json& s : v["segments"]) segments[s.at("address")] = s;
+  EXPECT_EQ(segments[0x3000]["total_size"], 500);
+  EXPECT_EQ(segments[0x3000]["device"], 0);
+  EXPECT_EQ(segments[0x3000]["blocks"][0]["state"], "active_allocated");
+  EXPECT_EQ(segments[0x9000]["device"], 1);
+  ASSERT_EQ(v.at("device_traces").size(), 2u);
+  std::vector<std::string> actions;
+  std::map<uint64_t, std::string> category;
+  for (const json& e : v["device_traces"][0]) {
+    actions.push_back(e.at("action"));
+    if (e["action"] == "alloc") category[e.at("addr")] = e.at("category");
+  }
+  EXPECT_EQ(actions, (std::vector<std::string>{
+                         "segment_alloc", "alloc", "segment_alloc", "alloc", "free_requested",
+                         "free_completed", "segment_free", "segment_alloc", "alloc", "oom",
+                         "free_requested", "free_completed", "segment_free"}));
+  EXPECT_EQ(category[0x1000], "forward");
+  EXPECT_EQ(category[0x2000], "a,\"quoted\" phase");
+  EXPECT_EQ(category[0x3000], "backward");
+  // 0x9000 was allocated inside the "dom" range, the innermost one open on its thread.
+  EXPECT_EQ(v["device_traces"][1][0]["category"], "dom: backward");
+}
+
+}  // namespace
+}  // namespace cumemtrace::testing
+
+namespace cumemtrace {
+namespace {
+
+// Records the tracer lost are shown as explicit gaps in the exported timeline and the text.
+TEST(DropGaps, AppearInTheChromeTimelineAndTheTextReport) {
+  testing::StreamBuilder s(1, 77);
+  s.Alloc(1000, 0, 0x10, 64, testing::kDevice, 77)
+      .Dropped(v1::DROP_SOURCE_TRACER_QUEUE, 1234, 5000, 9000)
+      .Alloc(20000, 0, 0x20, 64, testing::kDevice, 77)
+      .Flush();
+  const std::string path =
+      testing::WriteTempFile("drops.cmtrace", testing::FileBytes(s.Chunks()));
+  std::string error;
+  auto trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  ASSERT_NE(trace, nullptr) << error;
+  std::ostringstream chrome;
+  WriteChromeTrace(*trace, chrome);
+  int gaps = 0;
+  const nlohmann::json doc = nlohmann::json::parse(chrome.str());  // outlives the loop
+  for (const nlohmann::json& e : doc.at("traceEvents")) {
+    if (!e.contains("cat") || e.at("cat") != "gap") continue;
+    ++gaps;
+    EXPECT_EQ(e.at("name"), "records dropped (tracer_queue)");
+    EXPECT_EQ(e.at("args").at("count"), 1234);
+    EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 4.0);  // 5000..9000 ns = 4 us
+  }
+  EXPECT_EQ(gaps, 1);
+  std::ostringstream text;
+  PrintSummaryText(*trace->report, text);
+  EXPECT_NE(text.str().find("gap: 1,234 records from"), std::string::npos) << text.str();
+}
+
+}  // namespace
+}  // namespace cumemtrace

@@ -1,0 +1,125 @@
+// SummaryJson and PrintSummaryText: what a reader of either gets.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <iostream>
+#include <sstream>
+
+#include "collector/engine/analysis.h"
+#include "collector/engine/report.h"
+#include "collector/engine/tests/trace_builder.h"
+#include "collector/output/summary.h"
+
+namespace cumemtrace {
+namespace {
+
+using testing::StreamBuilder;
+
+std::unique_ptr<Report> SampleReport() {
+  StreamBuilder s(1, 4242);
+  s.String(1, "forward").String(2, "backward").String(3, "cudaMalloc").String(4, "cudaErrorMemoryAllocation");
+  s.Device(0, "NVIDIA H100 80GB HBM3", 85899345920ull).Flush();
+  s.Push(1000, 1, 1).Alloc(1100, 0, 0x7f0000000000, 1234567000, testing::kDevice, 1, 3);
+  s.Pop(1200, 1).Push(1300, 1, 2).Alloc(1400, 0, 0x7f1000000000, 890, testing::kDevice, 2, 3);
+  s.Failed(1450, 0, 1, 80ull << 30, 2, 3, 4, 1 << 20, 85899345920ull);
+  s.Free(1500, 0, 0x7f1000000000, 890, testing::kDevice, 2).Pop(1600, 1);
+  s.Alloc(1700, 0, 0x1000, 4096, v1::MEMORY_KIND_PINNED, 1);
+  s.Dropped(v1::DROP_SOURCE_CUPTI, 12, 1410, 1420).SkipBatches(2);
+  s.Exit(1800, 0).LauncherExit(0, 0);
+  auto report = testing::Analyze(s.Chunks());
+  report->trace_file = "run.cmtrace";
+  return report;
+}
+
+TEST(SummaryJson, ParsesBackWithTheExpectedValues) {
+  auto report = SampleReport();
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(*report));
+  EXPECT_EQ(j["schema"], "cumemtrace.summary/1");
+  EXPECT_EQ(j["trace_file"], "run.cmtrace");
+  EXPECT_EQ(j["truncated"], false);
+  EXPECT_TRUE(j["truncation_reason"].is_null());
+  ASSERT_EQ(j["processes"].size(), 1u);
+  const auto& p = j["processes"][0];
+  EXPECT_EQ(p["pid"], 4242);
+  EXPECT_EQ(p["command_line"][1], "train.py");
+  EXPECT_EQ(p["allocator"]["mode"], "async");
+  EXPECT_EQ(p["exit"]["source"], "launcher");
+  EXPECT_EQ(p["exit"]["code"], 0);
+  EXPECT_TRUE(p["exit"]["signal"].is_null());
+  EXPECT_EQ(p["complete"], true);
+  EXPECT_EQ(p["lost_batches"]["count"], 2);
+  EXPECT_EQ(p["dropped"][0]["source"], "cupti");
+  EXPECT_EQ(p["dropped"][0]["count"], 12);
+  EXPECT_EQ(p["duration_ns"], 800);
+  const auto& d = p["devices"][0];
+  EXPECT_EQ(d["index"], 0);
+  EXPECT_EQ(d["total_memory_bytes"].get<uint64_t>(), 85899345920ull);
+  EXPECT_EQ(d["peak"]["bytes"].get<uint64_t>(), 1234567890u);
+  EXPECT_EQ(d["peak"]["time_ns"], 400);
+  EXPECT_EQ(d["peak"]["live_by_phase_and_kind"][0]["phase"], "forward");
+  EXPECT_EQ(d["peak"]["live_by_phase_and_kind"][1]["phase"], "backward");
+  EXPECT_EQ(d["peak"]["largest"][0]["address"].get<uint64_t>(), 0x7f0000000000ull);
+  EXPECT_EQ(d["by_kind"]["PINNED"]["peak_bytes"], 4096);
+  EXPECT_EQ(d["live_at_exit"]["bytes"].get<uint64_t>(), 1234567000u);
+  ASSERT_EQ(p["phases"].size(), 2u);
+  EXPECT_EQ(p["phases"][1]["name"], "backward");
+  EXPECT_TRUE(p["phases"][1]["domain"].is_null());
+  EXPECT_EQ(p["phases"][1]["devices"][0]["bytes_at_entry"].get<uint64_t>(), 1234567000u);
+  EXPECT_EQ(p["phases"][1]["devices"][0]["peak_above_entry_bytes"], 890);
+  EXPECT_EQ(p["phases"][1]["devices"][0]["failed_allocations"], 1);
+  ASSERT_EQ(p["failed_allocations"].size(), 1u);
+  EXPECT_EQ(p["failed_allocations"][0]["phase"], "backward");
+  EXPECT_EQ(p["failed_allocations"][0]["requested_bytes"].get<uint64_t>(), 80ull << 30);
+  EXPECT_EQ(p["failed_allocations"][0]["error_name"], "cudaErrorMemoryAllocation");
+  EXPECT_EQ(p["failed_allocations"][0]["device_in_use_bytes"].get<uint64_t>(), 1234567890u);
+}
+
+TEST(SummaryJson, TruncatedReportSaysWhy) {
+  auto report = SampleReport();
+  report->truncated = true;
+  report->truncation_reason = "file ends inside a chunk at byte 99";
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(*report));
+  EXPECT_EQ(j["truncated"], true);
+  EXPECT_EQ(j["truncation_reason"], "file ends inside a chunk at byte 99");
+}
+
+TEST(SummaryJson, InvalidUtf8InACommandLineKeepsTheProcessAndValidJson) {
+  StreamBuilder s(1, 1);
+  s.handshake().add_command_line(std::string("train\xff\xfe.py", 10));
+  s.Alloc(1, 0, 0x1, 1);
+  auto report = testing::Analyze(s.Chunks());
+  // Text fields are `bytes` on the wire, so a stray byte costs nothing but that byte.
+  ASSERT_EQ(report->processes.size(), 1u);
+  const ProcessReport& p = report->processes[0];
+  EXPECT_TRUE(p.has_handshake);
+  EXPECT_FALSE(p.damaged);
+  EXPECT_EQ(p.devices.at(0).peak.bytes, 1u);
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(SummaryJson(*report)));
+  const std::string shown = j["processes"][0]["command_line"].back();
+  EXPECT_EQ(shown.substr(0, 5), "train");
+  EXPECT_EQ(shown.substr(shown.size() - 3), ".py");
+}
+
+TEST(SummaryText, ShowsPhasesExactPeakAndWarnings) {
+  auto report = SampleReport();
+  report->truncated = true;
+  report->truncation_reason = "file ends inside a chunk at byte 99";
+  std::ostringstream out;
+  PrintSummaryText(*report, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("1,234,567,890 B"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.15 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("forward"), std::string::npos) << text;
+  EXPECT_NE(text.find("backward"), std::string::npos) << text;
+  EXPECT_NE(text.find("process 4242"), std::string::npos) << text;
+  EXPECT_NE(text.find("truncated"), std::string::npos) << text;
+  EXPECT_NE(text.find("12 records dropped"), std::string::npos) << text;
+  EXPECT_NE(text.find("2 event batches lost"), std::string::npos) << text;
+  EXPECT_NE(text.find("cudaErrorMemoryAllocation"), std::string::npos) << text;
+  EXPECT_NE(text.find("async"), std::string::npos) << text;
+  std::cout << text;  // for eyes in the test log
+}
+
+}  // namespace
+}  // namespace cumemtrace

@@ -1,0 +1,379 @@
+// WriteViewerHtml (exports.h): viewer/src/template.html (with the viewer's CSS and JS already
+// inlined at build time, viewer/embed.cmake) with this trace's data put in place of its
+// {{CUMEMTRACE_DATA}} marker. The data is JSON whose big columns are base64 typed arrays
+// (little-endian, as every browser's typed arrays are), so that a million allocations load as
+// a few array views rather than a million parsed objects. viewer/src/viewer.js reads it; the
+// layout is "cumemtrace.viewer/1", described in docs/exports.md. One page shows one of three
+// things, chosen by the data's "mode": a trace ("report"), traced runs on one time axis
+// ("compare"), or memory against a swept parameter ("sweep").
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <unordered_map>
+
+#include "collector/output/exports.h"
+#include "collector/output/slice_tracks.h"
+#include "collector/engine/accounting.h"
+
+namespace cumemtrace {
+namespace internal {
+extern const char kViewerHtml[];
+extern const size_t kViewerHtmlSize;
+}  // namespace internal
+
+namespace {
+
+using nlohmann::json;
+
+// Kernel activity is drawn as busy time per bin over the whole run: ten million kernels
+// cannot be embedded one by one and still load in a second.
+constexpr size_t kKernelBins = 2000;
+
+std::string Base64(const void* data, size_t size) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < size; i += 3) {
+    const uint32_t n = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
+    out += kAlphabet[n >> 18];
+    out += kAlphabet[(n >> 12) & 63];
+    out += kAlphabet[(n >> 6) & 63];
+    out += kAlphabet[n & 63];
+  }
+  if (i < size) {
+    uint32_t n = uint32_t{bytes[i]} << 16;
+    if (i + 1 < size) n |= uint32_t{bytes[i + 1]} << 8;
+    out += kAlphabet[n >> 18];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < size ? kAlphabet[(n >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+template <typename T>
+std::string Column(const std::vector<T>& values) {
+  return Base64(values.data(), values.size() * sizeof(T));
+}
+
+// Lifetime classes as the viewer indexes them (lifetimes.h; the names LifetimeClassName gives).
+// An allocation whose class is unknown gets kUnknownLifetimeClass.
+const std::vector<std::string> kLifetimeClassNames = {"persistent", "activation", "gradient",
+                                                      "temporary", "other"};
+constexpr uint8_t kUnknownLifetimeClass = 0xFF;
+
+json SpreadData(const Spread& s) {
+  return {{"count", s.count}, {"median", s.median}, {"min", s.min}, {"max", s.max}};
+}
+
+// The same layout as summary.json's "iterations" (docs/summary.md), so that the viewer and
+// the summary cannot disagree on what a median is.
+json IterationsData(const IterationReport& r) {
+  json windows = json::array();
+  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
+  json phases = json::array();
+  for (const IterationPhaseStats& s : r.phases) {
+    json devices = json::array();
+    for (const IterationPhaseDevice& d : s.devices) {
+      devices.push_back(
+          {{"index", d.index},
+           {"warmup_peak_above_entry_bytes",
+            s.in_warmup ? json(d.warmup_peak_above_entry_bytes) : json(nullptr)},
+           {"warmup_net_change_bytes", s.in_warmup ? json(d.warmup_net_change_bytes) : json(nullptr)},
+           {"peak_above_entry_bytes", SpreadData(d.peak_above_entry_bytes)},
+           {"net_change_bytes", SpreadData(d.net_change_bytes)}});
+    }
+    phases.push_back({{"phase", s.phase},
+                      {"inferred", s.inferred},
+                      {"iterations_with_phase", s.iterations_with_phase},
+                      {"warmup_ns", s.in_warmup ? json(s.warmup_ns) : json(nullptr)},
+                      {"time_ns", SpreadData(s.time_ns)},
+                      {"devices", devices}});
+  }
+  return {{"source", r.source.empty() ? json(nullptr) : json(r.source)},
+          {"range", r.range.empty() ? json(nullptr) : json(r.range)},
+          {"note", r.note.empty() ? json(nullptr) : json(r.note)},
+          {"count", r.count},
+          {"windows_ns", windows},
+          {"warmup_ns", r.count > 0 ? json(r.warmup_ns) : json(nullptr)},
+          {"duration_ns", SpreadData(r.duration_ns)},
+          {"phases", phases}};
+}
+
+json LifetimeAtPeakData(const LifetimeAtPeak& l) {
+  return {{"bytes_by_class", l.bytes_by_class},
+          {"activation_memory_bytes", l.activation_memory_bytes}};
+}
+
+// Identifies one device allocation in both the Report's lifetimes and the timeline: an
+// address is live once at a time, so (device, address, birth) names one allocation.
+struct AllocationKey {
+  uint32_t device;
+  uint64_t address;
+  uint64_t birth_ns;
+  bool operator==(const AllocationKey& o) const {
+    return device == o.device && address == o.address && birth_ns == o.birth_ns;
+  }
+};
+struct AllocationKeyHash {
+  size_t operator()(const AllocationKey& k) const {
+    uint64_t h = k.address * 0x9E3779B97F4A7C15ull;
+    h ^= k.birth_ns + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h ^ k.device);
+  }
+};
+
+// The lifetime class of each device allocation, by key; empty when the analysis did not keep
+// lifetimes (AnalysisOptions::keep_lifetimes).
+using LifetimeClasses = std::unordered_map<AllocationKey, uint8_t, AllocationKeyHash>;
+
+LifetimeClasses LifetimeClassesOf(const ProcessReport& p) {
+  LifetimeClasses classes;
+  classes.reserve(p.lifetimes.size());
+  for (const AllocationLifetime& a : p.lifetimes) {
+    const auto it =
+        std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);
+    classes[AllocationKey{a.device, a.address, a.birth_ns}] =
+        it == kLifetimeClassNames.end()
+            ? kUnknownLifetimeClass
+            : static_cast<uint8_t>(it - kLifetimeClassNames.begin());
+  }
+  return classes;
+}
+
+json StepsData(const DeviceTimeline& dt) {
+  std::vector<double> step_time, step_bytes;
+  step_time.reserve(dt.device_memory.size());
+  step_bytes.reserve(dt.device_memory.size());
+  for (const MemoryStep& s : dt.device_memory) {
+    step_time.push_back(static_cast<double>(s.time_ns));
+    step_bytes.push_back(static_cast<double>(s.bytes));
+  }
+  return {{"n", step_time.size()}, {"time_ns", Column(step_time)}, {"bytes", Column(step_bytes)}};
+}
+
+json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot,
+                const LifetimeClasses& classes) {
+  const DeviceTimeline& dt = t.devices[slot];
+  const DeviceReport& dr = p.devices[slot];
+  std::vector<uint32_t> birth, death, api, library;
+  std::vector<int32_t> phase;
+  std::vector<double> bytes;
+  std::vector<uint8_t> kind, lifetime_class;
+  for (const TimelineAllocation& a : t.allocations) {
+    if (a.device_slot != slot || !internal::IsDeviceMemory(a.kind)) continue;
+    if (!classes.empty()) {
+      const auto it = classes.find(AllocationKey{dr.index, a.address, a.birth_ns});
+      lifetime_class.push_back(it == classes.end() ? kUnknownLifetimeClass : it->second);
+    }
+    birth.push_back(a.birth_step);
+    death.push_back(a.death_step);
+    bytes.push_back(static_cast<double>(a.bytes));
+    phase.push_back(a.phase);
+    api.push_back(a.api);
+    library.push_back(a.library);
+    kind.push_back(a.kind);
+  }
+  std::vector<float> busy(kKernelBins, 0.0f);
+  const double width = std::max<double>(1.0, static_cast<double>(p.duration_ns)) / kKernelBins;
+  for (const KernelSlice& k : t.kernels) {
+    if (k.device != dt.index) continue;
+    const double start = static_cast<double>(k.start_ns), end = static_cast<double>(k.end_ns);
+    for (auto bin = static_cast<size_t>(start / width); bin < kKernelBins; ++bin) {
+      const double lo = std::max(start, bin * width), hi = std::min(end, (bin + 1) * width);
+      if (hi <= lo) break;
+      busy[bin] += static_cast<float>((hi - lo) / width);
+    }
+  }
+  json d = {{"index", dr.index},
+            {"name", dr.has_info ? json(dr.name) : json(nullptr)},
+            {"total_memory_bytes", dr.has_info ? json(dr.total_memory_bytes) : json(nullptr)},
+            {"peak_bytes", dr.peak.bytes},
+            {"peak_time_ns", dr.peak.seen ? json(dr.peak.time_ns) : json(nullptr)},
+            {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
+            {"peak_live_allocations", dr.peak.live_count},
+            {"kernel_count", dr.kernel_count},
+            {"lifetime_at_peak", LifetimeAtPeakData(dr.lifetime_at_peak)},
+            {"steps", StepsData(dt)},
+            {"allocations",
+             {{"n", birth.size()}, {"birth_step", Column(birth)}, {"death_step", Column(death)},
+              {"bytes", Column(bytes)}, {"phase", Column(phase)}, {"api", Column(api)},
+              {"library", Column(library)}, {"kind", Column(kind)}}},
+            {"kernel_busy", {{"bins", kKernelBins}, {"fraction", Column(busy)}}}};
+  // Only with the analysis' lifetimes; the viewer then groups a live set by class as well.
+  if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
+  return d;
+}
+
+json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
+  json phases = json::array();
+  for (const PhaseReport& ph : p.phases) {
+    json devices = json::array();
+    for (const PhaseDeviceStats& d : ph.devices) {
+      devices.push_back({{"index", d.index}, {"bytes_at_entry", d.bytes_at_entry},
+                         {"peak_bytes", d.peak_bytes},
+                         {"peak_above_entry_bytes", d.peak_above_entry_bytes},
+                         {"allocated_bytes", d.allocated_bytes}, {"freed_bytes", d.freed_bytes},
+                         {"allocations", d.allocations}, {"frees", d.frees},
+                         {"failed_allocations", d.failed_allocations}, {"kernels", d.kernels}});
+    }
+    phases.push_back({{"name", ph.name}, {"occurrences", ph.occurrences},
+                      {"total_ns", ph.total_ns}, {"devices", devices}});
+  }
+  json failed = json::array();
+  for (const FailedAllocationReport& f : p.failed_allocations) {
+    failed.push_back({{"time_ns", f.time_ns}, {"device", f.device}, {"api", f.api},
+                      {"requested_bytes", f.requested_bytes}, {"error_name", f.error_name},
+                      {"phase", f.phase.empty() ? json(nullptr) : json(f.phase)},
+                      {"caller", f.caller}, {"device_in_use_bytes", f.device_in_use_bytes},
+                      {"device_free_bytes", f.device_free_bytes}});
+  }
+  // NVTX ranges with their nesting depth on their thread (0: outermost), for phase bands.
+  std::vector<double> start, end;
+  std::vector<int32_t> phase;
+  std::vector<uint32_t> thread;
+  std::vector<uint8_t> depth;
+  std::vector<std::pair<uint32_t, uint64_t>> open;  // (thread, end) of enclosing ranges
+  for (const RangeSlice& r : t.ranges) {  // by start
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [&r](const auto& o) { return o.second <= r.start_ns; }),
+               open.end());
+    uint32_t level = 0;
+    for (const auto& [th, e] : open) {
+      if (th == r.thread_id) ++level;
+    }
+    open.emplace_back(r.thread_id, r.end_ns);
+    start.push_back(static_cast<double>(r.start_ns));
+    end.push_back(static_cast<double>(r.end_ns));
+    phase.push_back(r.phase);
+    thread.push_back(r.thread_id);
+    depth.push_back(static_cast<uint8_t>(std::min<uint32_t>(level, 255)));
+  }
+  const LifetimeClasses classes = LifetimeClassesOf(p);
+  json devices = json::array();
+  for (size_t slot = 0; slot < t.devices.size(); ++slot) {
+    devices.push_back(DeviceData(p, t, slot, classes));
+  }
+  return {{"label", internal::ProcessLabel(p)},
+          {"pid", p.pid},
+          {"command_line", p.command_line},
+          {"allocator_mode", p.allocator_mode},
+          {"duration_ns", p.duration_ns},
+          {"strings", t.strings},
+          {"phase_names", t.phase_names},
+          {"phases", phases},
+          {"failed_allocations", failed},
+          {"iterations", IterationsData(p.iterations)},
+          {"lifetime_classes", kLifetimeClassNames},
+          {"ranges",
+           {{"n", start.size()}, {"start_ns", Column(start)}, {"end_ns", Column(end)},
+            {"phase", Column(phase)}, {"thread", Column(thread)}, {"depth", Column(depth)}}},
+          {"devices", devices}};
+}
+
+// One run of a compare page: the process and device with the highest peak, its memory series
+// and what lines runs up: the start of its first iteration (or of its trace).
+json CompareRunData(const ViewerRun& run) {
+  const Report& report = *run.trace->report;
+  size_t best_process = 0, best_slot = 0;
+  bool found = false;
+  for (size_t i = 0; i < report.processes.size(); ++i) {
+    const std::vector<DeviceReport>& devices = report.processes[i].devices;
+    for (size_t slot = 0; slot < devices.size(); ++slot) {
+      if (!found || devices[slot].peak.bytes >
+                        report.processes[best_process].devices[best_slot].peak.bytes) {
+        best_process = i;
+        best_slot = slot;
+        found = true;
+      }
+    }
+  }
+  json r = {{"label", run.label}, {"trace_file", report.trace_file},
+            {"truncated", report.truncated}, {"found", found}};
+  if (!found) return r;
+  const ProcessReport& p = report.processes[best_process];
+  const DeviceReport& dr = p.devices[best_slot];
+  const DeviceTimeline& dt = run.trace->timelines[best_process].devices[best_slot];
+  const IterationReport& it = p.iterations;
+  r.update({{"process", internal::ProcessLabel(p)},
+            {"pid", p.pid},
+            {"allocator_mode", p.allocator_mode},
+            {"duration_ns", p.duration_ns},
+            {"device", {{"index", dr.index}, {"name", dr.has_info ? json(dr.name) : json(nullptr)}}},
+            {"align_ns", it.windows_ns.empty() ? 0 : it.windows_ns.front().first},
+            {"aligned_at", it.windows_ns.empty() ? "trace start" : "first iteration start"},
+            {"peak_bytes", dr.peak.bytes},
+            {"peak_time_ns", dr.peak.seen ? json(dr.peak.time_ns) : json(nullptr)},
+            {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
+            {"lifetime_at_peak", LifetimeAtPeakData(dr.lifetime_at_peak)},
+            {"iterations", IterationsData(it)},
+            {"steps", StepsData(dt)}});
+  return r;
+}
+
+json SweepPointData(const SweepPoint& point) {
+  const RunFigures& f = point.figures;
+  const auto persistent = f.lifetime_bytes.find("persistent");
+  json d = {{"label", point.label}, {"value", point.value}, {"exit_status", point.exit_status},
+            {"found", f.found}};
+  if (!f.found) return d;
+  d.update({{"pid", f.pid},
+            {"device", f.device},
+            {"peak_bytes", f.peak_bytes},
+            {"persistent_bytes", persistent == f.lifetime_bytes.end() ? 0 : persistent->second},
+            {"activation_memory_bytes", f.activation_memory_bytes},
+            {"lifetime_bytes", f.lifetime_bytes},
+            {"iterations", f.iterations}});
+  return d;
+}
+
+// The viewer page with `data` in place of the template's {{CUMEMTRACE_DATA}} marker.
+void WriteViewerPage(const json& data, std::ostream& out) {
+  std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Inside <script>, "</" could end the element early; JSON allows "<\/" for it.
+  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) {
+    text.replace(at, 2, "<\\/");
+  }
+  const std::string_view html(internal::kViewerHtml, internal::kViewerHtmlSize);
+  constexpr std::string_view kMarker = "{{CUMEMTRACE_DATA}}";
+  const size_t at = html.find(kMarker);
+  out << html.substr(0, at);
+  if (at != std::string_view::npos) out << text << html.substr(at + kMarker.size());
+}
+
+}  // namespace
+
+void WriteViewerHtml(const AnalyzedTrace& trace, std::ostream& out) {
+  json data = {{"schema", "cumemtrace.viewer/1"},
+               {"mode", "report"},
+               {"trace_file", trace.report->trace_file},
+               {"truncated", trace.report->truncated},
+               {"processes", json::array()}};
+  for (size_t i = 0; i < trace.report->processes.size(); ++i) {
+    data["processes"].push_back(ProcessData(trace.report->processes[i], trace.timelines[i]));
+  }
+  WriteViewerPage(data, out);
+}
+
+void WriteCompareViewerHtml(const std::vector<ViewerRun>& runs, std::ostream& out) {
+  json data = {{"schema", "cumemtrace.viewer/1"}, {"mode", "compare"}, {"runs", json::array()}};
+  for (const ViewerRun& run : runs) data["runs"].push_back(CompareRunData(run));
+  WriteViewerPage(data, out);
+}
+
+void WriteSweepViewerHtml(const std::string& parameter, const std::vector<SweepPoint>& points,
+                          std::ostream& out) {
+  json data = {{"schema", "cumemtrace.viewer/1"},
+               {"mode", "sweep"},
+               {"parameter", parameter},
+               {"points", json::array()}};
+  for (const SweepPoint& point : points) data["points"].push_back(SweepPointData(point));
+  WriteViewerPage(data, out);
+}
+
+}  // namespace cumemtrace
