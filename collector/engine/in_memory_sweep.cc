@@ -1,5 +1,7 @@
 #include "collector/engine/in_memory_sweep.h"
 
+#include "collector/engine/failed_allocations.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -485,7 +487,6 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
   p.first_timestamp_abs_ns = first;
   p.last_timestamp_abs_ns = last;
   p.duration_ns = last - first;
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
 
   const DeviceSlots slots(device_indices);
   const size_t n_slots = slots.size();
@@ -493,7 +494,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
   PhaseTracker phases(n_slots, &s, rules);
   std::vector<uint64_t> in_use(n_slots, 0);
   Attribution attribution;
-  std::vector<int32_t> failed_phase;  // phase of each failed allocation, named after the sweep
+  FailedAllocationLog failed;
 
   for (uint64_t pos = 0; pos < events.size(); ++pos) {
     const Event& e = events[pos];
@@ -509,6 +510,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
         break;
       case EventType::kAllocate: {
         const uint32_t slot = slots(e.device);
+        failed.OnMemoryEvent(e);
         phases.Attribute(e.thread_id, &attribution);
         timeline.Allocate(e, slot, pos, attribution.innermost);
         if (IsDeviceMemory(e.kind)) {
@@ -524,6 +526,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
       }
       case EventType::kRelease: {
         const uint32_t slot = slots(e.device);
+        failed.OnMemoryEvent(e);
         const int64_t index = timeline.Release(e, slot, pos);
         if (index < 0) break;  // not the program's: released_unknown
         const Allocation& a = timeline.allocations()[static_cast<size_t>(index)];
@@ -540,12 +543,9 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
       }
       case EventType::kFailedAllocation: {
         const uint32_t slot = slots(e.device);
+        failed.OnMemoryEvent(e);
         phases.Attribute(e.thread_id, &attribution);
-        for (int32_t phase : attribution.names) ++phases.counters(phase, slot).failed_allocations;
-        FailedAllocationReport f = FailedAllocationOf(e, s, rel(e.timestamp_ns));
-        failed_phase.push_back(attribution.innermost);
-        f.device_in_use_bytes = in_use[slot];
-        p.failed_allocations.push_back(std::move(f));
+        failed.OnFailed(e, slot, attribution, in_use[slot]);
         break;
       }
       case EventType::kKernel: {
@@ -566,12 +566,7 @@ ProcessReport AnalyzeProcess(DecodedStream& s, const AnalysisOptions& options,
   std::vector<std::string> phase_names;
   for (const PhaseName& n : phases.names()) phase_names.push_back(n.name);
   p.rolled_up_ranges = phases.rolled_up_ranges();
-  auto phase_name = [&phase_names](int32_t phase) {
-    return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
-  };
-  for (size_t i = 0; i < p.failed_allocations.size(); ++i) {
-    p.failed_allocations[i].phase = phase_name(failed_phase[i]);
-  }
+  failed.Finish(s, first, &phases, &p);
 
   // Devices.
   p.devices.resize(n_slots);

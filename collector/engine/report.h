@@ -282,7 +282,10 @@ struct ProcessReport {
   std::vector<PhaseReport> phases;    // by first opening
   uint64_t nvtx_marks = 0;
   uint64_t unmatched_range_closes = 0;  // pop on an empty stack, end of an unknown id
-  std::vector<FailedAllocationReport> failed_allocations;  // in time order
+  std::vector<FailedAllocationReport> failed_allocations;  // the program saw; in time order
+  // Failed driver calls retried at once, successfully, by the layer above (the CUDA
+  // runtime, PyTorch's handle probe): never seen by the program (failed_allocations.h).
+  std::vector<FailedAllocationReport> driver_retries;
   uint64_t rolled_up_ranges = 0;  // per-op ranges (emit_nvtx) folded into their phase
   PhaseInferenceReport phase_inference;
   IterationReport iterations;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "collector/engine/failed_allocations.h"
 #include "collector/engine/lifetimes.h"
 #include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
@@ -528,20 +529,20 @@ class ProcessSweep {
         break;
       case EventType::kAllocate: {
         const uint32_t slot = SlotOf(e.device);
+        failed_.OnMemoryEvent(e);
         phases_.Attribute(e.thread_id, &attribution_);
         Allocate(e, slot);
         break;
       }
       case EventType::kRelease:
+        failed_.OnMemoryEvent(e);
         Release(e, SlotOf(e.device));
         break;
       case EventType::kFailedAllocation: {
         const uint32_t slot = SlotOf(e.device);
+        failed_.OnMemoryEvent(e);
         phases_.Attribute(e.thread_id, &attribution_);
-        for (int32_t phase : attribution_.names) ++phases_.counters(phase, slot).failed_allocations;
-        failed_.push_back(e);
-        failed_phase_.push_back(attribution_.innermost);
-        failed_in_use_.push_back(in_use_[slot]);
+        failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
         break;
       }
       case EventType::kKernel: {
@@ -597,9 +598,7 @@ class ProcessSweep {
   std::unordered_map<uint64_t, uint32_t> group_index_[2];
   uint64_t last_group_key_[2] = {0, 0};
   uint32_t last_group_[2] = {kNone, kNone};
-  std::vector<Event> failed_;
-  std::vector<int32_t> failed_phase_;
-  std::vector<uint64_t> failed_in_use_;
+  FailedAllocationLog failed_;
   uint64_t nvtx_marks_ = 0;
   uint64_t unmatched_range_closes_ = 0;
 };
@@ -652,7 +651,6 @@ ProcessReport ProcessSweep::Finish(DecodedStream& s) {
   p.first_timestamp_abs_ns = first;
   p.last_timestamp_abs_ns = last;
   p.duration_ns = last - first;
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
 
   // What is still live closes at the end.
   live_.ForEachValue([this](uint32_t index) {
@@ -672,6 +670,7 @@ ProcessReport ProcessSweep::Finish(DecodedStream& s) {
     new_slot[slot] = static_cast<uint32_t>(
         std::lower_bound(sorted.begin(), sorted.end(), slot_device_[slot]) - sorted.begin());
   }
+  failed_.Finish(s, first, &phases_, &p);  // counts in phases by the slots it was given
   phases_.ReorderSlots(new_slot);
 
   std::vector<std::string> phase_names;
@@ -679,14 +678,6 @@ ProcessReport ProcessSweep::Finish(DecodedStream& s) {
   p.rolled_up_ranges = phases_.rolled_up_ranges();
   p.nvtx_marks = nvtx_marks_;
   p.unmatched_range_closes = unmatched_range_closes_;
-  for (size_t i = 0; i < failed_.size(); ++i) {
-    const Event& e = failed_[i];
-    FailedAllocationReport f = FailedAllocationOf(e, s, rel(e.timestamp_ns));
-    f.phase = failed_phase_[i] < 0 ? std::string()
-                                   : phase_names[static_cast<size_t>(failed_phase_[i])];
-    f.device_in_use_bytes = failed_in_use_[i];
-    p.failed_allocations.push_back(std::move(f));
-  }
 
   p.devices.resize(n_slots);
   for (uint32_t slot = 0; slot < n_slots; ++slot) {

@@ -237,9 +237,10 @@ Json ProcessJson(const ProcessReport& p) {
   j["iterations"] = IterationsJson(p.iterations);
   j["nvtx_marks"] = p.nvtx_marks;
   j["unmatched_range_closes"] = p.unmatched_range_closes;
-  Json failed = Json::array();
-  for (const FailedAllocationReport& f : p.failed_allocations) {
-    failed.push_back({{"time_ns", f.time_ns},
+  auto failures = [](const std::vector<FailedAllocationReport>& list) {
+    Json out = Json::array();
+    for (const FailedAllocationReport& f : list) {
+      out.push_back({{"time_ns", f.time_ns},
                       {"time_abs_ns", f.time_abs_ns},
                       {"api", f.api},
                       {"caller", f.caller.empty() ? Json() : Json(f.caller)},
@@ -253,8 +254,11 @@ Json ProcessJson(const ProcessReport& p) {
                       {"thread_id", f.thread_id},
                       {"phase", f.phase.empty() ? Json() : Json(f.phase)},
                       {"device_in_use_bytes", f.device_in_use_bytes}});
-  }
-  j["failed_allocations"] = std::move(failed);
+    }
+    return out;
+  };
+  j["failed_allocations"] = failures(p.failed_allocations);
+  j["driver_retries"] = failures(p.driver_retries);
   return j;
 }
 

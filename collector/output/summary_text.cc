@@ -398,6 +398,20 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     }
     PrintTable(out, "    ", rows, "rlrlrrrl");
   }
+  if (!p.driver_retries.empty()) {
+    // One line per API and error: a PyTorch run has one per autograd thread.
+    std::map<std::string, std::pair<uint64_t, const FailedAllocationReport*>> by_error;
+    for (const FailedAllocationReport& f : p.driver_retries) {
+      auto& entry = by_error[f.api + " " + f.error_name];
+      if (entry.first++ == 0) entry.second = &f;
+    }
+    out << "  driver retries (failed driver calls retried at once, successfully; not failures"
+           " the program saw):\n";
+    for (const auto& [what, entry] : by_error) {
+      out << "    " << what << " x" << entry.first << ", first " << At(entry.second->time_ns)
+          << ", " << Bytes(entry.second->requested_bytes) << " requested\n";
+    }
+  }
 }
 
 }  // namespace

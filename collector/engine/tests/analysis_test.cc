@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <sstream>
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
@@ -350,6 +351,52 @@ TEST(FailedAllocations, CarryPhaseSizeErrorAndMemoryInUse) {
   EXPECT_EQ(f.device_free_bytes, 123456u);
   EXPECT_EQ(f.thread_id, 1u);
   EXPECT_EQ(PhaseDevice(*FindPhase(p, "forward"), 0).failed_allocations, 1u);
+}
+
+TEST(FailedAllocations, DriverRetriesAreNotFailuresTheProgramSaw) {
+  // Under cudaMallocAsync, one cuMemAllocAsync per autograd thread fails with
+  // CUDA_ERROR_INVALID_CONTEXT and the runtime retries at once (GPT-2 showed "failed
+  // allocation 785 MiB" in forward); with expandable_segments, PyTorch's cuMemCreate probe
+  // gets CUDA_ERROR_NOT_PERMITTED, then asks again and maps the handle.
+  constexpr uint32_t kAsync = 20, kInvalidContext = 21, kCreate = 22, kNotPermitted = 23,
+                     kMap = 24, kInvalidValue = 25;
+  StreamBuilder s = WithStrings();
+  s.String(kAsync, "cuMemAllocAsync").String(kInvalidContext, "CUDA_ERROR_INVALID_CONTEXT");
+  s.String(kCreate, "cuMemCreate").String(kNotPermitted, "CUDA_ERROR_NOT_PERMITTED");
+  s.String(kMap, "cuMemMap").String(kInvalidValue, "CUDA_ERROR_INVALID_VALUE");
+  constexpr uint64_t MiB = 1 << 20;
+  s.Push(100, 1, kForward);
+  s.Failed(110, 0, 2, 785 * MiB, 201, kAsync, kInvalidContext, 1, 2);  // retried: not seen
+  s.Alloc(111, 0, 0x10000000, 785 * MiB, testing::kDevice, 2, kAsync);
+  s.Failed(120, 0, 3, 20 * MiB, 800, kCreate, kNotPermitted, 1, 2);  // the handle probe
+  s.Alloc(121, 0, 0x50000000, 20 * MiB, testing::kDevice, 3, kMap);
+  s.Failed(130, 0, 1, 2ull << 30, 2, kCudaMalloc, kOom, 1, 2);  // out of memory: always seen,
+  s.Alloc(131, 0, 0x90000000, 2ull << 30, testing::kDevice, 1, kCudaMalloc);  // even if retried
+  s.Failed(140, 0, 4, 1 * MiB, 1, kAsync, kInvalidValue, 1, 2);  // followed by another request
+  s.Alloc(141, 0, 0xA0000000, 512, testing::kDevice, 4, kAsync);
+  s.Failed(150, 0, 5, 1 * MiB, 201, kAsync, kInvalidContext, 1, 2);  // its thread did no more
+  s.Alloc(151, 0, 0xB0000000, 1 * MiB, testing::kDevice, 6, kAsync);  // another thread's
+  s.Pop(200, 1);
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = OnlyProcess(report);
+  std::vector<std::string> failed, retried;
+  for (const FailedAllocationReport& f : p.failed_allocations) failed.push_back(f.error_name);
+  for (const FailedAllocationReport& f : p.driver_retries) retried.push_back(f.api);
+  EXPECT_EQ(failed, (std::vector<std::string>{"cudaErrorMemoryAllocation",
+                                              "CUDA_ERROR_INVALID_VALUE",
+                                              "CUDA_ERROR_INVALID_CONTEXT"}));
+  EXPECT_EQ(retried, (std::vector<std::string>{"cuMemAllocAsync", "cuMemCreate"}));
+  ASSERT_EQ(p.driver_retries.size(), 2u);
+  EXPECT_EQ(p.driver_retries[0].phase, "forward");
+  EXPECT_EQ(p.driver_retries[0].requested_bytes, 785 * MiB);
+  EXPECT_EQ(PhaseDevice(*FindPhase(p, "forward"), 0).failed_allocations, 3u);
+
+  const std::string json = SummaryJson(*report);
+  EXPECT_NE(json.find("\"driver_retries\""), std::string::npos);
+  std::ostringstream text;
+  PrintSummaryText(*report, text);
+  EXPECT_NE(text.str().find("driver retries"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("cuMemCreate CUDA_ERROR_NOT_PERMITTED x1"), std::string::npos);
 }
 
 TEST(Stream, SequenceGapsCountLostBatches) {

@@ -1,0 +1,44 @@
+#include "collector/engine/failed_allocations.h"
+
+#include "collector/engine/process_sweep.h"
+
+namespace cumemtrace::internal {
+namespace {
+
+constexpr int32_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY (and cudaErrorMemoryAllocation)
+
+}  // namespace
+
+void FailedAllocationLog::OnMemoryEvent(const Event& e) {
+  if (e.thread_id == 0 || pending_.empty()) return;
+  auto it = pending_.find(e.thread_id);
+  if (it == pending_.end()) return;
+  Failure& f = failures_[it->second];
+  f.retried = e.type == EventType::kAllocate && e.device == f.event.device && e.b >= f.event.a;
+  pending_.erase(it);
+}
+
+void FailedAllocationLog::OnFailed(const Event& e, uint32_t slot, const Attribution& at,
+                                   uint64_t in_use) {
+  failures_.push_back(Failure{e, slot, in_use, at.innermost, at.names});
+  if (e.thread_id != 0 && e.code != kOutOfMemory) pending_[e.thread_id] = failures_.size() - 1;
+}
+
+void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTracker* phases,
+                                 ProcessReport* p) {
+  for (const Failure& f : failures_) {
+    const Event& e = f.event;
+    FailedAllocationReport r =
+        FailedAllocationOf(e, s, e.timestamp_ns >= first ? e.timestamp_ns - first : 0);
+    if (f.innermost >= 0) r.phase = phases->names()[static_cast<size_t>(f.innermost)].name;
+    r.device_in_use_bytes = f.in_use;
+    if (f.retried) {
+      p->driver_retries.push_back(std::move(r));
+      continue;
+    }
+    for (int32_t phase : f.names) ++phases->counters(phase, f.slot).failed_allocations;
+    p->failed_allocations.push_back(std::move(r));
+  }
+}
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,47 @@
+// Internal: the failed allocations of one process, which both sweeps meet in time order,
+// split into the failures the program saw and the driver's own retries.
+//
+// A driver call can fail where the program never sees it: under cudaMallocAsync, one
+// cuMemAllocAsync per new autograd thread fails with CUDA_ERROR_INVALID_CONTEXT and the
+// runtime retries it at once; with expandable_segments, PyTorch probes cuMemCreate for a
+// fabric handle, gets CUDA_ERROR_NOT_PERMITTED and asks again for a file descriptor handle.
+// A failure is a driver retry when its error is not out-of-memory and the next memory event
+// of the same thread is a successful allocation of at least the requested bytes on the same
+// device (for cuMemCreate: the cuMemMap of the handle the retry made). An out-of-memory error
+// is always a failure the program saw, even when its allocator recovers: it is the event
+// the user looks for.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/engine/decoded.h"
+#include "collector/engine/phases.h"
+
+namespace cumemtrace::internal {
+
+class FailedAllocationLog {
+ public:
+  // Every allocation, release and failed allocation, in time order, before OnFailed.
+  void OnMemoryEvent(const Event& e);
+  // A failed allocation, attributed to `at`, with `in_use` device memory on its slot.
+  void OnFailed(const Event& e, uint32_t slot, const Attribution& at, uint64_t in_use);
+  // Counts the failures the program saw in their phases (slots as given to OnFailed, so
+  // before any reordering), and lists them and the retries in the report, in time order.
+  void Finish(const DecodedStream& s, uint64_t first, PhaseTracker* phases, ProcessReport* p);
+
+ private:
+  struct Failure {
+    Event event;
+    uint32_t slot;
+    uint64_t in_use;
+    int32_t innermost;
+    std::vector<int32_t> names;
+    bool retried = false;
+  };
+  std::vector<Failure> failures_;
+  std::unordered_map<uint32_t, size_t> pending_;  // thread -> its undecided failure
+};
+
+}  // namespace cumemtrace::internal
