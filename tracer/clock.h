@@ -35,4 +35,21 @@ inline uint32_t CurrentThreadId() {
   return cached_tid;
 }
 
+// CUPTI timestamps -> CLOCK_MONOTONIC. CUPTI runs on the tracer's clock (identity) or, once
+// a client of the program's registered its own clock, on that one: then a linear map
+// measured against it (Kineto's is the TSC).
+struct CuptiClockMap {
+  bool linear = false;  // false: monotonic = cupti + offset_ns
+  int64_t offset_ns = 0;
+  uint64_t cupti_origin = 0;
+  uint64_t monotonic_origin = 0;
+  double ns_per_tick = 1.0;
+  uint64_t ToMonotonic(uint64_t t) const {
+    if (!linear) return static_cast<uint64_t>(static_cast<int64_t>(t) + offset_ns);
+    const double delta = static_cast<double>(static_cast<int64_t>(t - cupti_origin));
+    return static_cast<uint64_t>(static_cast<int64_t>(monotonic_origin) +
+                                 static_cast<int64_t>(delta * ns_per_tick));
+  }
+};
+
 }  // namespace cumemtrace::tracer

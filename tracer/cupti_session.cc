@@ -1,6 +1,10 @@
 #include "tracer/cupti_session.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <array>
 #include <cstdlib>
@@ -9,6 +13,7 @@
 #include "tracer/api_catalog.h"
 #include "tracer/caller_module.h"
 #include "tracer/clock.h"
+#include "tracer/cupti_mux.h"
 #include "tracer/tracer_runtime.h"
 
 namespace cumemtrace::tracer {
@@ -70,6 +75,13 @@ bool CuptiSession::LoadCupti(std::string* error) {
   // Optional: older CUPTIs lack it; then timestamps are shifted from CLOCK_REALTIME.
   Resolve(handle, "cuptiActivityRegisterTimestampCallback",
           &api_.ActivityRegisterTimestampCallback);
+  // Optional: only a client of the program's asks for these (through the mux).
+  Resolve(handle, "cuptiActivityEnableAndDump", &api_.ActivityEnableAndDump);
+  Resolve(handle, "cuptiActivityEnableContext", &api_.ActivityEnableContext);
+  Resolve(handle, "cuptiActivityDisableContext", &api_.ActivityDisableContext);
+  Resolve(handle, "cuptiActivityFlushPeriod", &api_.ActivityFlushPeriod);
+  Resolve(handle, "cuptiActivityEnableLatencyTimestamps", &api_.ActivityEnableLatencyTimestamps);
+  Resolve(handle, "cuptiActivityEnableLaunchAttributes", &api_.ActivityEnableLaunchAttributes);
   if (!ok) *error = "libcupti.so.13 lacks an entry point the tracer needs";
   return ok;
 }
@@ -122,7 +134,7 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   // The clock must be chosen before any activity kind is enabled.
   if (api_.ActivityRegisterTimestampCallback == nullptr ||
       api_.ActivityRegisterTimestampCallback(MonotonicTimestamp) != CUPTI_SUCCESS) {
-    clock_offset_ns_ = static_cast<int64_t>(MonotonicNs()) - static_cast<int64_t>(RealtimeNs());
+    clock_.offset_ns = static_cast<int64_t>(MonotonicNs()) - static_cast<int64_t>(RealtimeNs());
   }
 
   CUptiResult result = api_.Subscribe(&subscriber_, OnCallback, nullptr);
@@ -144,21 +156,24 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   // and API, and failed allocations are not seen at all).
   const char* callbacks = getenv("CUMEMTRACE_API_CALLBACKS");
   const bool api_callbacks = !(callbacks != nullptr && callbacks[0] == '0');
+  // From here on the subscription is the mux's: it holds what the tracer enables here and
+  // what a client of the program's enables later.
+  CuptiMux& mux = CuptiMux::Get();
+  mux.Install(&api_, subscriber_);
   for (uint16_t i = 0; i < count && api_callbacks; ++i) {
     if (apis[i].role == ApiRole::kLaunch && !kernels) continue;
-    api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
+    mux.EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
   }
-  api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE,
-                      CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+  mux.EnableOwnCallback(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
 
   result = api_.ActivityRegisterCallbacks(BufferRequested, BufferCompleted);
   if (result == CUPTI_SUCCESS && memory_from_cupti_) {
-    result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+    result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_MEMORY2);
   }
-  if (result == CUPTI_SUCCESS) result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+  if (result == CUPTI_SUCCESS) result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
   if (result == CUPTI_SUCCESS && kernels) {
     // CONCURRENT_KERNEL, never KERNEL: the latter serializes kernels.
-    result = api_.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
   if (result != CUPTI_SUCCESS) {
     *code = "cupti_failed";
@@ -185,45 +200,118 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   return true;
 }
 
-CUptiResult CuptiSession::SubscribeForProgram(CUpti_SubscriberHandle* subscriber,
-                                              CUpti_CallbackFunc callback, void* userdata) {
-  std::string error;
-  {
-    std::lock_guard<std::mutex> lock(start_mutex_);
-    if (!LoadCupti(&error)) return CUPTI_ERROR_NOT_INITIALIZED;
-    handed_over_ = true;
-    if (started_) {
-      // Deliver everything recorded so far, then give CUPTI back: the program's profiler
-      // must work, and the report says from when the memory timeline is missing.
-      Flush(/*forced=*/true);
-      started_.store(false, std::memory_order_release);
-      for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_MEMORY_POOL,
-                                      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
-        api_.ActivityDisable(kind);
-      }
-      api_.Unsubscribe(subscriber_);
-      subscriber_ = nullptr;
-      TracerRuntime::Get().OnCuptiHandedOver();
-    } else if (subscriber_ != nullptr) {
-      api_.Unsubscribe(subscriber_);  // subscribed but not tracing: nothing to hand over
-      subscriber_ = nullptr;
-    }
+namespace {
+
+int CountCuptiModule(dl_phdr_info* info, size_t, void* arg) {
+  auto* bases = static_cast<std::vector<void*>*>(arg);
+  if (info->dlpi_name == nullptr || info->dlpi_name[0] == '\0') return 0;  // the program
+  void* handle = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return 0;
+  // dlsym on a library's handle looks in the library first, then in its dependencies.
+  void* symbol = dlsym(handle, "cuptiActivityGetNextRecord");
+  Dl_info where{};
+  if (symbol != nullptr && dladdr(symbol, &where) != 0 && where.dli_fbase != nullptr &&
+      std::find(bases->begin(), bases->end(), where.dli_fbase) == bases->end()) {
+    bases->push_back(where.dli_fbase);
   }
-  return api_.Subscribe(subscriber, callback, userdata);
+  dlclose(handle);
+  return 0;
+}
+
+}  // namespace
+
+bool CuptiSession::InterpositionSafe() {
+  if (api_.ActivityGetNextRecord == nullptr) return false;
+  // Every module that defines CUPTI's entry points (the tracer exports a few of them, but
+  // not this one) must be the copy the tracer uses.
+  std::vector<void*> bases;
+  dl_iterate_phdr(CountCuptiModule, &bases);
+  Dl_info ours{};
+  if (dladdr(reinterpret_cast<void*>(api_.ActivityGetNextRecord), &ours) == 0) return false;
+  return bases.size() == 1 && bases[0] == ours.dli_fbase;
+}
+
+void CuptiSession::HandOver() {
+  // Everything the tracer has goes out first; then CUPTI is the program's alone.
+  Flush(/*forced=*/true);
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  if (handed_over_.exchange(true)) return;
+  if (started_.exchange(false)) {
+    for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_MEMORY_POOL,
+                                    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
+      if (OwnKind(kind)) api_.ActivityDisable(kind);
+    }
+    api_.Unsubscribe(subscriber_);
+    subscriber_ = nullptr;
+    TracerRuntime::Get().OnCuptiHandedOver();
+  } else if (subscriber_ != nullptr) {
+    api_.Unsubscribe(subscriber_);  // subscribed but not tracing: nothing to hand over
+    subscriber_ = nullptr;
+  }
+}
+
+bool CuptiSession::OwnKind(uint32_t kind) const { return CuptiMux::Get().OwnKind(kind); }
+
+void CuptiSession::AddDroppedRecords(uint64_t count) {
+  if (count == 0) return;
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  dropped_records_ += count;
+}
+
+void CuptiSession::BeforeClientClock() { Flush(/*forced=*/true); }
+
+void CuptiSession::AfterClientClock() { on_client_clock_.store(true, std::memory_order_release); }
+
+const CuptiClockMap& CuptiSession::ClockMapFor(const CompletedBuffer& buffer) {
+  const CUpti_TimestampCallbackFunc client_clock = CuptiMux::Get().client_clock();
+  if (!buffer.client_clock || client_clock == nullptr) return clock_;
+  CuptiClockMap& map = client_clock_map_;
+  // Sampled as a pair: the monotonic reading in the middle of two of the client's.
+  auto sample = [client_clock](uint64_t* cupti, uint64_t* monotonic) {
+    const uint64_t before = client_clock();
+    *monotonic = MonotonicNs();
+    const uint64_t after = client_clock();
+    *cupti = before + (after - before) / 2;
+  };
+  uint64_t cupti = 0;
+  uint64_t monotonic = 0;
+  sample(&cupti, &monotonic);
+  if (clock_sample_cupti_ == 0) {
+    // The first time: a rough rate from 2 ms apart, refined at every later drain.
+    clock_sample_cupti_ = cupti;
+    clock_sample_monotonic_ = monotonic;
+    map.linear = true;
+    usleep(2000);
+    sample(&cupti, &monotonic);
+  }
+  if (cupti > clock_sample_cupti_ && monotonic > clock_sample_monotonic_) {
+    // The rate from the first sample, ever more precise; the origin at the latest one.
+    map.ns_per_tick = static_cast<double>(monotonic - clock_sample_monotonic_) /
+                         static_cast<double>(cupti - clock_sample_cupti_);
+  }
+  map.cupti_origin = cupti;
+  map.monotonic_origin = monotonic;
+  return map;
 }
 
 void CuptiSession::Flush(bool forced) {
   if (!started()) return;
-  std::lock_guard<std::mutex> lock(flush_mutex_);
+  // The timer's flush skips a turn while another runs; the exit's waits for it (bounded).
+  for (int waited_ms = 0; flushing_.exchange(true, std::memory_order_acquire); ++waited_ms) {
+    if (!forced || waited_ms >= 1000) return;
+    usleep(1000);
+  }
   api_.ActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  flushing_.store(false, std::memory_order_release);
 }
 
 void CuptiSession::ForgetInChildAfterFork() {
   started_.store(false);
+  flushing_.store(false);
+  CuptiMux::Get().ForgetInChildAfterFork();
   // Another parent thread (a CUPTI buffer callback) may have held these at fork: rebuild
   // them, and leak the vectors it may have been changing (heaptrack, memray: leak, never
   // destroy, state inherited across fork).
-  new (&flush_mutex_) std::mutex();
   new (&buffers_mutex_) std::mutex();
   new (&free_buffers_) std::vector<uint8_t*>();
   new (&completed_) std::vector<CompletedBuffer>();
@@ -269,6 +357,13 @@ void CUPTIAPI CuptiSession::BufferCompleted(CUcontext context, uint32_t stream_i
   CuptiSession& self = Get();
   size_t cupti_dropped = 0;
   self.api_.ActivityGetNumDroppedRecords(context, stream_id, &cupti_dropped);
+  if (CuptiMux::ClientRecordsOn()) {
+    // The client's records go to its own buffers now, before this buffer can be recycled.
+    // No lock of the tracer's is held: this may call the client's buffer callbacks.
+    CuptiMux& mux = CuptiMux::Get();
+    mux.AddCuptiDropped(cupti_dropped);
+    mux.CopyClientRecords(buffer, valid_size);
+  }
   std::lock_guard<std::mutex> lock(self.buffers_mutex_);
   self.dropped_records_ += cupti_dropped;
   if (buffer == nullptr) return;
@@ -282,7 +377,8 @@ void CUPTIAPI CuptiSession::BufferCompleted(CUcontext context, uint32_t stream_i
     self.free_buffers_.push_back(buffer);
     return;
   }
-  self.completed_.push_back(CompletedBuffer{buffer, valid_size});
+  self.completed_.push_back(CompletedBuffer{
+      buffer, valid_size, self.on_client_clock_.load(std::memory_order_acquire)});
   TracerRuntime::Get().WakeSender();
 }
 
@@ -333,6 +429,9 @@ HostRecord CuptiSession::MemoryRecord(const ApiInfo& api, int row, const CUpti_C
 
 void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain domain,
                                        CUpti_CallbackId cbid, const void* data) {
+  // The one load the shared subscription adds to every callback: with a client, CUPTI calls
+  // here for what either side enabled; the client's part is handed on first.
+  if (CuptiMux::ClientCallbacksOn() && !CuptiMux::Get().Dispatch(domain, cbid, data)) return;
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tracer/api_catalog.h"
+#include "tracer/clock.h"
 #include "tracer/host_record.h"
 
 namespace cumemtrace::tracer {
@@ -41,7 +42,15 @@ struct CuptiApi {
   decltype(&cuptiGetResultString) GetResultString = nullptr;
   decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
   decltype(&cuptiGetStreamIdEx) GetStreamIdEx = nullptr;
+  // Optional: only a client of the program's calls them through the mux (cupti_mux.h).
+  decltype(&cuptiActivityEnableAndDump) ActivityEnableAndDump = nullptr;
+  decltype(&cuptiActivityEnableContext) ActivityEnableContext = nullptr;
+  decltype(&cuptiActivityDisableContext) ActivityDisableContext = nullptr;
+  decltype(&cuptiActivityFlushPeriod) ActivityFlushPeriod = nullptr;
+  decltype(&cuptiActivityEnableLatencyTimestamps) ActivityEnableLatencyTimestamps = nullptr;
+  decltype(&cuptiActivityEnableLaunchAttributes) ActivityEnableLaunchAttributes = nullptr;
 };
+
 
 // Driver entry points, resolved from the libcuda the program already loaded.
 struct DriverApi {
@@ -57,6 +66,9 @@ struct DriverApi {
 struct CompletedBuffer {
   uint8_t* data = nullptr;
   size_t valid_bytes = 0;
+  // Completed after a client of the program's gave CUPTI its own clock: its timestamps are
+  // on that clock (CuptiSession::ClockMapFor).
+  bool client_clock = false;
 };
 
 class CuptiSession {
@@ -65,31 +77,42 @@ class CuptiSession {
   bool Start(bool kernels, std::string* code, std::string* text);
   bool started() const { return started_.load(std::memory_order_acquire); }
 
-  // The program itself subscribes to CUPTI (torch.profiler, Nsight): CUPTI takes one
-  // subscriber, so the tracer flushes what it has, steps aside, and passes the call on.
-  // Called through the tracer's exported cuptiSubscribe (it precedes libcupti's when
-  // preloaded). Returns the real cuptiSubscribe's result.
-  CUptiResult SubscribeForProgram(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
-                                  void* userdata);
+  // Whether the program's CUPTI calls that reach the tracer's exported cupti* names can be
+  // served by the mux (cupti_mux.h): the CUPTI the tracer uses is the only one in the
+  // process. A second copy (loaded by full path, or linked statically and exported) would
+  // see calls the tracer cannot stand between.
+  bool InterpositionSafe();
+  // The fallback when it cannot: the tracer flushes what it has, unsubscribes and disables
+  // its kinds, and says so once; the program's calls then go to CUPTI unchanged.
+  void HandOver();
   bool handed_over() const { return handed_over_.load(); }
 
   // Asks CUPTI to deliver what it holds (forced: also buffers still being filled).
   // Never called with the tracer's own locks held: CUPTI calls back into BufferCompleted.
   void Flush(bool forced);
   void TakeCompletedBuffers(std::vector<CompletedBuffer>* out);
+  // The records of the kinds the tracer enabled (a client's kinds share the buffers).
   template <typename F>
   void ForEachRecord(const CompletedBuffer& buffer, F&& f) {
     CUpti_Activity* record = nullptr;
     while (api_.ActivityGetNextRecord(buffer.data, buffer.valid_bytes, &record) ==
            CUPTI_SUCCESS) {
-      f(record);
+      if (OwnKind(record->kind)) f(record);
     }
   }
   void RecycleBuffer(uint8_t* data);
   // Records CUPTI (or the tracer's bound on undelivered buffers) dropped since the last call.
   uint64_t TakeDroppedRecords();
-  // Added to CUPTI timestamps to reach CLOCK_MONOTONIC (0 when CUPTI uses it already).
-  int64_t clock_offset_ns() const { return clock_offset_ns_; }
+  void AddDroppedRecords(uint64_t count);
+  // CUPTI timestamps -> CLOCK_MONOTONIC for the records of one buffer. Sender thread only:
+  // once a client registered its own clock, this calls it to measure the map.
+  const CuptiClockMap& ClockMapFor(const CompletedBuffer& buffer);
+  // A client of the program's is about to give CUPTI its own clock (from the mux, no lock
+  // held): what CUPTI holds is flushed first, on the old clock; buffers completed from now on
+  // are read on the new one.
+  void BeforeClientClock();
+  void AfterClientClock();
+  const CuptiApi& api() const { return api_; }
   // Device memory CUPTI reserves per context for its buffers (an estimate for the report).
   uint64_t device_buffer_bytes_per_context() const { return device_buffer_bytes_; }
 
@@ -117,18 +140,25 @@ class CuptiSession {
   HostRecord MemoryRecord(const ApiInfo& api, int row, const CUpti_CallbackData* call,
                           const CallOperands& operands, bool release);
   std::string ResultString(CUptiResult result) const;
+  bool OwnKind(uint32_t kind) const;
 
   CuptiApi api_;
   DriverApi driver_;
   std::atomic<bool> started_{false};
   std::atomic<bool> handed_over_{false};
   std::mutex start_mutex_;  // Start and the hand-over never interleave
-  int64_t clock_offset_ns_ = 0;
+  CuptiClockMap clock_;              // the tracer's own clock (set in Start)
+  CuptiClockMap client_clock_map_;   // sender thread
+  std::atomic<bool> on_client_clock_{false};
+  uint64_t clock_sample_cupti_ = 0;  // first sample of a client's clock (sender thread)
+  uint64_t clock_sample_monotonic_ = 0;
   uint64_t device_buffer_bytes_ = 0;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   bool memory_from_cupti_ = false;  // CUMEMTRACE_MEMORY_RECORDS=cupti
 
-  std::mutex flush_mutex_;  // one flush at a time (the timer and the exit handler)
+  // One flush at a time (the timer and the exit handler). A flag, not a lock: a flush calls
+  // the completion callback, which may call a client's buffer callbacks.
+  std::atomic<bool> flushing_{false};
   std::mutex buffers_mutex_;
   std::vector<uint8_t*> free_buffers_;
   std::vector<CompletedBuffer> completed_;

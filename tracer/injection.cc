@@ -60,19 +60,30 @@ __attribute__((constructor)) void OnLoad() {
   }
   const char* cuda_injection = getenv("CUDA_INJECTION64_PATH");
   bool cupti_via_driver = true;
+  bool other_tool = false;
   if (cuda_injection == nullptr || *cuda_injection == '\0') {
     // The driver then calls InitializeInjection in this very copy during cuInit, so CUPTI
     // is only loaded into processes that really use CUDA.
     if (!self.empty()) setenv("CUDA_INJECTION64_PATH", self.c_str(), 1);
   } else if (!SameFile(cuda_injection, self)) {
-    cupti_via_driver = false;  // another tool owns the hook
+    cupti_via_driver = false;
+    // A library that exists there is another CUDA tool (Nsight Systems, compute-sanitizer):
+    // the user asked for it, and it subscribes to CUPTI from its own injection, through
+    // its own CUPTI, where the tracer cannot stand between. The tracer steps aside rather
+    // than make that tool fail. A stale value (no such file, "none") changes nothing.
+    struct stat st {};
+    other_tool = stat(cuda_injection, &st) == 0 && S_ISREG(st.st_mode);
   }
   // Without LD_PRELOAD we were loaded by the driver or by NVTX, whose entry points come
   // next and start the tracer themselves.
   if (!NamedInPreload(self)) return;
   TracerRuntime& runtime = TracerRuntime::Get();
   runtime.Start(v1::INJECTION_MODE_LD_PRELOAD);
-  if (!cupti_via_driver) runtime.StartCupti();
+  if (other_tool) {
+    runtime.StepAsideForTool(cuda_injection);
+  } else if (!cupti_via_driver) {
+    runtime.StartCupti();
+  }
 }
 
 }  // namespace
@@ -95,15 +106,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
   TracerRuntime::Get().Start(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
-}
-
-// CUPTI takes one subscriber. Preloaded, this definition comes before libcupti's, so a
-// profiler started by the program (torch.profiler's Kineto, Nsight) reaches the tracer,
-// which steps aside for it (CuptiSession::SubscribeForProgram) instead of making it fail.
-extern "C" __attribute__((visibility("default"))) CUptiResult CUPTIAPI
-cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
-  return cumemtrace::tracer::CuptiSession::Get().SubscribeForProgram(subscriber, callback,
-                                                                   userdata);
 }
 
 // Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/python/).

@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "tracer/clock.h"
 #include "tracer/correlation_table.h"
 #include "tracer/event_encoder.h"
 #include "tracer/host_record.h"
@@ -33,7 +34,12 @@ class RecordTranslator {
 
   // CUPTI timestamps are shifted by this much to land on the tracer's clock (0 when CUPTI
   // was told to use CLOCK_MONOTONIC itself).
-  void set_cupti_clock_offset_ns(int64_t offset) { cupti_clock_offset_ns_ = offset; }
+  void set_cupti_clock_offset_ns(int64_t offset) {
+    cupti_clock_ = CuptiClockMap{};
+    cupti_clock_.offset_ns = offset;
+  }
+  // Or mapped linearly (a client of the program's gave CUPTI its own clock).
+  void set_cupti_clock(const CuptiClockMap& map) { cupti_clock_ = map; }
 
   // Host records: correlation entries update the table; the rest become events.
   void AddHostRecord(const HostRecord& record);
@@ -50,9 +56,7 @@ class RecordTranslator {
     uint8_t kind;
   };
 
-  uint64_t CuptiTime(uint64_t t) const {
-    return static_cast<uint64_t>(static_cast<int64_t>(t) + cupti_clock_offset_ns_);
-  }
+  uint64_t CuptiTime(uint64_t t) const { return cupti_clock_.ToMonotonic(t); }
   // Memory seen by the driver callbacks (HostRecord::Type::kMemory).
   void AddAllocation(const HostRecord& record);
   void AddRelease(const HostRecord& record);
@@ -75,7 +79,7 @@ class RecordTranslator {
   CorrelationTable* correlations_;
   std::unordered_map<std::string, std::unique_ptr<std::string>> modules_;
   const ErrorNamer* error_namer_;
-  int64_t cupti_clock_offset_ns_ = 0;
+  CuptiClockMap cupti_clock_;
 };
 
 }  // namespace cumemtrace::tracer

@@ -199,7 +199,10 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
 }
 
 void TracerRuntime::StartCupti() {
-  if (!started_.load() || getpid() != pid_ || cupti_started_.exchange(true)) return;
+  if (!started_.load() || getpid() != pid_ || stepped_aside_.load() ||
+      cupti_started_.exchange(true)) {
+    return;
+  }
   PrepareCallerLookup();
   std::string code;
   std::string text;
@@ -209,14 +212,34 @@ void TracerRuntime::StartCupti() {
   WakeSender();
 }
 
+bool TracerRuntime::ShareCuptiWithClient() {
+  if (!started_.load() || getpid() != pid_ || stepped_aside_.load()) return false;
+  StartCupti();  // a client that comes before cuInit: the session starts now (that works)
+  CuptiSession& session = CuptiSession::Get();
+  if (!session.started()) return false;
+  if (!session.InterpositionSafe()) {
+    session.HandOver();
+    return false;
+  }
+  return true;
+}
+
+void TracerRuntime::StepAsideForTool(const char* tool) {
+  stepped_aside_.store(true);
+  Notice(v1::NOTICE_LEVEL_WARNING, "cupti_other_tool",
+         std::string("another CUDA tool is injected (CUDA_INJECTION64_PATH=") + tool +
+             "): it owns CUPTI, so cumemtrace records no GPU memory or kernels, only NVTX "
+             "ranges and process lifetime");
+}
 
 void TracerRuntime::OnCuptiHandedOver() {
   char when[64];
   snprintf(when, sizeof(when), "%.3f s", static_cast<double>(MonotonicNs() - start_ns_) / 1e9);
   Notice(v1::NOTICE_LEVEL_WARNING, "cupti_handed_over",
          std::string("the program started its own CUPTI client (a profiler) ") + when +
-             " after tracing began: cumemtrace handed CUPTI over, so memory and kernel records "
-             "end there; NVTX ranges and process lifetime go on");
+             " after tracing began, with a second CUPTI library in the process, so CUPTI "
+             "cannot be shared with it: cumemtrace handed CUPTI over, and memory and kernel "
+             "records end there; NVTX ranges and process lifetime go on");
   WakeSender();
 }
 
@@ -418,7 +441,6 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   // its call's entry callback queued the correlation, so the table is complete for them.
   cupti.TakeCompletedBuffers(&s.buffers);
   const DropWindow queue_drops = queue_.TakeAll(&s.host_records);
-  s.translator.set_cupti_clock_offset_ns(cupti.clock_offset_ns());
 
   // The collector is not reading and the outbox is at its bound: drop the batch, remember
   // how many events and which time span, so the report shows the gap.
@@ -473,6 +495,7 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     flush_if_full();
   }
   for (const CompletedBuffer& buffer : s.buffers) {
+    s.translator.set_cupti_clock(cupti.ClockMapFor(buffer));
     cupti.ForEachRecord(buffer, [&](const CUpti_Activity* record) {
       s.translator.AddActivity(record);
       flush_if_full();

@@ -35,8 +35,15 @@ class TracerRuntime {
     if (restart_in_child_.load(std::memory_order_relaxed)) RestartInForkedChild();
     queue_.Push(std::move(record));
   }
+  // The program made its first CUPTI call that reaches the tracer (cupti_mux.h). Starts the
+  // tracer's CUPTI session if it has not started yet; returns whether the program's calls
+  // can share it, else hands CUPTI over (CuptiSession::HandOver).
+  bool ShareCuptiWithClient();
+  // CUDA_INJECTION64_PATH names another tool (Nsight, compute-sanitizer): it owns CUPTI, and
+  // the tracer never subscribes (said once).
+  void StepAsideForTool(const char* tool);
   void WakeSender();
-  // The program's own CUPTI client took CUPTI over (CuptiSession::SubscribeForProgram).
+  // The program's own CUPTI client took CUPTI over (CuptiSession::HandOver).
   void OnCuptiHandedOver();
   // A CUDA context was created on `device` (resource callback, program thread).
   void OnContextCreated(uint32_t device);
@@ -59,6 +66,7 @@ class TracerRuntime {
 
   std::atomic<bool> started_{false};
   std::atomic<bool> cupti_started_{false};
+  std::atomic<bool> stepped_aside_{false};
   std::atomic<bool> recording_{false};
   std::atomic<bool> exit_flush_registered_{false};
   // Set in a forked child of a recording process until its first event starts its stream.

@@ -1,0 +1,383 @@
+// A CUDA program and its own CUPTI client (as torch.profiler's Kineto is), run against the
+// fake libcupti with the tracer preloaded. The program's driver calls and kernels are
+// scripted through the fake; the client subscribes, enables, flushes, unsubscribes and
+// subscribes again, and misbehaves on purpose. The client's checks are made here (what it
+// must receive: exactly its own callbacks and records, in order); the test that runs this
+// checks what reached the tracer's collector.
+//
+//   cupti_mux_probe shared            the multiplexed run (exit 0 when every check holds)
+//   cupti_mux_probe fallback COPY     a second CUPTI (COPY, loaded by full path): hand-over
+//   cupti_mux_probe other-tool        CUDA_INJECTION64_PATH names another tool: step aside
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <string>
+#include <vector>
+
+extern "C" {
+void fake_cupti_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const char* name,
+                     void* params, void* return_value, uint32_t correlation, CUcontext context,
+                     const char* symbol, void (*run)(void*), void* run_arg);
+void fake_cupti_resource(CUpti_CallbackId cbid, CUcontext context);
+int fake_cupti_emit(CUpti_ActivityKind kind, uint32_t correlation, const char* name);
+int fake_cupti_subscribe_calls();
+int fake_cupti_has_subscriber();
+int fake_cupti_callback_enabled(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
+int fake_cupti_domain_count(CUpti_CallbackDomain domain);
+int fake_cupti_kind_enabled(CUpti_ActivityKind kind);
+uint32_t fake_cupti_flush_period();
+int fake_cupti_latency();
+}
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      printf("FAIL line %d: %s\n", __LINE__, #cond);                  \
+      ++g_failures;                                                   \
+    }                                                                 \
+  } while (0)
+
+CUcontext const kContext = reinterpret_cast<CUcontext>(0x1000);
+uint32_t g_correlation = 100;
+std::vector<uint32_t> g_launches;
+uint64_t g_next_address = 0x7000000;
+
+// --- the program's CUDA work, as the driver would report it ---------------------------------
+
+void RunAlloc(void* arg) {
+  auto* params = static_cast<cuMemAlloc_v2_params*>(arg);
+  *params->dptr = g_next_address;
+  g_next_address += 0x10000;
+}
+
+uint64_t Alloc(size_t bytes) {
+  CUdeviceptr address = 0;
+  cuMemAlloc_v2_params params{&address, bytes};
+  CUresult status = CUDA_SUCCESS;
+  fake_cupti_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+                  "cuMemAlloc_v2", &params, &status, ++g_correlation, kContext, nullptr, RunAlloc,
+                  &params);
+  return address;
+}
+
+void Free(uint64_t address) {
+  cuMemFree_v2_params params{address};
+  CUresult status = CUDA_SUCCESS;
+  fake_cupti_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree_v2",
+                  &params, &status, ++g_correlation, kContext, nullptr, nullptr, nullptr);
+}
+
+// A launch and its kernel record; returns the correlation id.
+uint32_t Launch() {
+  cuLaunchKernel_params params{};
+  CUresult status = CUDA_SUCCESS;
+  const uint32_t correlation = ++g_correlation;
+  fake_cupti_call(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                  "cuLaunchKernel", &params, &status, correlation, kContext, "probe_kernel",
+                  nullptr, nullptr);
+  fake_cupti_emit(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, correlation, "probe_kernel");
+  g_launches.push_back(correlation);
+  return correlation;
+}
+
+uint32_t Memcpy() {
+  const uint32_t correlation = ++g_correlation;
+  fake_cupti_emit(CUPTI_ACTIVITY_KIND_MEMCPY, correlation, nullptr);
+  return correlation;
+}
+
+void RuntimeMalloc() {
+  int status = 0;
+  fake_cupti_call(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+                  "cudaMalloc_v3020", nullptr, &status, ++g_correlation, kContext, nullptr,
+                  nullptr, nullptr);
+}
+
+// --- the program's own CUPTI client ---------------------------------------------------------
+
+struct Seen {
+  int domain;
+  uint32_t cbid;
+  int site;
+  uint32_t correlation;
+  bool operator==(const Seen& o) const {
+    return domain == o.domain && cbid == o.cbid && site == o.site && correlation == o.correlation;
+  }
+};
+std::vector<Seen> g_client_calls;
+std::vector<std::pair<uint32_t, uint32_t>> g_client_records;  // (kind, correlation)
+size_t g_client_buffer_bytes = 1024;
+int g_buffers_requested = 0;
+int g_buffers_completed = 0;
+bool g_reject_buffers = false;
+CUpti_SubscriberHandle g_self_unsubscribe = nullptr;
+
+void CUPTIAPI ClientCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void* data) {
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    g_client_calls.push_back({domain, cbid, 0, 0});
+    return;
+  }
+  const auto* call = static_cast<const CUpti_CallbackData*>(data);
+  g_client_calls.push_back({domain, cbid, static_cast<int>(call->callbackSite), call->correlationId});
+  if (g_self_unsubscribe != nullptr) {
+    CUpti_SubscriberHandle handle = g_self_unsubscribe;
+    g_self_unsubscribe = nullptr;
+    CHECK(cuptiUnsubscribe(handle) == CUPTI_SUCCESS);  // from inside its own callback
+  }
+}
+
+void CUPTIAPI ClientRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  ++g_buffers_requested;
+  *max_records = 0;
+  if (g_reject_buffers) {
+    *buffer = static_cast<uint8_t*>(malloc(8));  // a buffer of size 0: a bug to contain
+    *size = 0;
+    return;
+  }
+  *buffer = static_cast<uint8_t*>(aligned_alloc(8, g_client_buffer_bytes));
+  *size = g_client_buffer_bytes;
+}
+
+void CUPTIAPI ClientCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t size, size_t valid) {
+  ++g_buffers_completed;
+  CHECK(size == g_client_buffer_bytes || size == 0);
+  CUpti_Activity* record = nullptr;
+  while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    uint32_t correlation = 0;
+    if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+      correlation = reinterpret_cast<CUpti_ActivityKernel10*>(record)->correlationId;
+    } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      correlation = reinterpret_cast<CUpti_ActivityMemcpy6*>(record)->correlationId;
+    }
+    g_client_records.push_back({static_cast<uint32_t>(record->kind), correlation});
+  }
+  free(buffer);
+}
+
+uint64_t CUPTIAPI ClientClock() {
+  // A clock of its own, in ticks of 4 ns since a made-up origin (as Kineto's TSC).
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec)) / 4 +
+         5000000000000ull;
+}
+
+void InitDriver() {
+  // What the driver does at cuInit with CUDA_INJECTION64_PATH.
+  const char* injection = getenv("CUDA_INJECTION64_PATH");
+  if (injection == nullptr) return;
+  void* handle = dlopen(injection, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return;
+  auto init = reinterpret_cast<int (*)()>(dlsym(handle, "InitializeInjection"));
+  if (init != nullptr) init();
+}
+
+int Shared() {
+  InitDriver();
+  fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
+  CHECK(fake_cupti_has_subscriber());  // the tracer's subscription
+
+  // Before any client: the tracer alone.
+  const uint64_t a1 = Alloc(4096);
+  Launch();
+  Free(a1);
+
+  // The client subscribes (it reaches the tracer's cuptiSubscribe) and enables what it
+  // wants, some shared with the tracer, some not.
+  CUpti_SubscriberHandle client = nullptr;
+  CHECK(cuptiSubscribe(&client, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CUpti_SubscriberHandle second = nullptr;
+  CHECK(cuptiSubscribe(&second, ClientCallback, nullptr) ==
+        CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableDomain(1, client, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_RESOURCE,
+                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED) == CUPTI_SUCCESS);
+  uint32_t state = 0;
+  CHECK(cuptiGetCallbackState(&state, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                              CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2) == CUPTI_SUCCESS);
+  CHECK(state == 0);  // the tracer has it on; the client did not ask
+  CHECK(cuptiActivityRegisterCallbacks(nullptr, nullptr) == CUPTI_ERROR_INVALID_PARAMETER);
+  CHECK(cuptiActivityRegisterCallbacks(ClientRequested, ClientCompleted) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityRegisterTimestampCallback(ClientClock) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityFlushPeriod(50) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableLatencyTimestamps(1) == CUPTI_SUCCESS);
+
+  std::vector<Seen> expected_calls;
+  std::vector<std::pair<uint32_t, uint32_t>> expected_records;
+  fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
+  expected_calls.push_back({CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, 0, 0});
+  const uint64_t a2 = Alloc(8192);
+  expected_calls.push_back({CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+                            CUPTI_API_ENTER, g_correlation});
+  expected_calls.push_back({CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+                            CUPTI_API_EXIT, g_correlation});
+  for (int i = 0; i < 12; ++i) {  // enough records for several of the client's 1 KiB buffers
+    const uint32_t k = Launch();
+    expected_calls.push_back({CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                              CUPTI_API_ENTER, k});
+    expected_calls.push_back({CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                              CUPTI_API_EXIT, k});
+    expected_records.push_back({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, k});
+    if (i % 3 == 0) expected_records.push_back({CUPTI_ACTIVITY_KIND_MEMCPY, Memcpy()});
+  }
+  RuntimeMalloc();
+  expected_calls.push_back({CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+                            CUPTI_API_ENTER, g_correlation});
+  expected_calls.push_back({CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+                            CUPTI_API_EXIT, g_correlation});
+  Free(a2);  // the tracer's alone: the client does not see it
+
+  // Kineto's stop: disable, then a forced flush.
+  CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));  // the tracer's
+  CHECK(!fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMCPY));
+  CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS);
+  CHECK(g_client_calls == expected_calls);
+  CHECK(g_client_records == expected_records);
+  CHECK(g_buffers_completed >= 2);
+  printf("client: %zu callbacks, %zu records in %d buffers\n", g_client_calls.size(),
+         g_client_records.size(), g_buffers_completed);
+  size_t dropped = 99;
+  CHECK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS);
+  CHECK(dropped == 0);
+
+  // After the kinds are off: kernels go on for the tracer, not for the client.
+  const size_t records_before = g_client_records.size();
+  Launch();
+  CHECK(cuptiActivityFlushAll(0) == CUPTI_SUCCESS);
+  CHECK(g_client_records.size() == records_before);
+
+  // Unsubscribe: callbacks stop, and what only the client wanted is off in CUPTI again.
+  CHECK(cuptiUnsubscribe(client) == CUPTI_SUCCESS);
+  CHECK(cuptiUnsubscribe(client) == CUPTI_ERROR_INVALID_PARAMETER);  // twice: contained
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) ==
+        CUPTI_ERROR_INVALID_PARAMETER);  // a stale handle
+  CHECK(fake_cupti_domain_count(CUPTI_CB_DOMAIN_RUNTIME_API) == 0);
+  CHECK(fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                                    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2));  // the tracer's
+  CHECK(fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                                    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+  CHECK(fake_cupti_flush_period() == 0);
+  CHECK(fake_cupti_latency() == 0);
+  const size_t calls_before = g_client_calls.size();
+  Launch();
+  const uint64_t a3 = Alloc(16384);
+  CHECK(g_client_calls.size() == calls_before);
+
+  // Subscribe again: a new handle, its own callbacks only; a client that rejects buffers
+  // loses its records (counted), the tracer does not.
+  CUpti_SubscriberHandle again = nullptr;
+  CHECK(cuptiSubscribe(&again, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CHECK(again != client);
+  CHECK(cuptiEnableCallback(1, again, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == CUPTI_SUCCESS);
+  g_reject_buffers = true;
+  CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  const uint32_t k = Launch();
+  CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS);
+  CHECK(g_client_calls.size() == calls_before + 2);
+  CHECK(g_client_calls.back().correlation == k);
+  CHECK(g_client_records.size() == records_before);
+  CHECK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS);
+  CHECK(dropped == 1);
+  g_reject_buffers = false;
+  CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  CHECK(cuptiUnsubscribe(again) == CUPTI_SUCCESS);
+
+  // A null callback is never called; an unsubscribe from inside the client's own callback
+  // neither deadlocks nor waits for itself.
+  CUpti_SubscriberHandle null_callback = nullptr;
+  CHECK(cuptiSubscribe(&null_callback, nullptr, nullptr) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableDomain(1, null_callback, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS);
+  Launch();
+  CHECK(cuptiUnsubscribe(null_callback) == CUPTI_SUCCESS);
+  CHECK(fake_cupti_domain_count(CUPTI_CB_DOMAIN_DRIVER_API) <
+        static_cast<int>(CUPTI_DRIVER_TRACE_CBID_SIZE) / 2);
+  CUpti_SubscriberHandle self = nullptr;
+  CHECK(cuptiSubscribe(&self, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableCallback(1, self, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == CUPTI_SUCCESS);
+  g_self_unsubscribe = self;
+  const size_t calls_self = g_client_calls.size();
+  Launch();
+  CHECK(g_client_calls.size() == calls_self + 1);  // the entry; unsubscribed before the exit
+  Launch();
+  CHECK(g_client_calls.size() == calls_self + 1);
+
+  // Kineto's teardown: cuptiFinalize. CUPTI stays up for the tracer.
+  CUpti_SubscriberHandle last = nullptr;
+  CHECK(cuptiSubscribe(&last, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
+  CHECK(cuptiFinalize() == CUPTI_SUCCESS);
+  CHECK(!fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMCPY));
+  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CHECK(fake_cupti_has_subscriber());
+  CHECK(cuptiUnsubscribe(last) == CUPTI_ERROR_INVALID_PARAMETER);
+  CHECK(fake_cupti_subscribe_calls() == 1);  // only ever the tracer's
+
+  Free(a3);
+  printf("launched:");
+  for (uint32_t id : g_launches) printf(" %u", id);
+  printf("\nprobe: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int Fallback(const char* copy) {
+  InitDriver();
+  CHECK(fake_cupti_has_subscriber());
+  const uint64_t a1 = Alloc(4096);
+  // A second CUPTI in the process, loaded by full path.
+  void* second = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+  CHECK(second != nullptr);
+  CUpti_SubscriberHandle client = nullptr;
+  CHECK(cuptiSubscribe(&client, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CHECK(fake_cupti_subscribe_calls() == 2);  // the tracer's, then the client's own
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2) == CUPTI_SUCCESS);
+  Free(a1);
+  CHECK(g_client_calls.size() == 2);
+  CHECK(cuptiUnsubscribe(client) == CUPTI_SUCCESS);
+  printf("probe: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int OtherTool() {
+  InitDriver();  // the other tool's library: no InitializeInjection of the tracer's runs
+  CHECK(!fake_cupti_has_subscriber());
+  CUpti_SubscriberHandle client = nullptr;
+  CHECK(cuptiSubscribe(&client, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  CHECK(cuptiEnableCallback(1, client, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2) == CUPTI_SUCCESS);
+  Alloc(4096);
+  CHECK(g_client_calls.size() == 2);
+  CHECK(fake_cupti_subscribe_calls() == 1);
+  printf("probe: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string mode = argc > 1 ? argv[1] : "shared";
+  if (mode == "shared") return Shared();
+  if (mode == "fallback" && argc > 2) return Fallback(argv[2]);
+  if (mode == "other-tool") return OtherTool();
+  return 2;
+}

@@ -1,0 +1,214 @@
+// The CUPTI multiplexer end to end, without a GPU: the probe (a CUDA program with its own
+// CUPTI client, tracer/tests/cupti_mux_probe.cc) runs against the fake libcupti with the real
+// tracer preloaded, talking to a socket this test serves. The probe checks what its client
+// receives; this test checks what reaches the collector: each side exactly its own.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+namespace {
+
+struct ProbeResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+  std::vector<v1::StreamMessage> messages;
+};
+
+class CuptiMuxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/cmt-mux-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+  }
+  void TearDown() override {
+    for (const char* name : {"/s.sock", "/stdout", "/stderr", "/libcupti-copy.so"}) {
+      unlink((dir_ + name).c_str());
+    }
+    rmdir(dir_.c_str());
+  }
+
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  // Runs the probe with the tracer preloaded; `injection` is CUDA_INJECTION64_PATH.
+  ProbeResult Probe(const std::vector<std::string>& args, const std::string& injection) {
+    const std::string socket_path = dir_ + "/s.sock";
+    const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    snprintf(address.sun_path, sizeof(address.sun_path), "%s", socket_path.c_str());
+    EXPECT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    EXPECT_EQ(listen(listener, 4), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("LD_PRELOAD", CUMEMTRACE_TRACER_LIB, 1);
+      setenv("CUMEMTRACE_SOCKET", socket_path.c_str(), 1);
+      setenv("CUMEMTRACE_KERNELS", "1", 1);
+      setenv("CUDA_INJECTION64_PATH", injection.c_str(), 1);
+      unsetenv("NVTX_INJECTION64_PATH");
+      unsetenv("CUMEMTRACE_QUIET");
+      const int out = open((dir_ + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      const int err = open((dir_ + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(out, 1);
+      dup2(err, 2);
+      std::vector<char*> argv{const_cast<char*>(CUPTI_MUX_PROBE)};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(CUPTI_MUX_PROBE, argv.data());
+      _exit(127);
+    }
+    ProbeResult run;
+    pollfd p{listener, POLLIN, 0};
+    if (poll(&p, 1, 20000) > 0) {
+      const int conn = accept(listener, nullptr, nullptr);
+      std::string bytes;
+      char buf[65536];
+      for (;;) {
+        pollfd q{conn, POLLIN, 0};
+        if (poll(&q, 1, 20000) <= 0) break;
+        const ssize_t n = read(conn, buf, sizeof(buf));
+        if (n <= 0) break;
+        bytes.append(buf, static_cast<size_t>(n));
+      }
+      close(conn);
+      google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                static_cast<int>(bytes.size()));
+      uint32_t size = 0;
+      while (in.ReadVarint32(&size)) {
+        std::string body;
+        if (!in.ReadString(&body, static_cast<int>(size))) break;
+        v1::StreamMessage message;
+        EXPECT_TRUE(message.ParseFromString(body));
+        run.messages.push_back(std::move(message));
+      }
+    }
+    close(listener);
+    waitpid(pid, &run.status, 0);
+    run.out = Slurp(dir_ + "/stdout");
+    run.err = Slurp(dir_ + "/stderr");
+    return run;
+  }
+
+  static size_t Count(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CuptiMuxTest, EachSideGetsExactlyItsOwnCallbacksAndRecords) {
+  const ProbeResult run = Probe({"shared"}, CUMEMTRACE_TRACER_LIB);
+  ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+  EXPECT_EQ(run.err, "");  // no hand-over, no notice
+
+  // The launches the probe made, in order.
+  std::vector<uint32_t> launched;
+  const size_t at = run.out.find("launched:");
+  ASSERT_NE(at, std::string::npos) << run.out;
+  std::istringstream line(run.out.substr(at + 9, run.out.find('\n', at) - at - 9));
+  for (uint32_t id; line >> id;) launched.push_back(id);
+  ASSERT_GE(launched.size(), 15u);
+
+  ASSERT_FALSE(run.messages.empty());
+  ASSERT_TRUE(run.messages[0].has_handshake());
+  const uint64_t start_ns = run.messages[0].handshake().trace_start_ns();
+  std::vector<uint64_t> allocated, released;
+  std::vector<uint32_t> kernels;
+  uint64_t exit_ns = 0;
+  uint64_t dropped = 0;
+  std::vector<uint64_t> kernel_times;
+  for (size_t i = 1; i < run.messages.size(); ++i) {
+    for (const v1::Event& event : run.messages[i].batch().events()) {
+      if (event.has_memory()) {
+        (event.memory().operation() == v1::MEMORY_OPERATION_ALLOCATE ? allocated : released)
+            .push_back(event.memory().address());
+      } else if (event.has_kernel()) {
+        kernels.push_back(event.kernel().correlation_id());
+        kernel_times.push_back(event.timestamp_ns());
+      } else if (event.has_process_exit()) {
+        exit_ns = event.timestamp_ns();
+      } else if (event.has_dropped()) {
+        dropped += event.dropped().count();
+      }
+    }
+  }
+  // Every allocation and release once, in order, whatever the client did meanwhile.
+  const std::vector<uint64_t> addresses{0x7000000, 0x7010000, 0x7020000};
+  EXPECT_EQ(allocated, addresses);
+  EXPECT_EQ(released, addresses);
+  // Every kernel once, in order: before, during and after the client's sessions, including
+  // the ones whose records the client rejected.
+  EXPECT_EQ(kernels, launched);
+  EXPECT_EQ(dropped, 0u);
+  // The client gave CUPTI a clock of its own (4 ns ticks, another origin): the tracer's
+  // kernel times are still on CLOCK_MONOTONIC, inside the run.
+  ASSERT_NE(exit_ns, 0u);
+  for (uint64_t t : kernel_times) {
+    EXPECT_GE(t, start_ns);
+    EXPECT_LE(t, exit_ns);
+  }
+}
+
+TEST_F(CuptiMuxTest, SecondCuptiInTheProcessFallsBackToTheHandOverSaidOnce) {
+  const std::string copy = dir_ + "/libcupti-copy.so";
+  {
+    std::ifstream in(FAKE_CUPTI_LIB, std::ios::binary);
+    std::ofstream out(copy, std::ios::binary);
+    out << in.rdbuf();
+  }
+  const ProbeResult run = Probe({"fallback", copy}, CUMEMTRACE_TRACER_LIB);
+  ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+  EXPECT_EQ(Count(run.err, "handed CUPTI over"), 1u) << run.err;
+  // What the tracer saw before the hand-over reached the collector.
+  bool allocation = false;
+  for (size_t i = 1; i < run.messages.size(); ++i) {
+    for (const v1::Event& event : run.messages[i].batch().events()) {
+      allocation |= event.has_memory() && event.memory().address() == 0x7000000;
+    }
+  }
+  EXPECT_TRUE(allocation);
+}
+
+TEST_F(CuptiMuxTest, AnotherInjectedToolOwnsCuptiAndTheProgramRuns) {
+  const ProbeResult run = Probe({"other-tool"}, FAKE_CUPTI_LIB);
+  ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+  EXPECT_EQ(Count(run.err, "another CUDA tool is injected"), 1u) << run.err;
+  ASSERT_FALSE(run.messages.empty());
+  bool exited = false;
+  for (size_t i = 1; i < run.messages.size(); ++i) {
+    for (const v1::Event& event : run.messages[i].batch().events()) {
+      EXPECT_FALSE(event.has_memory());
+      exited |= event.has_process_exit();
+    }
+  }
+  EXPECT_TRUE(exited);
+}
+
+}  // namespace
+}  // namespace cumemtrace
