@@ -1,6 +1,6 @@
 #include "collector/engine/failed_allocations.h"
 
-#include "collector/engine/process_sweep.h"
+#include "collector/engine/in_memory_sweep.h"
 
 namespace cumemtrace::internal {
 namespace {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collector/engine/decoded.h"
+#include "collector/engine/decoded_stream.h"
 #include "collector/engine/phases.h"
 
 namespace cumemtrace::internal {
