@@ -1,208 +1,370 @@
-// TraceAnalyzer and AnalyzeTraceFile (analysis.h). TraceAnalyzer and the detailed analysis
-// keep every event until Finish(), because nothing on the wire is time-ordered;
-// AnalyzeTraceFile streams (streaming_sweep.h) and reads the file again for the processes
-// that need every event at once.
-#include <set>
-#include <type_traits>
+// The entry points of analysis.h and analyzed_trace.h, all one analysis (trace_analysis.h)
+// in different modes: `report` orders events through a reorder window and keeps only the
+// live set and what was live at the peak; exports and the lifetime rows sort every event
+// and keep every allocation.
+#include <functional>
 #include <utility>
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/job_summary.h"
-#include "collector/engine/in_memory_sweep.h"
-#include "collector/engine/report.h"
 #include "collector/engine/stream_decoder.h"
-#include "collector/engine/streaming_sweep.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/trace_analysis.h"
 #include "collector/format/trace_file.h"
 
 namespace cumemtrace {
+namespace internal {
 namespace {
 
-// The analyzer behind TraceAnalyzer, also used directly by the file readers below.
-class Analyzer {
+template <typename Scan>
+struct ScanSink {
+  template <typename... Args>
+  explicit ScanSink(Args&&... args) : scan(std::forward<Args>(args)...) {}
+  void Sweep(const Event& e) { scan.Add(e); }
+  Scan scan;
+};
+
+// One process: its order, what consumes it, and where its passes stand.
+struct Process {
+  // kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and
+  // 3 of the inference; kFinal: the accountant with the inferred ranges.
+  enum class Stage { kSweep, kBursts, kGradients, kFinal, kDone } stage = Stage::kSweep;
+  bool sorted = false;
+  size_t index = 0;  // in the report's processes
+  uint64_t events = 0;
+  bool batch_before_handshake = false;
+  StreamingStats stats;
+  InferenceOutcome outcome;
+  std::vector<Burst> bursts;
+  uint64_t forward_start = 0;
+  std::vector<uint64_t> optimizer_end;
+  std::unique_ptr<Accountant> accountant;
+  std::unique_ptr<ScanSink<BurstScan>> bursts_scan;
+  std::unique_ptr<ScanSink<GradientScan>> gradient_scan;
+  std::unique_ptr<EventOrder> order;
+};
+
+class TraceAnalysis {
  public:
-  explicit Analyzer(const AnalysisOptions& options) : options_(options) {}
-  // Only the chunks of these streams are read.
-  Analyzer(const AnalysisOptions& options, std::set<uint32_t> only)
-      : options_(options), only_(std::move(only)), filtered_(true) {}
+  TraceAnalysis(const AnalysisOptions& options, Mode mode, const StreamingOptions& streaming)
+      : options_(options),
+        mode_(mode),
+        streaming_(streaming),
+        rules_(options.phase_rules ? options.phase_rules.get() : &DefaultRules()),
+        trace_(std::make_unique<AnalyzedTrace>()) {
+    trace_->report = std::make_unique<Report>();
+  }
+
+  static const PhaseRules& DefaultRules() {
+    static const PhaseRules rules = PhaseRules::Defaults();
+    return rules;
+  }
 
   void AddChunk(const v1::TraceChunk& chunk) {
-    if (filtered_ && only_.count(chunk.stream_id()) == 0) return;
-    decoder_.AddChunk(chunk);
+    if (in_pass_ && Pass(chunk.stream_id()) == nullptr) return;
+    decoder_->AddChunk(chunk);
+    TakeEvents(chunk.stream_id());
+  }
+
+  void AddWireFrame(uint32_t stream_id, std::string_view frame) {
+    if (in_pass_ && Pass(stream_id) == nullptr) return;
+    decoder_->AddWireFrame(stream_id, frame);
+    TakeEvents(stream_id);
   }
 
   void MarkTruncated(const std::string& reason) {
+    if (in_pass_) return;  // the first read said so already
+    Report& r = *trace_->report;
     // The first reason is the cause; anything after it follows from it.
-    if (!truncated_) truncation_reason_ = reason;
-    truncated_ = true;
+    if (!r.truncated) r.truncation_reason = reason;
+    r.truncated = true;
   }
 
-  // With `timelines`, one ProcessTimeline per process is appended to it.
-  std::unique_ptr<Report> Finish(std::vector<ProcessTimeline>* timelines = nullptr) {
-    auto report = std::make_unique<Report>();
-    report->truncated = truncated_;
-    report->truncation_reason = truncation_reason_;
-    for (auto& [stream_id, stream] : decoder_.streams()) {
-      ProcessTimeline* timeline = nullptr;
-      if (timelines != nullptr) timeline = &timelines->emplace_back();
-      report->processes.push_back(internal::AnalyzeProcess(stream, options_, timeline));
-      // Free each stream's events as soon as it is summarized.
-      stream = internal::DecodedStream();
+  // After the first read: a report entry per stream, final unless the process needs passes.
+  void EndFirstRead(std::map<uint32_t, StreamingStats>* stats) {
+    for (auto& [stream_id, stream] : decoder_->streams()) {
+      Process& p = Get(stream_id, stream);
+      p.index = trace_->report->processes.size();
+      trace_->report->processes.emplace_back().stream_id = stream_id;
+      if (mode_.retention == Retention::kKeepAll) trace_->timelines.emplace_back();
+      if (!p.sorted && p.batch_before_handshake && stream.realtime_offset_ns != 0) {
+        // Its early events were not shifted onto CLOCK_REALTIME: read again, sorted (rare
+        // enough not to be streamed).
+        p.sorted = true;
+      } else {
+        EndStage(p, stream);
+      }
+      if (stats != nullptr) (*stats)[stream_id] = p.stats;
+      stream = DecodedStream();  // its events are swept; free the rest
     }
-    internal::AddJobSummary(report.get());
-    return report;
+  }
+
+  bool NeedsPass() const {
+    for (const auto& [id, p] : processes_) {
+      if (p->stage != Process::Stage::kDone) return true;
+    }
+    return false;
+  }
+
+  void BeginPass() {
+    in_pass_ = true;
+    decoder_ = std::make_unique<StreamDecoder>();
+    for (auto& [id, process] : processes_) {
+      Process& p = *process;
+      if (p.stage == Process::Stage::kDone) continue;
+      DecodedStream& s = decoder_->streams()[id];
+      p.events = 0;
+      switch (p.stage) {
+        case Process::Stage::kSweep:
+          p.accountant = NewAccountant(s, &p.stats);
+          p.order = MakeOrder(p.sorted, streaming_, p.accountant.get(), &p.stats);
+          break;
+        case Process::Stage::kBursts:
+          p.bursts_scan = std::make_unique<ScanSink<BurstScan>>(p.outcome);
+          p.order = MakeOrder(p.sorted, streaming_, p.bursts_scan.get(), &p.stats);
+          break;
+        case Process::Stage::kGradients:
+          p.gradient_scan = std::make_unique<ScanSink<GradientScan>>(p.outcome, p.bursts);
+          p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
+          break;
+        case Process::Stage::kFinal:
+          AddInferredNames(&s);
+          p.accountant = NewAccountant(s, &p.stats);
+          p.accountant->SetInferred(
+              p.outcome, InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome));
+          p.order = MakeOrder(p.sorted, streaming_, p.accountant.get(), &p.stats);
+          break;
+        case Process::Stage::kDone:
+          break;
+      }
+    }
+  }
+
+  void EndPass() {
+    for (auto& [id, p] : processes_) {
+      if (p->stage != Process::Stage::kDone) EndStage(*p, decoder_->streams()[id]);
+    }
+    decoder_ = std::make_unique<StreamDecoder>();
+    in_pass_ = false;
+  }
+
+  std::unique_ptr<AnalyzedTrace> Take() {
+    AddJobSummary(trace_->report.get());
+    return std::move(trace_);
   }
 
  private:
-  AnalysisOptions options_;
-  std::set<uint32_t> only_;
-  bool filtered_ = false;
-  internal::StreamDecoder decoder_;
-  bool truncated_ = false;
-  std::string truncation_reason_;
+  std::unique_ptr<Accountant> NewAccountant(const DecodedStream& s, StreamingStats* stats) {
+    return std::make_unique<Accountant>(options_, mode_.retention, rules_, &s, stats);
+  }
+
+  Process& Get(uint32_t stream_id, const DecodedStream& s) {
+    std::unique_ptr<Process>& p = processes_[stream_id];
+    if (p == nullptr) {
+      p = std::make_unique<Process>();
+      p->sorted = mode_.sorted;
+      p->accountant = NewAccountant(s, &p->stats);
+      p->order = MakeOrder(p->sorted, streaming_, p->accountant.get(), &p->stats);
+    }
+    return *p;
+  }
+
+  // The process being read again, or null when it is done.
+  Process* Pass(uint32_t stream_id) {
+    auto it = processes_.find(stream_id);
+    if (it == processes_.end() || it->second->stage == Process::Stage::kDone) return nullptr;
+    return it->second.get();
+  }
+
+  // Moves what the last chunk decoded into the stream's order.
+  void TakeEvents(uint32_t stream_id) {
+    auto it = decoder_->streams().find(stream_id);
+    if (it == decoder_->streams().end() || it->second.events.empty()) return;
+    DecodedStream& s = it->second;
+    Process& p = in_pass_ ? *Pass(stream_id) : Get(stream_id, s);
+    if (!s.has_handshake) p.batch_before_handshake = true;
+    p.events += s.events.size();
+    p.order->AddEvents(s, s.events);
+  }
+
+  // The read of a stage ended: its result, and the next stage.
+  void EndStage(Process& p, DecodedStream& s) {
+    p.order->DrainAll(s);
+    ProcessReport& report = trace_->report->processes[p.index];
+    switch (p.stage) {
+      case Process::Stage::kSweep:
+      case Process::Stage::kFinal: {
+        ProcessTimeline* timeline = nullptr;
+        if (mode_.retention == Retention::kKeepAll) {
+          timeline = &trace_->timelines[p.index];
+          *timeline = ProcessTimeline();
+        }
+        report = p.accountant->Finish(s, p.events, p.order->late_events(), timeline);
+        const bool infer = p.stage == Process::Stage::kSweep && p.accountant->needs_inference();
+        if (infer) p.outcome = p.accountant->inference();
+        p.stage = infer ? Process::Stage::kBursts : Process::Stage::kDone;
+        break;
+      }
+      case Process::Stage::kBursts:
+        p.bursts = p.bursts_scan->scan.Finish(&p.outcome);
+        p.forward_start = p.bursts_scan->scan.forward_start();
+        if (p.bursts.empty()) {
+          // Not applied after all: the first sweep's report stands, with the reason.
+          ReportInference(p.outcome, &report);
+          p.stage = Process::Stage::kDone;
+        } else {
+          p.stage = p.outcome.signal == "memory" ? Process::Stage::kGradients
+                                                 : Process::Stage::kFinal;
+        }
+        break;
+      case Process::Stage::kGradients:
+        p.optimizer_end = p.gradient_scan->scan.optimizer_end();
+        p.stage = Process::Stage::kFinal;
+        break;
+      case Process::Stage::kDone:
+        break;
+    }
+    p.order.reset();
+    p.accountant.reset();
+    p.bursts_scan.reset();
+    p.gradient_scan.reset();
+  }
+
+  const AnalysisOptions options_;
+  const Mode mode_;
+  const StreamingOptions streaming_;
+  const PhaseRules* rules_;
+  std::unique_ptr<StreamDecoder> decoder_ = std::make_unique<StreamDecoder>();
+  std::map<uint32_t, std::unique_ptr<Process>> processes_;
+  bool in_pass_ = false;
+  std::unique_ptr<AnalyzedTrace> trace_;
 };
+
+// Every chunk of `reader` (opened) into `analysis`.
+void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis) {
+  v1::TraceChunk chunk;
+  bool is_wire = false;
+  uint32_t stream_id = 0;
+  std::string_view wire_frame;
+  for (;;) {
+    switch (reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame)) {
+      case TraceFileReader::Result::kChunk:
+        if (is_wire) {
+          analysis.AddWireFrame(stream_id, wire_frame);
+        } else {
+          analysis.AddChunk(chunk);
+        }
+        break;
+      case TraceFileReader::Result::kEnd:
+        return;
+      case TraceFileReader::Result::kTruncated:
+        analysis.MarkTruncated("the file ends inside a chunk after " +
+                               std::to_string(reader.consumed_bytes()) + " of " +
+                               std::to_string(reader.file_bytes()) + " bytes");
+        return;
+      case TraceFileReader::Result::kError:
+        analysis.MarkTruncated(reader.error());
+        return;
+    }
+  }
+}
+
+// The analysis of what `open` opens, read as often as the passes need.
+std::unique_ptr<AnalyzedTrace> Analyze(const std::function<bool(TraceFileReader*)>& open,
+                                       const AnalysisOptions& options, Mode mode,
+                                       const StreamingOptions& streaming,
+                                       std::map<uint32_t, StreamingStats>* stats,
+                                       std::string* error) {
+  TraceFileReader reader;
+  if (!open(&reader)) {
+    if (error != nullptr) *error = reader.error();
+    return nullptr;
+  }
+  TraceAnalysis analysis(options, mode, streaming);
+  ReadChunks(reader, analysis);
+  analysis.EndFirstRead(stats);
+  while (analysis.NeedsPass()) {
+    TraceFileReader again;
+    if (!open(&again)) break;
+    analysis.BeginPass();
+    ReadChunks(again, analysis);
+    analysis.EndPass();
+  }
+  return analysis.Take();
+}
+
+Mode ModeFor(const AnalysisOptions& options, bool sorted) {
+  // One row per allocation: the output is as large as the trace anyway.
+  if (options.keep_lifetimes) return Mode{true, Retention::kKeepAll};
+  return Mode{sorted, Retention::kLiveAndPeak};
+}
+
+std::unique_ptr<AnalyzedTrace> AnalyzeFile(const std::string& path, const AnalysisOptions& options,
+                                           Mode mode, std::string* error) {
+  auto trace = Analyze([&path](TraceFileReader* r) { return r->Open(path); }, options, mode,
+                       StreamingOptions(), nullptr, error);
+  if (trace != nullptr) trace->report->trace_file = path;
+  return trace;
+}
 
 }  // namespace
 
-class TraceAnalyzer::Impl : public Analyzer {
+std::unique_ptr<AnalyzedTrace> AnalyzeBytes(std::string_view bytes, const AnalysisOptions& options,
+                                            Mode mode, const StreamingOptions& streaming,
+                                            std::map<uint32_t, StreamingStats>* stats,
+                                            std::string* error) {
+  return Analyze([bytes](TraceFileReader* r) { return r->OpenBytes(bytes, "the trace"); },
+                 options, mode, streaming, stats, error);
+}
+
+}  // namespace internal
+
+// Chunks are kept as a trace file's bytes, for the passes to read again.
+class TraceAnalyzer::Impl {
  public:
-  using Analyzer::Analyzer;
+  explicit Impl(const AnalysisOptions& options)
+      : options_(options), bytes_(TraceFilePreamble()) {}
+  AnalysisOptions options_;
+  std::string bytes_;
+  bool truncated_ = false;
+  std::string truncation_reason_;
 };
 
 TraceAnalyzer::TraceAnalyzer(const AnalysisOptions& options)
     : impl_(std::make_unique<Impl>(options)) {}
 TraceAnalyzer::~TraceAnalyzer() = default;
-void TraceAnalyzer::AddChunk(const v1::TraceChunk& chunk) { impl_->AddChunk(chunk); }
-void TraceAnalyzer::MarkTruncated(const std::string& reason) { impl_->MarkTruncated(reason); }
-std::unique_ptr<Report> TraceAnalyzer::Finish() { return impl_->Finish(); }
-
-namespace {
-
-// Reads every chunk of `reader` (opened) into `sink` (AddChunk, MarkTruncated; and
-// AddWireFrame for the streaming analyzer, which takes wire frames without a copy).
-template <typename Sink>
-void ReadChunks(TraceFileReader& reader, Sink& sink) {
-  constexpr bool kViews = std::is_same_v<Sink, internal::StreamingAnalyzer>;
-  v1::TraceChunk chunk;
-  bool is_wire = false;
-  uint32_t stream_id = 0;
-  std::string_view wire_frame;
-  for (bool done = false; !done;) {
-    const TraceFileReader::Result result =
-        kViews ? reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame) : reader.Next(&chunk);
-    switch (result) {
-      case TraceFileReader::Result::kChunk:
-        if constexpr (kViews) {
-          if (is_wire) {
-            sink.AddWireFrame(stream_id, wire_frame);
-            break;
-          }
-        }
-        sink.AddChunk(chunk);
-        break;
-      case TraceFileReader::Result::kEnd:
-        done = true;
-        break;
-      case TraceFileReader::Result::kTruncated:
-        sink.MarkTruncated("the file ends inside a chunk after " +
-                           std::to_string(reader.consumed_bytes()) + " of " +
-                           std::to_string(reader.file_bytes()) + " bytes");
-        done = true;
-        break;
-      case TraceFileReader::Result::kError:
-        sink.MarkTruncated(reader.error());
-        done = true;
-        break;
-    }
-  }
+void TraceAnalyzer::AddChunk(const v1::TraceChunk& chunk) { AppendChunk(chunk, &impl_->bytes_); }
+void TraceAnalyzer::MarkTruncated(const std::string& reason) {
+  // The first reason is the cause; anything after it follows from it.
+  if (!impl_->truncated_) impl_->truncation_reason_ = reason;
+  impl_->truncated_ = true;
 }
-
-// Reads `path` into `sink`; false with *error when it cannot be read or is not a trace.
-template <typename Sink>
-bool ReadTraceFile(const std::string& path, Sink& sink, std::string* error) {
-  TraceFileReader reader;
-  if (!reader.Open(path)) {
-    if (error != nullptr) *error = reader.error();
-    return false;
-  }
-  ReadChunks(reader, sink);
-  return true;
+std::unique_ptr<Report> TraceAnalyzer::Finish() {
+  std::unique_ptr<AnalyzedTrace> trace =
+      internal::AnalyzeBytes(impl_->bytes_, impl_->options_, internal::ModeFor(impl_->options_, true),
+                             internal::StreamingOptions(), nullptr, nullptr);
+  trace->report->truncated = impl_->truncated_;
+  trace->report->truncation_reason = impl_->truncation_reason_;
+  return std::move(trace->report);
 }
-
-// The streaming analysis, with further reads (`read_again(sink)`) for the processes whose
-// phases are inferred and those that need every event at once.
-template <typename ReadAgain>
-std::unique_ptr<Report> FinishStreaming(internal::StreamingAnalyzer& streaming,
-                                        const AnalysisOptions& options, ReadAgain read_again) {
-  std::vector<uint32_t> in_memory;
-  std::unique_ptr<Report> report = streaming.Finish(&in_memory);
-  while (streaming.NeedsPass()) {
-    streaming.BeginPass();
-    if (!read_again(streaming)) break;
-    streaming.EndPass(report.get());
-  }
-  if (!in_memory.empty()) {
-    Analyzer analyzer(options, std::set<uint32_t>(in_memory.begin(), in_memory.end()));
-    std::unique_ptr<Report> full;
-    if (read_again(analyzer)) full = analyzer.Finish();
-    for (ProcessReport& p : report->processes) {
-      if (full == nullptr) break;
-      for (ProcessReport& q : full->processes) {
-        if (q.stream_id == p.stream_id) p = std::move(q);
-      }
-    }
-  }
-  internal::AddJobSummary(report.get());
-  return report;
-}
-
-}  // namespace
 
 std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
                                          std::string* error) {
-  if (options.keep_lifetimes) {
-    // One row per allocation: the output is as large as the trace anyway.
-    Analyzer analyzer(options);
-    if (!ReadTraceFile(path, analyzer, error)) return nullptr;
-    std::unique_ptr<Report> report = analyzer.Finish();
-    report->trace_file = path;
-    return report;
-  }
-  internal::StreamingAnalyzer streaming(options);
-  if (!ReadTraceFile(path, streaming, error)) return nullptr;
-  std::unique_ptr<Report> report = FinishStreaming(streaming, options, [&](auto& sink) {
-    return ReadTraceFile(path, sink, nullptr);
-  });
-  report->trace_file = path;
-  return report;
+  auto trace = internal::AnalyzeFile(path, options, internal::ModeFor(options, false), error);
+  return trace == nullptr ? nullptr : std::move(trace->report);
 }
 
 std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const AnalysisOptions& options,
                                           std::string* error) {
-  TraceFileReader reader;
-  if (!reader.OpenBytes(bytes, "the trace")) {
-    if (error != nullptr) *error = reader.error();
-    return nullptr;
-  }
-  internal::StreamingAnalyzer streaming(options);
-  ReadChunks(reader, streaming);
-  return FinishStreaming(streaming, options, [&](auto& sink) {
-    TraceFileReader again;
-    if (!again.OpenBytes(bytes, "the trace")) return false;
-    ReadChunks(again, sink);
-    return true;
-  });
+  auto trace = internal::AnalyzeBytes(bytes, options, internal::Mode(), internal::StreamingOptions(),
+                                      nullptr, error);
+  return trace == nullptr ? nullptr : std::move(trace->report);
 }
 
 std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,
                                                         const AnalysisOptions& options,
                                                         std::string* error) {
-  Analyzer analyzer(options);
-  if (!ReadTraceFile(path, analyzer, error)) return nullptr;
-  auto trace = std::make_unique<AnalyzedTrace>();
-  trace->report = analyzer.Finish(&trace->timelines);
-  trace->report->trace_file = path;
-  return trace;
+  return internal::AnalyzeFile(path, options, internal::Mode{true, internal::Retention::kKeepAll},
+                               error);
 }
 
 }  // namespace cumemtrace

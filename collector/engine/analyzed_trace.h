@@ -1,7 +1,7 @@
 // What happened over time in a trace, per process and device: device memory in use as a step
 // series, every allocation with the steps where it starts and ends, NVTX range slices per
 // thread, kernel slices per stream and NVTX marks. It is filled by the same sweep that makes
-// the Report (in_memory_sweep.cc), so a timeline never disagrees with the summary; the exports
+// the Report (accountant.cc), so a timeline never disagrees with the summary; the exports
 // (collector/output/exports.h) and the HTML viewer are drawn from it.
 //
 // Times are nanoseconds relative to the process's first timestamp

@@ -1,6 +1,6 @@
 // Internal: a stream's events decoded into compact POD records (no proto objects kept, strings
 // by interned id), plus what the stream said about itself. Produced by StreamDecoder, consumed
-// by the per-process sweep (in_memory_sweep.cc).
+// by the per-process sweep (accountant.h).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,11 @@ enum class EventType : uint8_t {
   kMark,
   kRangeClose,  // NVTX pop or end
 };
+
+constexpr int kMemoryKinds = 8;  // v1::MemoryKind values 0..7
+// Program-own device memory (design.md "What counts where").
+inline bool IsDeviceMemory(uint8_t kind) { return kind == 3 || kind == 4; }  // DEVICE, ARRAY
+inline bool IsStaticMemory(uint8_t kind) { return kind == 6 || kind == 7; }
 
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
 inline int TieRank(EventType type) {

@@ -1,11 +1,29 @@
 #include "collector/engine/failed_allocations.h"
 
-#include "collector/engine/in_memory_sweep.h"
+#include "collector/engine/accountant.h"
 
 namespace cumemtrace::internal {
 namespace {
 
 constexpr int32_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY (and cudaErrorMemoryAllocation)
+
+FailedAllocationReport FailedAllocationOf(const Event& e, const DecodedStream& s,
+                                          uint64_t time_ns) {
+  FailedAllocationReport f;
+  f.time_ns = time_ns;
+  f.time_abs_ns = e.timestamp_ns;
+  f.api = s.Resolve(e.name_id);
+  f.requested_bytes = e.a;
+  f.error_code = e.code;
+  f.error_name = s.Resolve(e.aux_id);
+  f.kind = MemoryKindName(e.kind);
+  f.device = e.device;
+  f.device_free_bytes = e.b;
+  f.device_total_bytes = e.c;
+  f.thread_id = e.thread_id;
+  f.caller = s.Resolve(e.caller_id);
+  return f;
+}
 
 }  // namespace
 

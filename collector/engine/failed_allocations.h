@@ -1,4 +1,4 @@
-// Internal: the failed allocations of one process, which both sweeps meet in time order,
+// Internal: the failed allocations of one process, which the sweep meets in time order,
 // split into the failures the program saw and the driver's own retries.
 //
 // A driver call can fail where the program never sees it: under cudaMallocAsync, one

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "collector/engine/analysis.h"
 #include "collector/engine/phases.h"
+#include "collector/engine/report.h"
 
 namespace cumemtrace::internal {
 
@@ -38,5 +40,11 @@ Spread SpreadOf(std::vector<int64_t> values);
 
 // Index of the window holding `ts`, or -1 (before the first, after the last, or between).
 int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts);
+
+// The iterations pass, after the sweep: finds the iterations in the phases' occurrences and
+// fills p->iterations with per-phase statistics over them; returns the iteration windows.
+IterationDetection AddIterations(const PhaseTracker& phases,
+                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
+                                 const AnalysisOptions& options, ProcessReport* p);
 
 }  // namespace cumemtrace::internal

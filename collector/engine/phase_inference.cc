@@ -5,7 +5,6 @@
 #include <unordered_map>
 
 #include "collector/engine/phases.h"
-#include "collector/engine/accounting.h"
 
 namespace cumemtrace::internal {
 namespace {
@@ -44,13 +43,6 @@ bool IsMemory(const Event& e) {
 }
 
 }  // namespace
-
-bool HasAutogradThread(const DecodedStream& s) {
-  for (const auto& [tid, name] : s.thread_names) {
-    if (name.rfind("pt_autograd", 0) == 0) return true;
-  }
-  return false;
-}
 
 void InferenceScan::Add(const Event& e) {
   if (e.type == EventType::kRangeOpen) {
@@ -198,27 +190,15 @@ void AddInferredNames(DecodedStream* s) {
   s->strings[kOptimizerId] = "optimizer";
 }
 
-InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules) {
-  InferenceScan scan;
-  for (const Event& e : s->events) scan.Add(e);
-  bool more = false;
-  InferenceOutcome out = scan.Decide(*s, rules, &more);
-  if (!more) return out;
-  BurstScan burst_scan(out);
-  for (const Event& e : s->events) burst_scan.Add(e);
-  const std::vector<Burst> bursts = burst_scan.Finish(&out);
-  if (bursts.empty()) return out;
-  std::vector<uint64_t> optimizer_end;
-  if (out.signal == "memory") {
-    GradientScan gradients(out, bursts);
-    for (const Event& e : s->events) gradients.Add(e);
-    optimizer_end = gradients.optimizer_end();
-  }
-  const std::vector<Event> ranges =
-      InferredRanges(bursts, optimizer_end, burst_scan.forward_start(), &out);
-  s->events.insert(s->events.end(), ranges.begin(), ranges.end());
-  AddInferredNames(s);
-  return out;
+void ReportInference(const InferenceOutcome& o, ProcessReport* p) {
+  PhaseInferenceReport& r = p->phase_inference;
+  r.applied = o.applied;
+  r.reason = o.reason;
+  r.signal = o.signal;
+  r.calling_thread = o.calling_thread;
+  r.autograd_threads = o.autograd_threads;
+  r.backward_passes = o.backward_passes;
+  r.optimizers_inferred = o.optimizers_inferred;
 }
 
 }  // namespace cumemtrace::internal

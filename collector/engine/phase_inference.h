@@ -94,17 +94,14 @@ class GradientScan {
   size_t burst_ = 0;
 };
 
-// The synthesized range events (domain kInferredDomainId), in the order the in-memory
-// analysis appends them; sets the outcome's counts. `optimizer_end` empty: none inferred.
+// The synthesized range events (domain kInferredDomainId), swept after real events of the
+// same key; sets the outcome's counts. `optimizer_end` empty: none inferred.
 std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
                                   const std::vector<uint64_t>& optimizer_end,
                                   uint64_t forward_start, InferenceOutcome* out);
 // The names of the synthesized ranges' message ids.
 void AddInferredNames(DecodedStream* s);
-bool HasAutogradThread(const DecodedStream& s);
-
-// Appends synthesized range events (domain kInferredDomainId) to s->events, which must be
-// sorted on entry; the caller sorts again when `applied`.
-InferenceOutcome InferTrainingPhases(DecodedStream* s, const PhaseRules& rules);
+// The outcome as the report says it.
+void ReportInference(const InferenceOutcome& o, ProcessReport* p);
 
 }  // namespace cumemtrace::internal

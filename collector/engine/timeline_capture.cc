@@ -28,7 +28,7 @@ class StringTable {
 
 // One counter series from the allocation table: a step at every birth and every death of the
 // selected kinds on each device, in event order. A death and a birth at one position (an
-// address reused while its release was lost) are a kill then a birth, as in MemoryTimeline.
+// address reused while its release was lost) are a kill then a birth, as in the Accountant.
 template <typename Select, typename Record>
 void BuildSteps(const std::vector<Allocation>& allocations, uint64_t end_pos,
                 const std::vector<Event>& events, uint64_t first_ns, Select select,
@@ -56,12 +56,12 @@ void BuildSteps(const std::vector<Allocation>& allocations, uint64_t end_pos,
 
 }  // namespace
 
-void CaptureTimeline(const DecodedStream& s, const std::vector<Allocation>& allocations,
+void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
+                     const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases,
                      const std::vector<std::string>& phase_names, const ProcessReport& report,
                      ProcessTimeline* out) {
   out->phase_names = phase_names;
-  const std::vector<Event>& events = s.events;
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
   auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
@@ -109,7 +109,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Allocation>& allo
         d.device_memory.push_back(MemoryStep{ts, bytes});
         if (is_birth) {
           t.birth_step = step;
-          // As MemoryTimeline: the peak is first reached by an allocation.
+          // As in the Accountant: the peak is first reached by an allocation.
           if (d.peak_step == kNoStep || bytes > d.device_memory[d.peak_step].bytes) {
             d.peak_step = step;
           }

@@ -1,21 +1,24 @@
-// Internal: fills a ProcessTimeline (analyzed_trace.h) at the end of the process sweep, from
-// the sorted events and the allocation table the sweep built.
+// Internal: fills a ProcessTimeline (analyzed_trace.h) at the end of a sweep that kept
+// everything (Retention::kKeepAll), from the events as swept and every allocation.
 #pragma once
 
+#include <string>
 #include <vector>
 
+#include "collector/engine/accountant.h"
+#include "collector/engine/analyzed_trace.h"
 #include "collector/engine/decoded_stream.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
-#include "collector/engine/accounting.h"
-#include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace::internal {
 
-// `stream.events` must be sorted as the sweep sorted them; `allocations` and `phases` are the
-// sweep's, `phase_names` the display name of each of its phases (Allocation::phase indexes
-// both); `report` is the finished ProcessReport (devices, time origin, end).
-void CaptureTimeline(const DecodedStream& stream, const std::vector<Allocation>& allocations,
+// `events` as the sweep took them (Allocation::birth_pos and death_pos index it);
+// `allocations` and `phases` are the sweep's, `phase_names` the display name of each of its
+// phases (Allocation::phase indexes both); `report` is the finished ProcessReport (devices,
+// time origin, end).
+void CaptureTimeline(const DecodedStream& stream, const std::vector<Event>& events,
+                     const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases,
                      const std::vector<std::string>& phase_names, const ProcessReport& report,
                      ProcessTimeline* out);

@@ -15,7 +15,7 @@
 
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
-#include "collector/engine/accounting.h"
+#include "collector/engine/decoded_stream.h"
 
 namespace cumemtrace {
 namespace internal {

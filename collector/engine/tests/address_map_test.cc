@@ -4,7 +4,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "collector/engine/accounting.h"
+#include "collector/engine/address_map.h"
 
 namespace cumemtrace::internal {
 namespace {

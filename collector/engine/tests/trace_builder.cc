@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "collector/engine/trace_analysis.h"
 #include "collector/format/trace_file.h"
 #include "collector/output/summary.h"
 
@@ -258,14 +259,19 @@ std::unique_ptr<Report> Analyze(const std::vector<v1::TraceChunk>& chunks,
   TraceAnalyzer analyzer(options);
   for (const v1::TraceChunk& chunk : chunks) analyzer.AddChunk(chunk);
   auto report = analyzer.Finish();
-  // Every test that analyzes through here also checks that the streaming analysis (what
-  // `report` runs) writes the same summary (streaming_sweep.h).
-  if (!options.keep_lifetimes) {
-    std::string error;
-    auto streamed = AnalyzeTraceBytes(FileBytes(chunks), options, &error);
-    if (streamed != nullptr) {
-      EXPECT_EQ(SummaryJson(*streamed), SummaryJson(*report)) << "the streaming analysis differs";
-    }
+  // Every test that analyzes through here also checks that the other orders and retention
+  // policies (trace_analysis.h) write the same summary: the reorder window that `report`
+  // runs, and keeping every allocation, as the exports do.
+  const std::string bytes = FileBytes(chunks);
+  using internal::Retention;
+  for (const internal::Mode mode : {internal::Mode{false, Retention::kLiveAndPeak},
+                                    internal::Mode{false, Retention::kKeepAll},
+                                    internal::Mode{true, Retention::kKeepAll}}) {
+    auto other = internal::AnalyzeBytes(bytes, options, mode, internal::StreamingOptions(),
+                                        nullptr, nullptr);
+    EXPECT_EQ(SummaryJson(*other->report), SummaryJson(*report))
+        << "sorted " << mode.sorted << ", keep all "
+        << (mode.retention == Retention::kKeepAll) << " differs";
   }
   return report;
 }

@@ -1,12 +1,17 @@
-// The streaming analysis (streaming_sweep.h, what `cumemtrace report` runs) must write the
-// report the in-memory analysis writes, whatever order the batches arrive in; events too
-// late for its reorder window are counted, and what it holds stays bounded.
+// One analysis, several orders and retention policies (trace_analysis.h): the reorder window
+// with the bounded live set (what `cumemtrace report` runs) must write the report that
+// sorting every event writes, whatever order the batches arrive in and whatever the window's
+// size, as long as nothing arrives later than it; keeping every allocation (the exports)
+// changes nothing either. Events too late for the window are counted, and what the bounded
+// analysis holds stays bounded.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -14,16 +19,33 @@
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/report.h"
-#include "collector/engine/streaming_sweep.h"
 #include "collector/engine/tests/trace_builder.h"
+#include "collector/engine/trace_analysis.h"
 #include "collector/format/trace_file.h"
 #include "collector/output/summary.h"
 
 namespace cumemtrace::testing {
 namespace {
 
+using internal::Mode;
+using internal::Retention;
+using internal::StreamingOptions;
+using internal::StreamingStats;
+
 std::string InMemoryJson(const std::vector<v1::TraceChunk>& chunks, const AnalysisOptions& o) {
   return SummaryJson(*Analyze(chunks, o));
+}
+
+// The analysis of `chunks` in `mode`; *stats per stream id.
+std::unique_ptr<Report> AnalyzeIn(const std::vector<v1::TraceChunk>& chunks, Mode mode,
+                            const AnalysisOptions& options = AnalysisOptions(),
+                            const StreamingOptions& window = StreamingOptions(),
+                            std::map<uint32_t, StreamingStats>* stats = nullptr) {
+  const std::string bytes = FileBytes(chunks);
+  std::string error;
+  auto trace = internal::AnalyzeBytes(bytes, options, mode, window, stats, &error);
+  EXPECT_NE(trace, nullptr) << error;
+  return trace == nullptr ? nullptr : std::move(trace->report);
 }
 
 std::string StreamingJson(const std::vector<v1::TraceChunk>& chunks, const AnalysisOptions& o) {
@@ -50,7 +72,7 @@ v1::Event ThreadNameEvent(uint32_t tid, const std::string& name) {
   return e;
 }
 
-TEST(Streaming, GoldenTracesGiveTheInMemoryReport) {
+TEST(OrderAndRetention, GoldenTracesGiveTheInMemoryReport) {
   for (const char* name : {"cuda_phases", "torch_async", "torch_native", "libtorch_native",
                            "torch_sigterm"}) {
     const std::string path = std::string(CUMEMTRACE_GOLDEN_DIR) + "/" + name + ".cmtrace";
@@ -69,24 +91,30 @@ TEST(Streaming, GoldenTracesGiveTheInMemoryReport) {
       PrintSummaryText(*in_memory, b);
       EXPECT_EQ(a.str(), b.str()) << name;
       for (const ProcessReport& p : streamed->processes) EXPECT_EQ(p.late_events, 0u) << name;
+      // A quarter of the window (RealTracesArriveWellInsideTheWindow), and every allocation
+      // kept: the same report.
+      StreamingOptions quarter;
+      quarter.window_ns /= 4;
+      for (Retention retention : {Retention::kLiveAndPeak, Retention::kKeepAll}) {
+        auto other = AnalyzeIn(chunks, Mode{false, retention}, options, quarter);
+        other->trace_file = path;
+        EXPECT_EQ(SummaryJson(*other), SummaryJson(*in_memory)) << name << " infer=" << infer;
+      }
     }
   }
 }
 
-TEST(Streaming, RealTracesArriveWellInsideTheWindow) {
+TEST(OrderAndRetention, RealTracesArriveWellInsideTheWindow) {
   // The window is decided from the data: the recorded programs' events arrive at most this
   // late (host records and CUPTI buffers are sent in turns), far inside the default window.
   for (const char* name : {"cuda_phases", "torch_async", "torch_native", "libtorch_native"}) {
     const std::string path = std::string(CUMEMTRACE_GOLDEN_DIR) + "/" + name + ".cmtrace";
     AnalysisOptions options;
     options.infer_phases = false;
-    internal::StreamingAnalyzer streaming(options);
-    for (const v1::TraceChunk& chunk : ChunksOf(path)) streaming.AddChunk(chunk);
-    std::vector<uint32_t> in_memory;
-    streaming.Finish(&in_memory);
-    EXPECT_TRUE(in_memory.empty());
-    for (const auto& [id, stats] : streaming.stats()) {
-      EXPECT_LT(stats.max_lateness_ns, internal::StreamingOptions().window_ns / 4) << name;
+    std::map<uint32_t, StreamingStats> stats;
+    AnalyzeIn(ChunksOf(path), Mode(), options, StreamingOptions(), &stats);
+    for (const auto& [id, s] : stats) {
+      EXPECT_LT(s.max_lateness_ns, StreamingOptions().window_ns / 4) << name;
     }
   }
 }
@@ -189,7 +217,7 @@ std::vector<v1::TraceChunk> RandomTrace(uint32_t seed, size_t steps, uint64_t st
   return b.Chunks();
 }
 
-TEST(Streaming, RandomOutOfOrderTracesGiveTheInMemoryReport) {
+TEST(OrderAndRetention, RandomOutOfOrderTracesGiveTheInMemoryReport) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     const std::vector<v1::TraceChunk> chunks = RandomTrace(seed, 3000, 1000, 1 + seed % 3);
     AnalysisOptions options;
@@ -200,7 +228,7 @@ TEST(Streaming, RandomOutOfOrderTracesGiveTheInMemoryReport) {
   }
 }
 
-TEST(Streaming, ShuffledBatchesGiveTheInMemoryReport) {
+TEST(OrderAndRetention, ShuffledBatchesGiveTheInMemoryReport) {
   // Each batch in random order: the window splits into many runs and has to merge them.
   for (uint32_t seed = 1; seed <= 5; ++seed) {
     std::mt19937 rng(seed);
@@ -244,15 +272,13 @@ TEST(Streaming, ShuffledBatchesGiveTheInMemoryReport) {
     const std::vector<v1::TraceChunk> chunks = b.Chunks();
     EXPECT_EQ(StreamingJson(chunks, AnalysisOptions()), InMemoryJson(chunks, AnalysisOptions()))
         << "seed " << seed;
-    internal::StreamingAnalyzer streaming{AnalysisOptions()};
-    for (const v1::TraceChunk& chunk : chunks) streaming.AddChunk(chunk);
-    std::vector<uint32_t> in_memory;
-    streaming.Finish(&in_memory);
-    EXPECT_GE(streaming.stats().at(1).max_runs, 20u);  // the merge of many runs was exercised
+    std::map<uint32_t, StreamingStats> stats;
+    AnalyzeIn(chunks, Mode(), AnalysisOptions(), StreamingOptions(), &stats);
+    EXPECT_GE(stats.at(1).max_runs, 20u);  // the merge of many runs was exercised
   }
 }
 
-TEST(Streaming, TwoProcessesInterleavedGiveTheInMemoryReport) {
+TEST(OrderAndRetention, TwoProcessesInterleavedGiveTheInMemoryReport) {
   std::vector<v1::TraceChunk> a = RandomTrace(7, 2000, 1000, 2);
   std::vector<v1::TraceChunk> b = RandomTrace(8, 2000, 1000, 1);
   for (v1::TraceChunk& c : b) c.set_stream_id(2);
@@ -264,7 +290,7 @@ TEST(Streaming, TwoProcessesInterleavedGiveTheInMemoryReport) {
   EXPECT_EQ(StreamingJson(both, AnalysisOptions()), InMemoryJson(both, AnalysisOptions()));
 }
 
-TEST(Streaming, AnAutogradThreadNamedAfterItsEventsGivesTheInMemoryReport) {
+TEST(OrderAndRetention, AnAutogradThreadNamedAfterItsEventsGivesTheInMemoryReport) {
   StreamBuilder b(1, 42);
   b.Raw(ThreadNameEvent(1, "python3"));
   for (uint64_t k = 0; k < 3; ++k) {
@@ -345,7 +371,7 @@ std::vector<v1::TraceChunk> UnlabeledTrace(uint32_t seed, bool memory_signal, in
   return b.Chunks();
 }
 
-TEST(Streaming, InferredPhasesGiveTheInMemoryReport) {
+TEST(OrderAndRetention, InferredPhasesGiveTheInMemoryReport) {
   int applied = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     for (bool memory_signal : {true, false}) {
@@ -353,27 +379,16 @@ TEST(Streaming, InferredPhasesGiveTheInMemoryReport) {
       const std::string json = StreamingJson(chunks, AnalysisOptions());
       EXPECT_EQ(json, InMemoryJson(chunks, AnalysisOptions())) << "seed " << seed;
       applied += json.find("\"applied\": true") != std::string::npos ? 1 : 0;
-      // The streaming analysis read the process again instead of keeping its events.
-      internal::StreamingAnalyzer streaming{AnalysisOptions()};
-      for (const v1::TraceChunk& chunk : chunks) streaming.AddChunk(chunk);
-      std::vector<uint32_t> in_memory;
-      auto report = streaming.Finish(&in_memory);
-      EXPECT_TRUE(in_memory.empty());
-      int passes = 0;
-      while (streaming.NeedsPass()) {
-        streaming.BeginPass();
-        for (const v1::TraceChunk& chunk : chunks) streaming.AddChunk(chunk);
-        streaming.EndPass(report.get());
-        ++passes;
-      }
-      EXPECT_EQ(passes, memory_signal ? 3 : 2) << "seed " << seed;
-      EXPECT_TRUE(report->processes.at(0).phase_inference.applied);
+      // Sorted, the passes read the process again as the window's do: the same report.
+      auto sorted = AnalyzeIn(chunks, Mode{true, Retention::kKeepAll});
+      EXPECT_EQ(SummaryJson(*sorted), json) << "seed " << seed;
+      EXPECT_TRUE(sorted->processes.at(0).phase_inference.applied);
     }
   }
   EXPECT_EQ(applied, 24);
 }
 
-TEST(Streaming, AnEventOlderThanTheWindowIsCountedAndStillAccounted) {
+TEST(OrderAndRetention, AnEventOlderThanTheWindowIsCountedAndStillAccounted) {
   StreamBuilder b(1, 42);
   b.String(1, "forward");
   const uint64_t s = 1'000'000'000;
@@ -398,20 +413,18 @@ TEST(Streaming, AnEventOlderThanTheWindowIsCountedAndStillAccounted) {
       << text.str();
 }
 
-TEST(Streaming, AFullWindowLetsItsOldestEventsGoAndCountsWhatComesLater) {
+TEST(OrderAndRetention, AFullWindowLetsItsOldestEventsGoAndCountsWhatComesLater) {
   AnalysisOptions options;
-  internal::StreamingOptions small;
+  StreamingOptions small;
   small.max_window_events = 100;
-  internal::StreamingAnalyzer streaming(options, small);
   StreamBuilder b(1, 42);
   for (uint64_t i = 0; i < 1000; ++i) b.Alloc(1000 + 2 * i, 0, 0x1000 + 16 * i, 1);
   b.Flush();
   b.Free(1001, 0, 0x1000, 1);  // older than what the full window had to let go
   b.Flush();
-  for (const v1::TraceChunk& chunk : b.Chunks()) streaming.AddChunk(chunk);
-  std::vector<uint32_t> in_memory;
-  auto report = streaming.Finish(&in_memory);
-  EXPECT_LE(streaming.stats().at(1).max_window_events, 101u);
+  std::map<uint32_t, StreamingStats> stats;
+  auto report = AnalyzeIn(b.Chunks(), Mode(), options, small, &stats);
+  EXPECT_LE(stats.at(1).max_window_events, 101u);
   EXPECT_EQ(report->processes.at(0).late_events, 1u);
   // The free is applied where it arrived, before the 100 allocations still waiting.
   EXPECT_EQ(report->processes.at(0).devices.at(0).peak.bytes, 999u);
@@ -419,8 +432,7 @@ TEST(Streaming, AFullWindowLetsItsOldestEventsGoAndCountsWhatComesLater) {
 
 // What the analysis holds must not grow with the trace: a training-like loop run for longer
 // holds as much as a short one.
-internal::StreamingStats LoopStats(uint64_t iterations) {
-  internal::StreamingAnalyzer streaming(AnalysisOptions{});
+StreamingStats LoopStats(uint64_t iterations) {
   StreamBuilder b(1, 42);
   b.String(1, "forward").String(2, "backward");
   uint64_t t = 1'000'000'000;
@@ -435,16 +447,15 @@ internal::StreamingStats LoopStats(uint64_t iterations) {
     t += 1'000'000;  // 1 ms an iteration: the default window holds about 1000 of them
     if (k % 10 == 9) b.Flush();
   }
-  for (const v1::TraceChunk& chunk : b.Chunks()) streaming.AddChunk(chunk);
-  std::vector<uint32_t> in_memory;
-  auto report = streaming.Finish(&in_memory);
+  std::map<uint32_t, StreamingStats> stats;
+  auto report = AnalyzeIn(b.Chunks(), Mode(), AnalysisOptions(), StreamingOptions(), &stats);
   EXPECT_EQ(report->processes.at(0).devices.at(0).peak.live_count, 24u);
-  return streaming.stats().at(1);
+  return stats.at(1);
 }
 
-TEST(Streaming, WhatItHoldsDoesNotGrowWithTheTrace) {
-  const internal::StreamingStats small = LoopStats(2000);
-  const internal::StreamingStats large = LoopStats(8000);
+TEST(OrderAndRetention, WhatItHoldsDoesNotGrowWithTheTrace) {
+  const StreamingStats small = LoopStats(2000);
+  const StreamingStats large = LoopStats(8000);
   EXPECT_EQ(large.max_live, small.max_live);
   EXPECT_LE(large.max_live, 24u);
   EXPECT_LE(large.max_kept_at_peak, 24u);

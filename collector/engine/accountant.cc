@@ -1,0 +1,681 @@
+#include "collector/engine/accountant.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "collector/engine/iterations.h"
+#include "collector/engine/lifetimes.h"
+#include "collector/engine/timeline_capture.h"
+
+namespace cumemtrace::internal {
+namespace {
+
+constexpr uint32_t kNone = ~uint32_t{0};
+
+// (slot, address): device addresses are 49-bit virtual addresses, so the slot in the top
+// bits cannot collide in practice.
+uint64_t Key(uint32_t slot, uint64_t address) {
+  return address ^ (static_cast<uint64_t>(slot) << 56);
+}
+
+const char* ClockName(int clock) {
+  switch (clock) {
+    case v1::TIMESTAMP_CLOCK_MONOTONIC: return "monotonic";
+    case v1::TIMESTAMP_CLOCK_REALTIME: return "realtime";
+    default: return "unspecified";
+  }
+}
+
+const char* InjectionName(int mode) {
+  switch (mode) {
+    case v1::INJECTION_MODE_LD_PRELOAD: return "ld_preload";
+    case v1::INJECTION_MODE_CUDA_INJECTION: return "cuda_injection";
+    case v1::INJECTION_MODE_NVTX_INJECTION: return "nvtx_injection";
+    default: return "unspecified";
+  }
+}
+
+const char* DropSourceName(int source) {
+  switch (source) {
+    case v1::DROP_SOURCE_CUPTI: return "cupti";
+    case v1::DROP_SOURCE_TRACER_QUEUE: return "tracer_queue";
+    default: return "unspecified";
+  }
+}
+
+// What the stream said about itself: handshake, exit, close, gaps, damage.
+void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
+  p->stream_id = s.stream_id;
+  p->has_handshake = s.has_handshake;
+  p->pid = s.has_handshake ? s.pid : s.peer_pid;
+  p->ppid = s.ppid;
+  p->command_line = s.command_line;
+  p->hostname = s.hostname;
+  p->tracer_version = s.tracer_version;
+  p->timestamp_clock = ClockName(s.timestamp_clock);
+  p->allocator_mode = s.allocator_mode;
+  p->pytorch_alloc_conf = s.pytorch_alloc_conf;
+  p->injection_mode = InjectionName(s.injection_mode);
+  p->kernels_enabled = s.kernels_enabled;
+  p->rank = s.rank;
+  p->local_rank = s.local_rank;
+  p->world_size = s.world_size;
+  p->notices = s.notices;
+  p->thread_names = s.thread_names;
+  p->sequence_gaps = s.gaps;
+  for (const SequenceGap& g : s.gaps) p->lost_batches += g.missing;
+  p->batches = s.batches;
+  p->damage = s.damage;
+  p->damaged = !s.damage.empty();
+
+  // The launcher saw the real end (signals included); the tracer's record is second best.
+  if (s.launcher_exit) {
+    p->exit = *s.launcher_exit;
+  } else if (s.process_exit_code) {
+    p->exit.source = ExitStatus::Source::kTracer;
+    p->exit.code = *s.process_exit_code;
+  }
+  p->complete = s.launcher_exit.has_value() || s.process_exit_code.has_value();
+  if (!p->complete) p->incomplete_reasons.push_back("ended without an exit record");
+  if (s.closed) {
+    switch (s.close_reason) {
+      case v1::CLOSE_REASON_PROTOCOL_ERROR:
+        p->complete = false;
+        p->incomplete_reasons.push_back("the collector closed the stream after a protocol error" +
+                                        (s.close_error.empty() ? "" : ": " + s.close_error));
+        break;
+      case v1::CLOSE_REASON_IO_ERROR:
+        p->complete = false;
+        p->incomplete_reasons.push_back("the stream ended with a read error" +
+                                        (s.close_error.empty() ? "" : ": " + s.close_error));
+        break;
+      case v1::CLOSE_REASON_COLLECTOR_SHUTDOWN:
+        if (!p->complete) {
+          p->incomplete_reasons.push_back("the collector stopped while the process was connected");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
+}
+
+// The stream's timed records (drops, exit, start) onto CLOCK_REALTIME, as its events were.
+void ShiftRecordsToRealtime(DecodedStream* s) {
+  const int64_t offset = s->realtime_offset_ns;
+  if (offset == 0) return;
+  auto shift = [offset](uint64_t t) {
+    return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
+  };
+  for (DropRecord& d : s->drops) {
+    d.first_ns = shift(d.first_ns);
+    d.last_ns = shift(d.last_ns);
+  }
+  s->process_exit_ns = shift(s->process_exit_ns);
+  s->trace_start_ns = shift(s->trace_start_ns);
+  s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
+}
+
+void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t index,
+                      uint64_t first, DeviceReport* out) {
+  DeviceReport& d = *out;
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  d.index = index;
+  auto info = s.device_info.find(d.index);
+  if (info != s.device_info.end()) {
+    d.has_info = true;
+    d.name = info->second.name;
+    d.uuid = info->second.uuid;
+    d.total_memory_bytes = info->second.total_memory_bytes;
+  }
+  d.peak.seen = c.peak_pos != kNever;
+  if (d.peak.seen) {
+    d.peak.bytes = c.peak;
+    d.peak.time_abs_ns = c.peak_ns;
+    d.peak.time_ns = rel(c.peak_ns);
+  }
+  for (int k = 0; k < kMemoryKinds; ++k) {
+    if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
+  }
+  d.live_at_exit_count = c.kinds[3].live_at_exit_count + c.kinds[4].live_at_exit_count;
+  d.live_at_exit_bytes = c.kinds[3].live_at_exit_bytes + c.kinds[4].live_at_exit_bytes;
+  d.not_program.static_peak_bytes = c.static_peak;
+  d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
+  d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
+  d.not_program.released_unknown_count = c.released_unknown_count;
+  d.not_program.released_unknown_bytes = c.released_unknown_bytes;
+  auto tracer = s.tracer_memory.find(d.index);
+  if (tracer != s.tracer_memory.end()) {
+    d.not_program.tracer_bytes = tracer->second.bytes;
+    d.not_program.tracer_description = tracer->second.description;
+  }
+  d.kernel_count = c.kernel_count;
+  d.kernel_busy_ns = c.kernel_busy_ns;
+  d.reallocated_live_address = c.reallocated_live_address;
+}
+
+// Per (slot, origin id), merged by the origin's text into p->devices[slot].*out.
+void AddOriginStats(const std::map<std::pair<uint32_t, uint32_t>, OriginStats>& stats,
+                    const char* unknown_name, const DecodedStream& s,
+                    std::map<std::string, OriginStats> DeviceReport::*out, ProcessReport* p) {
+  for (const auto& [key, group] : stats) {
+    const std::string name = key.second == 0 ? unknown_name : s.Resolve(key.second);
+    // Two ids with one text (a string sent again after a lost batch) merge.
+    OriginStats& merged = (p->devices[key.first].*out)[name];
+    merged.allocations += group.allocations;
+    merged.allocated_bytes += group.allocated_bytes;
+    merged.peak_bytes = std::max(merged.peak_bytes, group.peak_bytes);
+    merged.live_at_peak_bytes += group.live_at_peak_bytes;
+    merged.live_at_exit_bytes += group.live_at_exit_bytes;
+  }
+}
+
+// at_peak[slot]: the device allocations live at that slot's peak, in any order (reordered).
+void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
+                      const std::vector<std::string>& phase_names, const DecodedStream& s,
+                      size_t top_allocations, uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  auto phase_name = [&phase_names](int32_t phase) {
+    return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
+  };
+  for (size_t slot = 0; slot < at_peak.size(); ++slot) {
+    std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
+    for (const Allocation* a : at_peak[slot]) {
+      LiveGroup& g = groups[{a->phase, a->kind}];
+      ++g.count;
+      g.bytes += a->bytes;
+    }
+    DevicePeak& peak = p->devices[slot].peak;
+    for (auto& [key, g] : groups) {
+      g.phase = phase_name(key.first);
+      g.kind = MemoryKindName(key.second);
+      peak.live_by_phase_and_kind.push_back(std::move(g));
+    }
+    std::stable_sort(peak.live_by_phase_and_kind.begin(), peak.live_by_phase_and_kind.end(),
+                     [](const LiveGroup& x, const LiveGroup& y) { return x.bytes > y.bytes; });
+    std::vector<const Allocation*>& ids = at_peak[slot];
+    peak.live_count = ids.size();
+    const size_t top = std::min(top_allocations, ids.size());
+    // Births have distinct positions, so this order is total: the result does not depend on
+    // the order the allocations were collected in.
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(),
+                      [](const Allocation* x, const Allocation* y) {
+                        if (x->bytes != y->bytes) return x->bytes > y->bytes;
+                        return x->birth_pos < y->birth_pos;
+                      });
+    for (size_t i = 0; i < top; ++i) {
+      const Allocation& a = *ids[i];
+      peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
+                                            phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
+                                            rel(a.birth_ns)});
+    }
+  }
+}
+
+void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>& phase_names,
+                      const std::vector<uint32_t>& slot_device, const DecodedStream& s,
+                      uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  for (size_t i = 0; i < phases.names().size(); ++i) {
+    const PhaseName& n = phases.names()[i];
+    if (n.rollup) continue;
+    PhaseReport r;
+    r.name = phase_names[i];
+    r.range_names = n.range_names;
+    r.inferred = n.inferred;
+    r.iteration = n.iteration;
+    r.domain = s.Resolve(n.domain_id);
+    r.message = s.Resolve(n.message_id);
+    r.occurrences = n.occurrences;
+    r.total_ns = n.total_ns;
+    r.still_open = n.still_open;
+    r.first_open_ns = rel(n.first_open_ns);
+    for (uint32_t slot = 0; slot < slot_device.size(); ++slot) {
+      const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
+      PhaseDeviceStats d;
+      d.index = slot_device[slot];
+      d.bytes_at_entry = c.bytes_at_entry;
+      d.peak_bytes = c.peak_bytes;
+      d.peak_above_entry_bytes = c.peak_above_entry_bytes;
+      d.allocated_bytes = c.allocated_bytes;
+      d.freed_bytes = c.freed_bytes;
+      d.allocations = c.allocations;
+      d.frees = c.frees;
+      d.failed_allocations = c.failed_allocations;
+      d.kernels = c.kernels;
+      r.devices.push_back(d);
+    }
+    p->phases.push_back(std::move(r));
+  }
+}
+
+void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  std::map<int, DropSummary> drops;
+  for (const DropRecord& d : s.drops) {
+    DropSummary& sum = drops[d.source];
+    sum.source = DropSourceName(d.source);
+    sum.total += d.count;
+    DropWindow w;
+    w.count = d.count;
+    w.has_window = d.first_ns != 0;
+    if (w.has_window) {
+      w.first_ns = rel(d.first_ns);
+      w.last_ns = rel(std::max(d.first_ns, d.last_ns));
+    }
+    sum.windows.push_back(w);
+  }
+  for (auto& [source, sum] : drops) p->dropped.push_back(std::move(sum));
+}
+
+}  // namespace
+
+const char* MemoryKindName(uint8_t kind) {
+  static const char* const kNames[kMemoryKinds] = {"UNKNOWN", "PAGEABLE",      "PINNED",
+                                                   "DEVICE",  "ARRAY",         "MANAGED",
+                                                   "DEVICE_STATIC", "MANAGED_STATIC"};
+  return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
+}
+
+Accountant::Accountant(const AnalysisOptions& options, Retention retention,
+                       const PhaseRules* rules, const DecodedStream* stream, StreamingStats* stats)
+    : options_(options),
+      retention_(retention),
+      stats_(*stats),
+      scan_inference_(options.infer_phases),
+      phases_(0, stream, rules),
+      last_group_{kNone, kNone} {}
+
+void Accountant::SetInferred(const InferenceOutcome& outcome, std::vector<Event> ranges) {
+  inferred_ = true;
+  scan_inference_ = false;
+  inference_ = outcome;
+  for (Event& e : ranges) e.pad = static_cast<uint8_t>(TieRank(e.type));
+  std::stable_sort(ranges.begin(), ranges.end(), KeyBefore);
+  synthetic_ = std::move(ranges);
+}
+
+uint32_t Accountant::SlotOf(uint32_t device) {
+  if (device < direct_slot_.size() && direct_slot_[device] != 0) return direct_slot_[device] - 1;
+  if (device >= 4096) {
+    auto it = far_slot_.find(device);
+    if (it != far_slot_.end()) return it->second;
+  }
+  const auto slot = static_cast<uint32_t>(slot_device_.size());
+  slot_device_.push_back(device);
+  devices_.emplace_back();
+  in_use_.push_back(0);
+  freed_at_peak_.emplace_back();
+  phases_.AddSlot();
+  if (device < 4096) {
+    if (direct_slot_.size() <= device) direct_slot_.resize(device + 1, 0);
+    direct_slot_[device] = slot + 1;
+  } else {
+    far_slot_[device] = slot;
+  }
+  return slot;
+}
+
+uint32_t Accountant::GroupOf(int which, uint32_t slot, uint32_t id) {
+  const uint64_t key = (static_cast<uint64_t>(slot) << 32) | id;
+  // Programs allocate through few APIs and libraries: the last group usually matches.
+  if (last_group_key_[which] == key && last_group_[which] != kNone) return last_group_[which];
+  auto [it, inserted] = group_index_[which].emplace(key, 0);
+  if (inserted) {
+    it->second = static_cast<uint32_t>(groups_[which].size());
+    groups_[which].push_back(Group{slot, id, OriginStats(), 0});
+  }
+  last_group_key_[which] = key;
+  last_group_[which] = it->second;
+  return it->second;
+}
+
+uint32_t Accountant::NewLive() {
+  if (!free_.empty()) {
+    const uint32_t index = free_.back();
+    free_.pop_back();
+    return index;
+  }
+  pool_.emplace_back();
+  return static_cast<uint32_t>(pool_.size() - 1);
+}
+
+// An allocation dies at the current position (release, or a new allocation at its live
+// address): the device's counters, and kept if it was live at the device's peak.
+void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
+  Allocation& a = pool_[index];
+  a.death_pos = pos_;
+  a.death_ns = ts;
+  a.death_phase = death_phase;
+  DeviceCounters& d = devices_[a.slot];
+  d.kind_live[a.kind] -= a.bytes;
+  if (IsStaticMemory(a.kind)) d.static_live -= a.bytes;
+  if (!IsDeviceMemory(a.kind)) return;
+  d.in_use -= a.bytes;
+  if (d.peak_pos != kNever && a.birth_pos <= d.peak_pos) {
+    freed_at_peak_[a.slot].push_back(a);
+    ++kept_at_peak_;
+    stats_.max_kept_at_peak = std::max(stats_.max_kept_at_peak, kept_at_peak_);
+  }
+}
+
+void Accountant::Forget(uint32_t index) {
+  const Allocation& a = pool_[index];
+  if (IsDeviceMemory(a.kind)) {
+    for (int g = 0; g < 2; ++g) groups_[g][a.group[g]].live -= a.bytes;
+  }
+  if (retention_ == Retention::kLiveAndPeak) free_.push_back(index);
+  --live_count_;
+}
+
+void Accountant::Allocate(const Event& e, uint32_t slot) {
+  const uint8_t kind = e.kind < kMemoryKinds ? e.kind : 0;
+  DeviceCounters& d = devices_[slot];
+  const uint64_t key = Key(slot, e.a);
+  const size_t found = live_.Find(key);
+  uint32_t killed = kNone;
+  if (found != AddressMap::kNotFound) {
+    // The release was lost (dropped records) or never reported: the old allocation ends
+    // here, so that the address is not counted twice.
+    ++d.reallocated_live_address;
+    killed = live_.ValueAt(found);
+    live_.EraseAt(found);
+    Die(killed, e.timestamp_ns, -1);
+  }
+  const uint32_t index = NewLive();
+  ++live_count_;
+  stats_.max_live = std::max(stats_.max_live, live_count_);
+  pool_[index] = Allocation{e.a,          e.b,          pos_,           kNever,
+                            e.timestamp_ns, 0,          slot,           attribution_.innermost,
+                            -1,           static_cast<uint32_t>(e.c),   e.name_id,
+                            e.caller_id,  e.thread_id,  {kNone, kNone}, kind, 0};
+  live_.Insert(key, index);
+
+  d.kind_seen[kind] = true;
+  KindStats& k = d.kinds[kind];
+  ++k.allocations;
+  k.allocated_bytes += e.b;
+  d.kind_live[kind] += e.b;
+  k.peak_bytes = std::max(k.peak_bytes, d.kind_live[kind]);
+  if (IsStaticMemory(kind)) {
+    d.static_live += e.b;
+    d.static_peak = std::max(d.static_peak, d.static_live);
+  }
+  if (IsDeviceMemory(kind)) {
+    d.in_use += e.b;
+    if (d.in_use > d.peak || d.peak_pos == kNever) {
+      d.peak = d.in_use;
+      d.peak_pos = pos_;
+      d.peak_ns = e.timestamp_ns;
+      // None of those freed so far was live at this new peak.
+      kept_at_peak_ -= freed_at_peak_[slot].size();
+      freed_at_peak_[slot].clear();
+    }
+    in_use_[slot] = d.in_use;
+    phases_.OnInUse(slot, in_use_[slot]);
+    for (int32_t phase : attribution_.names) {
+      PhaseCounters& c = phases_.counters(phase, slot);
+      ++c.allocations;
+      c.allocated_bytes += e.b;
+    }
+    // By origin: the birth counts before the death of a block at the same address.
+    const uint32_t ids[2] = {e.name_id, e.caller_id};
+    for (int g = 0; g < 2; ++g) {
+      const uint32_t group = GroupOf(g, slot, ids[g]);
+      pool_[index].group[g] = group;
+      Group& G = groups_[g][group];
+      ++G.stats.allocations;
+      G.stats.allocated_bytes += e.b;
+      G.live += e.b;
+      G.stats.peak_bytes = std::max(G.stats.peak_bytes, G.live);
+    }
+  }
+  if (killed != kNone) Forget(killed);
+}
+
+void Accountant::Release(const Event& e, uint32_t slot) {
+  const size_t found = live_.Find(Key(slot, e.a));
+  DeviceCounters& d = devices_[slot];
+  if (found == AddressMap::kNotFound) {
+    ++d.released_unknown_count;
+    d.released_unknown_bytes += e.b;
+    return;
+  }
+  const uint32_t index = live_.ValueAt(found);
+  live_.EraseAt(found);
+  const uint8_t kind = pool_[index].kind;
+  const uint64_t bytes = pool_[index].bytes;
+  KindStats& k = d.kinds[kind];
+  ++k.releases;
+  k.released_bytes += bytes;
+  int32_t death_phase = -1;
+  if (IsDeviceMemory(kind)) {
+    phases_.Attribute(e.thread_id, &attribution_);
+    death_phase = attribution_.innermost;
+  }
+  Die(index, e.timestamp_ns, death_phase);
+  if (IsDeviceMemory(kind)) {
+    in_use_[slot] = d.in_use;
+    for (int32_t phase : attribution_.names) {
+      PhaseCounters& c = phases_.counters(phase, slot);
+      ++c.frees;
+      c.freed_bytes += bytes;
+    }
+  }
+  Forget(index);
+}
+
+void Accountant::SweepOne(const Event& e) {
+  if (scan_inference_) inference_scan_.Add(e);
+  if (retention_ == Retention::kKeepAll) swept_.push_back(e);
+  if (!any_ || e.timestamp_ns < first_) first_ = e.timestamp_ns;
+  any_ = true;
+  last_ = std::max(last_, e.timestamp_ns);
+  switch (e.type) {
+    case EventType::kRangeOpen:
+      phases_.Open(e, in_use_, pos_);
+      break;
+    case EventType::kRangeClose:
+      if (!phases_.Close(e, in_use_)) ++unmatched_range_closes_;
+      break;
+    case EventType::kMark:
+      ++nvtx_marks_;
+      break;
+    case EventType::kAllocate: {
+      const uint32_t slot = SlotOf(e.device);
+      failed_.OnMemoryEvent(e);
+      phases_.Attribute(e.thread_id, &attribution_);
+      Allocate(e, slot);
+      break;
+    }
+    case EventType::kRelease:
+      failed_.OnMemoryEvent(e);
+      Release(e, SlotOf(e.device));
+      break;
+    case EventType::kFailedAllocation: {
+      const uint32_t slot = SlotOf(e.device);
+      failed_.OnMemoryEvent(e);
+      phases_.Attribute(e.thread_id, &attribution_);
+      failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
+      break;
+    }
+    case EventType::kKernel: {
+      last_ = std::max(last_, e.a);
+      const uint32_t slot = SlotOf(e.device);
+      DeviceCounters& d = devices_[slot];
+      ++d.kernel_count;
+      d.kernel_busy_ns += e.a > e.timestamp_ns ? e.a - e.timestamp_ns : 0;
+      phases_.Attribute(e.thread_id, &attribution_);
+      for (int32_t phase : attribution_.names) ++phases_.counters(phase, slot).kernels;
+      break;
+    }
+  }
+  ++pos_;
+}
+
+ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t late_events,
+                                 ProcessTimeline* timeline) {
+  while (next_synthetic_ < synthetic_.size()) SweepOne(synthetic_[next_synthetic_++]);
+  if (options_.infer_phases && !inferred_) {
+    // Pass 1 of the inference ran with the sweep; when it finds the phases can be inferred,
+    // this report is not used: the caller reads the process again (passes 2 and 3, then a
+    // sweep with the inferred ranges).
+    inference_ = inference_scan_.Decide(s, *phases_.rules(), &needs_inference_);
+  }
+  ProcessReport p;
+  FillStreamFacts(s, &p);
+  p.events = events;
+  p.late_events = late_events;
+  ShiftRecordsToRealtime(&s);
+  if (options_.infer_phases) ReportInference(inference_, &p);
+
+  // Devices named only by the stream's records get a slot too.
+  for (const auto& [index, info] : s.device_info) SlotOf(index);
+  for (const auto& [index, t] : s.tracer_memory) SlotOf(index);
+
+  uint64_t first = any_ ? first_ : 0, last = last_;
+  if (s.process_exit_ns != 0) {
+    if (!any_ || s.process_exit_ns < first) first = s.process_exit_ns;
+    last = std::max(last, s.process_exit_ns);
+  }
+  for (const DropRecord& d : s.drops) {
+    if (d.first_ns != 0 && (!any_ || d.first_ns < first)) first = d.first_ns;
+    last = std::max(last, d.last_ns);
+  }
+  p.first_timestamp_abs_ns = first;
+  p.last_timestamp_abs_ns = last;
+  p.duration_ns = last - first;
+  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+
+  // What is still live closes at the end.
+  std::vector<const Allocation*> live;
+  live_.ForEachValue([&](uint32_t index) {
+    const Allocation& a = pool_[index];
+    live.push_back(&a);
+    KindStats& k = devices_[a.slot].kinds[a.kind];
+    ++k.live_at_exit_count;
+    k.live_at_exit_bytes += a.bytes;
+  });
+  phases_.CloseAll(last, in_use_);
+
+  // Slots in device order.
+  const size_t n_slots = slot_device_.size();
+  std::vector<uint32_t> sorted = slot_device_;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<uint32_t> new_slot(n_slots);
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    new_slot[slot] = static_cast<uint32_t>(
+        std::lower_bound(sorted.begin(), sorted.end(), slot_device_[slot]) - sorted.begin());
+  }
+  failed_.Finish(s, first, &phases_, &p);  // counts in phases by the slots it was given
+  phases_.ReorderSlots(new_slot);
+
+  std::vector<std::string> phase_names;
+  for (const PhaseName& n : phases_.names()) phase_names.push_back(n.name);
+  p.rolled_up_ranges = phases_.rolled_up_ranges();
+  p.nvtx_marks = nvtx_marks_;
+  p.unmatched_range_closes = unmatched_range_closes_;
+
+  p.devices.resize(n_slots);
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    FillDeviceReport(s, devices_[slot], slot_device_[slot], first, &p.devices[new_slot[slot]]);
+  }
+
+  // What was live at each peak: still live and born by then, or kept when freed.
+  std::vector<const Allocation*> at_peak;
+  for (const Allocation* a : live) {
+    const uint64_t peak_pos = devices_[a->slot].peak_pos;
+    if (IsDeviceMemory(a->kind) && peak_pos != kNever && a->birth_pos <= peak_pos) {
+      at_peak.push_back(a);
+    }
+  }
+  for (const std::vector<Allocation>& list : freed_at_peak_) {
+    for (const Allocation& a : list) at_peak.push_back(&a);
+  }
+
+  // By API and by calling module.
+  for (const Allocation* a : at_peak) {
+    for (int g = 0; g < 2; ++g) groups_[g][a->group[g]].stats.live_at_peak_bytes += a->bytes;
+  }
+  for (const Allocation* a : live) {
+    if (!IsDeviceMemory(a->kind)) continue;
+    for (int g = 0; g < 2; ++g) groups_[g][a->group[g]].stats.live_at_exit_bytes += a->bytes;
+  }
+  for (int g = 0; g < 2; ++g) {
+    std::map<std::pair<uint32_t, uint32_t>, OriginStats> stats;
+    for (const Group& G : groups_[g]) stats[{new_slot[G.slot], G.id}] = G.stats;
+    if (g == 0) {
+      AddOriginStats(stats, "(unknown)", s, &DeviceReport::by_api, &p);
+    } else {
+      AddOriginStats(stats, "(not unwound)", s, &DeviceReport::by_library, &p);
+    }
+  }
+
+  std::vector<std::vector<const Allocation*>> peak_contents(n_slots);
+  for (const Allocation* a : at_peak) peak_contents[new_slot[a->slot]].push_back(a);
+  FillPeakContents(peak_contents, phase_names, s, options_.top_allocations, first, &p);
+
+  FillPhaseReports(phases_, phase_names, sorted, s, first, &p);
+  const IterationDetection detection = AddIterations(phases_, sorted, first, options_, &p);
+
+  // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
+  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), detection.windows);
+  auto classify = [&](const Allocation& a) {
+    const bool freed = a.death_pos != kNever;
+    return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,
+                               freed ? a.death_phase : -1, freed);
+  };
+  std::vector<std::map<std::string, uint64_t>> classes(n_slots);
+  for (const Allocation* a : at_peak) {
+    classes[new_slot[a->slot]][LifetimeClassName(classify(*a))] += a->bytes;
+  }
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    for (DeviceReport& d : p.devices) {
+      if (d.index != sorted[slot]) continue;
+      d.lifetime_at_peak.bytes_by_class = classes[slot];
+      auto persistent = classes[slot].find("persistent");
+      const uint64_t held = persistent == classes[slot].end() ? 0 : persistent->second;
+      d.lifetime_at_peak.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
+    }
+  }
+  FillDropReports(s, first, &p);
+  if (retention_ != Retention::kKeepAll) return p;
+
+  for (Allocation& a : pool_) {
+    a.slot = new_slot[a.slot];
+    if (IsDeviceMemory(a.kind)) a.lifetime_class = static_cast<uint8_t>(classify(a));
+  }
+  if (options_.keep_lifetimes) {
+    auto phase_name = [&phase_names](int32_t phase) {
+      return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
+    };
+    for (const Allocation& a : pool_) {
+      if (!IsDeviceMemory(a.kind)) continue;
+      const bool freed = a.death_pos != kNever;
+      AllocationLifetime row;
+      row.device = sorted[a.slot];
+      row.stream = a.stream;
+      row.kind = MemoryKindName(a.kind);
+      row.api = s.Resolve(a.api_id);
+      row.library = s.Resolve(a.caller_id);
+      row.address = a.address;
+      row.bytes = a.bytes;
+      row.birth_ns = rel(a.birth_ns);
+      row.death_ns = freed ? static_cast<int64_t>(rel(a.death_ns)) : -1;
+      row.birth_phase = phase_name(a.phase);
+      row.death_phase = freed ? phase_name(a.death_phase) : std::string();
+      row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
+      row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
+      row.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
+      p.lifetimes.push_back(std::move(row));
+    }
+  }
+  if (timeline != nullptr) {
+    CaptureTimeline(s, swept_, pool_, phases_.names(), phase_names, p, timeline);
+  }
+  return p;
+}
+
+}  // namespace cumemtrace::internal

@@ -1,0 +1,182 @@
+// Internal: the one accounting of a process. Its events come in one at a time, in the order
+// of event_order.h; the Accountant keeps the device slots, the live set and each device's
+// peak, per-kind figures, phases (PhaseTracker), origin groups and failed allocations, and
+// at the end writes the ProcessReport, and with Retention::kKeepAll the timeline.
+//
+// What it keeps of the allocations is its retention policy, and nothing else depends on it:
+//   kLiveAndPeak - an allocation only while it is live, or while it was live at its device's
+//                  current peak: memory follows the live set, not the trace (`report`);
+//   kKeepAll     - every allocation and every event: lifetime rows and timelines (exports,
+//                  the viewer), as large as the trace.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/engine/address_map.h"
+#include "collector/engine/analysis.h"
+#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/decoded_stream.h"
+#include "collector/engine/failed_allocations.h"
+#include "collector/engine/phase_inference.h"
+#include "collector/engine/phases.h"
+#include "collector/engine/report.h"
+
+namespace cumemtrace::internal {
+
+constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+// "DEVICE", "PINNED", ... for a v1::MemoryKind value.
+const char* MemoryKindName(uint8_t kind);
+
+enum class Retention { kLiveAndPeak, kKeepAll };
+
+// The most a process's analysis held at once: what the memory bound is made of.
+struct StreamingStats {
+  uint64_t max_window_events = 0;  // events waiting in the reorder window
+  uint64_t max_runs = 0;           // sorted runs the window was split into
+  uint64_t max_live = 0;           // live allocations
+  uint64_t max_kept_at_peak = 0;   // freed allocations kept because live at the peak
+  uint64_t max_lateness_ns = 0;    // newest timestamp seen minus an arriving event's
+};
+
+struct Allocation {
+  uint64_t address;
+  uint64_t bytes;
+  uint64_t birth_pos;  // sweep position (events swept before it) of the allocating event
+  uint64_t death_pos;  // of the releasing event; kNever while live
+  uint64_t birth_ns;   // absolute
+  uint64_t death_ns;   // absolute; meaningless while live
+  uint32_t slot;       // device slot
+  int32_t phase;       // phase of origin (innermost attributed range), -1 for none
+  int32_t death_phase; // phase it was freed in, -1 for none (or never freed)
+  uint32_t stream;
+  uint32_t api_id;
+  uint32_t caller_id;  // calling module, 0 when not looked up
+  uint32_t thread_id;
+  uint32_t group[2];   // origin groups (by API, by calling module) of device memory
+  uint8_t kind;
+  uint8_t lifetime_class;  // LifetimeClass, set at the end (kKeepAll) or at the peak
+};
+
+struct DeviceCounters {
+  uint64_t in_use = 0;  // DEVICE + ARRAY live bytes
+  uint64_t peak = 0;
+  uint64_t peak_pos = kNever;
+  uint64_t peak_ns = 0;
+  uint64_t static_live = 0;
+  uint64_t static_peak = 0;
+  std::array<uint64_t, kMemoryKinds> kind_live{};
+  std::array<KindStats, kMemoryKinds> kinds{};
+  std::array<bool, kMemoryKinds> kind_seen{};
+  uint64_t released_unknown_count = 0;
+  uint64_t released_unknown_bytes = 0;
+  uint64_t reallocated_live_address = 0;
+  uint64_t kernel_count = 0;
+  uint64_t kernel_busy_ns = 0;
+};
+
+class Accountant {
+ public:
+  // `stream` resolves interned ids for the phases; `stats` receives the bounds held.
+  Accountant(const AnalysisOptions& options, Retention retention, const PhaseRules* rules,
+             const DecodedStream* stream, StreamingStats* stats);
+
+  // For the last pass of a process whose phases are inferred: the outcome and the ranges,
+  // swept among the events, after those of the same key.
+  void SetInferred(const InferenceOutcome& outcome, std::vector<Event> ranges);
+
+  // The next event in the sweep's order (its tie rank in Event::pad).
+  void Sweep(const Event& e) {
+    while (next_synthetic_ < synthetic_.size() && KeyBefore(synthetic_[next_synthetic_], e)) {
+      SweepOne(synthetic_[next_synthetic_++]);
+    }
+    SweepOne(e);
+  }
+
+  // The report, once every event was swept; `events` and `late_events` are the order's
+  // counts. With kKeepAll and `timeline`, also the timeline.
+  ProcessReport Finish(DecodedStream& s, uint64_t events, uint64_t late_events,
+                       ProcessTimeline* timeline);
+  // After Finish(): the phases can be inferred, and need passes 2 and 3 (the outcome so far).
+  bool needs_inference() const { return needs_inference_; }
+  const InferenceOutcome& inference() const { return inference_; }
+
+  // The sweep's order: time, then the tie rule of design.md (Event::pad); arrival breaks the
+  // remaining ties.
+  static bool KeyBefore(const Event& x, const Event& y) {
+    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
+    return x.pad < y.pad;
+  }
+
+ private:
+  struct Group {
+    uint32_t slot;
+    uint32_t id;
+    OriginStats stats;
+    uint64_t live = 0;
+  };
+
+  void SweepOne(const Event& e);
+  uint32_t SlotOf(uint32_t device);
+  uint32_t GroupOf(int which, uint32_t slot, uint32_t id);
+  uint32_t NewLive();
+  void Die(uint32_t index, uint64_t ts, int32_t death_phase);
+  void Forget(uint32_t index);
+  void Allocate(const Event& e, uint32_t slot);
+  void Release(const Event& e, uint32_t slot);
+
+  const AnalysisOptions& options_;
+  const Retention retention_;
+  StreamingStats& stats_;
+  bool needs_inference_ = false;
+  bool scan_inference_;
+
+  std::vector<Event> synthetic_;  // inferred phase ranges, sorted
+  size_t next_synthetic_ = 0;
+  bool inferred_ = false;
+  InferenceOutcome inference_;
+  InferenceScan inference_scan_;
+
+  PhaseTracker phases_;
+  Attribution attribution_;
+  uint64_t pos_ = 0;
+  bool any_ = false;
+  uint64_t first_ = 0;
+  uint64_t last_ = 0;
+  std::vector<uint32_t> slot_device_;  // device index of each slot, in order of first sight
+  std::vector<uint32_t> direct_slot_;  // device index -> slot + 1 (0: none), small indices
+  std::unordered_map<uint32_t, uint32_t> far_slot_;
+  std::vector<DeviceCounters> devices_;
+  std::vector<uint64_t> in_use_;
+  AddressMap live_;  // (slot, address) -> index in pool_
+  // kLiveAndPeak: live allocations, slots reused. kKeepAll: every allocation, in birth order.
+  std::vector<Allocation> pool_;
+  std::vector<uint32_t> free_;
+  uint64_t live_count_ = 0;
+  std::vector<std::vector<Allocation>> freed_at_peak_;  // per slot: freed, but live at its peak
+  uint64_t kept_at_peak_ = 0;
+  std::vector<Group> groups_[2];
+  std::unordered_map<uint64_t, uint32_t> group_index_[2];
+  uint64_t last_group_key_[2] = {0, 0};
+  uint32_t last_group_[2];
+  FailedAllocationLog failed_;
+  uint64_t nvtx_marks_ = 0;
+  uint64_t unmatched_range_closes_ = 0;
+  std::vector<Event> swept_;  // kKeepAll: every event, as swept
+};
+
+// Moves an event's timestamps onto CLOCK_REALTIME (the handshake's clock pair).
+inline void ShiftEventToRealtime(int64_t offset, Event* e) {
+  auto shift = [offset](uint64_t t) {
+    return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
+  };
+  e->timestamp_ns = shift(e->timestamp_ns);
+  if (e->type == EventType::kKernel) e->a = shift(e->a);  // its end
+}
+
+}  // namespace cumemtrace::internal

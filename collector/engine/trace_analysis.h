@@ -1,0 +1,35 @@
+// Internal: one analysis of a trace, as the public entry points (analysis.h) run it: the
+// reader's chunks are decoded (stream_decoder.h), each process's events go through its event
+// order (event_order.h) to its Accountant (accountant.h), and processes whose phases are
+// inferred are read again for the inference's passes (phase_inference.h), then swept again
+// with the inferred ranges.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string_view>
+
+#include "collector/engine/accountant.h"
+#include "collector/engine/analysis.h"
+#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/event_order.h"
+
+namespace cumemtrace::internal {
+
+// How the events are ordered and what the sweep keeps.
+struct Mode {
+  bool sorted = false;  // SortedOrder, else ReorderWindow
+  Retention retention = Retention::kLiveAndPeak;
+};
+
+// A trace's bytes analyzed in `mode`; timelines only with Retention::kKeepAll. A process
+// whose handshake came after events it would have moved onto CLOCK_REALTIME is read again and
+// sorted. Null with *error when the bytes are not a trace. Per stream id, *stats says what
+// its first read held at most.
+std::unique_ptr<AnalyzedTrace> AnalyzeBytes(std::string_view bytes, const AnalysisOptions& options,
+                                            Mode mode, const StreamingOptions& streaming,
+                                            std::map<uint32_t, StreamingStats>* stats,
+                                            std::string* error);
+
+}  // namespace cumemtrace::internal
