@@ -118,7 +118,10 @@ int ReportCommand(int argc, char** argv) {
   std::string error;
   AnalysisOptions options;
   if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("report", error);
-  if (!SummarizeTraceFile(path, options, &summary, &error)) {
+  // With -o, one analysis for the summary and the viewer.
+  std::unique_ptr<AnalyzedTrace> detailed;
+  if (!SummarizeTraceFile(path, options, &summary, &error,
+                          output_dir.empty() ? nullptr : &detailed)) {
     LogLine(error);
     return 1;
   }
@@ -128,7 +131,7 @@ int ReportCommand(int argc, char** argv) {
     return 1;
   }
   if (!output_dir.empty() &&
-      !WriteReportHtml(path, options, output_dir + "/report.html", force, &error)) {
+      !WriteReportHtml(*detailed, output_dir + "/report.html", force, &error)) {
     LogLine(error);
     return 1;
   }

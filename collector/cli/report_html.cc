@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <memory>
 #include <sstream>
 
 #include "collector/cli/cli_support.h"
@@ -14,17 +13,10 @@
 
 namespace cumemtrace {
 
-bool WriteReportHtml(const std::string& trace_path, const AnalysisOptions& options,
-                     const std::string& html_path, bool replace, std::string* error) {
-  // A second, detailed analysis: the summary's own does not keep timelines, and a run's
-  // summary must not wait on (or fail with) the viewer.
-  // With the lifetimes, the viewer groups what was live at an instant by lifetime class too.
-  AnalysisOptions detailed = options;
-  detailed.keep_lifetimes = true;
-  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(trace_path, detailed, error);
-  if (trace == nullptr) return false;
+bool WriteReportHtml(const AnalyzedTrace& trace, const std::string& html_path, bool replace,
+                     std::string* error) {
   std::ostringstream html;
-  WriteViewerHtml(*trace, html);
+  WriteViewerHtml(trace, html);
   if (!replace) return WriteNewFile(html_path, html.str(), error);
   const std::string temporary = html_path + ".tmp." + std::to_string(getpid());
   if (!WriteNewFile(temporary, html.str(), error)) return false;

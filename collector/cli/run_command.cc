@@ -459,16 +459,15 @@ int RunCommand(int argc, char** argv) {
   close(signal_fd);
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
 
+  // One analysis for the summary and the viewer.
   TraceSummary summary;
-  if (!SummarizeTraceFile(trace_path, analysis_options, &summary, &error)) {
+  std::unique_ptr<AnalyzedTrace> detailed;
+  if (!SummarizeTraceFile(trace_path, analysis_options, &summary, &error, &detailed)) {
     LogLine("cannot analyze " + trace_path + ": " + error);
   } else {
     if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
     if (!WriteNewFile(output_dir + "/summary.json", summary.json, &error)) LogLine(error);
-    if (!WriteReportHtml(trace_path, analysis_options, output_dir + "/report.html", false,
-                         &error)) {
-      LogLine(error);
-    }
+    if (!WriteReportHtml(*detailed, output_dir + "/report.html", false, &error)) LogLine(error);
     if (!quiet) fputs(summary.text.c_str(), stderr);
   }
   LogLine("trace written to " + output_dir + "/ \xe2\x80\x94 look again with: cumemtrace report " +

@@ -12,8 +12,20 @@
 namespace cumemtrace {
 
 bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
-                        TraceSummary* summary, std::string* error) {
-  std::unique_ptr<Report> report = AnalyzeTraceFile(path, options, error);
+                        TraceSummary* summary, std::string* error,
+                        std::unique_ptr<AnalyzedTrace>* detailed) {
+  std::unique_ptr<Report> owned;
+  if (detailed == nullptr) {
+    owned = AnalyzeTraceFile(path, options, error);
+  } else {
+    // With the lifetimes, the viewer groups what was live at an instant by lifetime class too.
+    AnalysisOptions keep = options;
+    keep.keep_lifetimes = true;
+    *detailed = AnalyzeTraceFileDetailed(path, keep, error, /*summary_order=*/true);
+  }
+  const Report* report = detailed == nullptr ? owned.get()
+                         : *detailed == nullptr ? nullptr
+                                                : (*detailed)->report.get();
   if (report == nullptr) return false;
   if (report->truncated) {
     summary->warning = path + " is cut short (" + report->truncation_reason +

@@ -2,10 +2,12 @@
 // type out of the subcommands.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "collector/engine/analysis.h"
+#include "collector/engine/analyzed_trace.h"
 #include "collector/engine/run_figures.h"
 
 namespace cumemtrace {
@@ -17,9 +19,12 @@ struct TraceSummary {
 };
 
 // False with *error set when `path` cannot be read at all or is not a trace file. A file
-// cut or damaged after a valid start still gives a summary, with *warning saying so.
+// cut or damaged after a valid start still gives a summary, with *warning saying so. With
+// `detailed`, the one analysis also keeps what the viewer draws (WriteReportHtml): the
+// summary is the same, but memory grows with the trace.
 bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
-                        TraceSummary* summary, std::string* error);
+                        TraceSummary* summary, std::string* error,
+                        std::unique_ptr<AnalyzedTrace>* detailed = nullptr);
 
 // The headline figures of a trace file or a run's output folder (for compare and sweep).
 bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,

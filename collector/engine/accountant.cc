@@ -673,7 +673,8 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     }
   }
   if (timeline != nullptr) {
-    CaptureTimeline(s, swept_, pool_, phases_.names(), phase_names, p, timeline);
+    CaptureTimeline(s, swept_, pool_, phases_.names(), phase_names, p, options_.keep_lifetimes,
+                    timeline);
   }
   return p;
 }

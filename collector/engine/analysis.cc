@@ -362,9 +362,9 @@ std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const Analysis
 
 std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,
                                                         const AnalysisOptions& options,
-                                                        std::string* error) {
-  return internal::AnalyzeFile(path, options, internal::Mode{true, internal::Retention::kKeepAll},
-                               error);
+                                                        std::string* error, bool summary_order) {
+  return internal::AnalyzeFile(path, options,
+                               internal::Mode{!summary_order, internal::Retention::kKeepAll}, error);
 }
 
 }  // namespace cumemtrace

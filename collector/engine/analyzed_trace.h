@@ -54,6 +54,9 @@ struct TimelineAllocation {
   uint32_t thread_id = 0;
   uint8_t kind = 0;  // v1::MemoryKind
   bool live_at_exit = false;
+  // Device memory, with AnalysisOptions::keep_lifetimes: its lifetime class ("temporary",
+  // "activation", ..., lifetimes.h), as the sweep classified it; else null.
+  const char* lifetime_class = nullptr;
 };
 
 // One NVTX range occurrence.
@@ -98,8 +101,12 @@ struct AnalyzedTrace {
 };
 
 // AnalyzeTraceFile (analysis.h) that also keeps the timelines; same errors and truncation.
+// Every event is sorted (exact order); with `summary_order`, events are ordered as
+// AnalyzeTraceFile orders them (the reorder window), so that the report is, to the byte, the
+// summary AnalyzeTraceFile writes: one analysis for both the summary and the viewer.
 std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,
                                                         const AnalysisOptions& options,
-                                                        std::string* error);
+                                                        std::string* error,
+                                                        bool summary_order = false);
 
 }  // namespace cumemtrace

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "collector/engine/lifetimes.h"
+
 namespace cumemtrace::internal {
 namespace {
 
@@ -60,7 +62,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases,
                      const std::vector<std::string>& phase_names, const ProcessReport& report,
-                     ProcessTimeline* out) {
+                     bool classified, ProcessTimeline* out) {
   out->phase_names = phase_names;
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
@@ -93,6 +95,9 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.library = name_of(a.caller_id);
     t.thread_id = a.thread_id;
     t.kind = a.kind;
+    if (classified && IsDeviceMemory(a.kind)) {
+      t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
+    }
   }
 
   // Device memory: steps, with each allocation's birth and death step.

@@ -16,11 +16,11 @@ namespace cumemtrace::internal {
 // `events` as the sweep took them (Allocation::birth_pos and death_pos index it);
 // `allocations` and `phases` are the sweep's, `phase_names` the display name of each of its
 // phases (Allocation::phase indexes both); `report` is the finished ProcessReport (devices,
-// time origin, end).
+// time origin, end). With `classified`, device allocations carry their lifetime class.
 void CaptureTimeline(const DecodedStream& stream, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases,
                      const std::vector<std::string>& phase_names, const ProcessReport& report,
-                     ProcessTimeline* out);
+                     bool classified, ProcessTimeline* out);
 
 }  // namespace cumemtrace::internal

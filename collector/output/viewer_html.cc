@@ -110,42 +110,6 @@ json LifetimeAtPeakData(const LifetimeAtPeak& l) {
           {"activation_memory_bytes", l.activation_memory_bytes}};
 }
 
-// Identifies one device allocation in both the Report's lifetimes and the timeline: an
-// address is live once at a time, so (device, address, birth) names one allocation.
-struct AllocationKey {
-  uint32_t device;
-  uint64_t address;
-  uint64_t birth_ns;
-  bool operator==(const AllocationKey& o) const {
-    return device == o.device && address == o.address && birth_ns == o.birth_ns;
-  }
-};
-struct AllocationKeyHash {
-  size_t operator()(const AllocationKey& k) const {
-    uint64_t h = k.address * 0x9E3779B97F4A7C15ull;
-    h ^= k.birth_ns + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
-    return static_cast<size_t>(h ^ k.device);
-  }
-};
-
-// The lifetime class of each device allocation, by key; empty when the analysis did not keep
-// lifetimes (AnalysisOptions::keep_lifetimes).
-using LifetimeClasses = std::unordered_map<AllocationKey, uint8_t, AllocationKeyHash>;
-
-LifetimeClasses LifetimeClassesOf(const ProcessReport& p) {
-  LifetimeClasses classes;
-  classes.reserve(p.lifetimes.size());
-  for (const AllocationLifetime& a : p.lifetimes) {
-    const auto it =
-        std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);
-    classes[AllocationKey{a.device, a.address, a.birth_ns}] =
-        it == kLifetimeClassNames.end()
-            ? kUnknownLifetimeClass
-            : static_cast<uint8_t>(it - kLifetimeClassNames.begin());
-  }
-  return classes;
-}
-
 json StepsData(const DeviceTimeline& dt) {
   std::vector<double> step_time, step_bytes;
   step_time.reserve(dt.device_memory.size());
@@ -157,8 +121,7 @@ json StepsData(const DeviceTimeline& dt) {
   return {{"n", step_time.size()}, {"time_ns", Column(step_time)}, {"bytes", Column(step_bytes)}};
 }
 
-json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot,
-                const LifetimeClasses& classes) {
+json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
   std::vector<uint32_t> birth, death, api, library;
@@ -167,9 +130,12 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot,
   std::vector<uint8_t> kind, lifetime_class;
   for (const TimelineAllocation& a : t.allocations) {
     if (a.device_slot != slot || !internal::IsDeviceMemory(a.kind)) continue;
-    if (!classes.empty()) {
-      const auto it = classes.find(AllocationKey{dr.index, a.address, a.birth_ns});
-      lifetime_class.push_back(it == classes.end() ? kUnknownLifetimeClass : it->second);
+    if (a.lifetime_class != nullptr) {
+      const auto it =
+          std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);
+      lifetime_class.push_back(it == kLifetimeClassNames.end()
+                                   ? kUnknownLifetimeClass
+                                   : static_cast<uint8_t>(it - kLifetimeClassNames.begin()));
     }
     birth.push_back(a.birth_step);
     death.push_back(a.death_step);
@@ -254,11 +220,8 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
     thread.push_back(r.thread_id);
     depth.push_back(static_cast<uint8_t>(std::min<uint32_t>(level, 255)));
   }
-  const LifetimeClasses classes = LifetimeClassesOf(p);
   json devices = json::array();
-  for (size_t slot = 0; slot < t.devices.size(); ++slot) {
-    devices.push_back(DeviceData(p, t, slot, classes));
-  }
+  for (size_t slot = 0; slot < t.devices.size(); ++slot) devices.push_back(DeviceData(p, t, slot));
   return {{"label", internal::ProcessLabel(p)},
           {"pid", p.pid},
           {"command_line", p.command_line},
