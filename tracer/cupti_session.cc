@@ -12,6 +12,7 @@
 
 #include "tracer/api_catalog.h"
 #include "tracer/caller_module.h"
+#include "tracer/torch_bridge/torch_bridge.h"
 #include "tracer/clock.h"
 #include "tracer/cupti_mux.h"
 #include "tracer/tracer_runtime.h"
@@ -423,6 +424,8 @@ HostRecord CuptiSession::MemoryRecord(const ApiInfo& api, int row, const CUpti_C
   } else if (!release) {
     // Synchronous allocations are rare and large: worth naming the library that asked.
     record.caller = CallerModule();
+    // PyTorch's caching allocator taking its first segment: attach the bridge (tensors).
+    TorchBridge::Get().OnAllocationCall(record.caller);
   }
   return record;
 }

@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <string>
 
+namespace cumemtrace::v1 {
+class TorchBridgeState;
+}
+
 namespace cumemtrace::tracer {
 
 struct NvtxDomain;  // nvtx_injection.cc; leaked, so pointers stay valid
@@ -21,6 +25,20 @@ struct HostRecord {
     kThreadName,        // nvtxNameOsThread
     kDeviceSeen,        // a context was created on `device`
     kProcessExit,       // exit() with `exit_code`
+    kTorchAllocator,    // an event of PyTorch's caching allocator (torch_bridge/)
+    kTorchBridgeState,  // the bridge attached, or why not (torch_bridge_state)
+  };
+
+  // kTorchAllocator, besides device, address and bytes (the entry's size).
+  struct TorchFields {
+    uint8_t action = 0;  // v1::TorchAllocatorAction
+    uint64_t stream = 0;
+    uint64_t sequence = 0;
+    uint64_t allocated_total = 0;
+    uint64_t allocated_current = 0;
+    uint64_t reserved_current = 0;
+    uint64_t pool_first = 0;
+    uint64_t pool_second = 0;
   };
 
   Type type = Type::kCorrelation;
@@ -48,6 +66,10 @@ struct HostRecord {
   uint64_t device_total_bytes = 0;
   std::string text;              // NVTX message or thread name
   std::string caller;            // calling module of a synchronous allocation call, or ""
+  TorchFields torch;
+  // kTorchBridgeState: owned by the record, deleted by the translator once encoded (sent
+  // once per process; a record dropped from a full queue leaks it).
+  v1::TorchBridgeState* torch_bridge_state = nullptr;
 };
 
 }  // namespace cumemtrace::tracer

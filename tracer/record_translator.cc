@@ -113,6 +113,30 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       return;
     case HostRecord::Type::kDeviceSeen:
       return;  // the sender queries the device and emits DeviceInfo itself
+    case HostRecord::Type::kTorchAllocator: {
+      v1::TorchAllocatorEvent* torch =
+          encoder_->AddEvent(record.timestamp_ns)->mutable_torch_allocator();
+      torch->set_action(static_cast<v1::TorchAllocatorAction>(record.torch.action));
+      torch->set_device(record.device);
+      torch->set_address(record.address);
+      torch->set_requested_bytes(record.bytes);
+      torch->set_stream(record.torch.stream);
+      torch->set_thread_id(record.thread_id);
+      torch->set_sequence(record.torch.sequence);
+      torch->set_allocated_bytes_total(record.torch.allocated_total);
+      torch->set_allocated_bytes_current(record.torch.allocated_current);
+      torch->set_reserved_bytes_current(record.torch.reserved_current);
+      torch->set_pool_id_first(record.torch.pool_first);
+      torch->set_pool_id_second(record.torch.pool_second);
+      return;
+    }
+    case HostRecord::Type::kTorchBridgeState:
+      if (record.torch_bridge_state != nullptr) {
+        encoder_->AddEvent(record.timestamp_ns)->mutable_torch_bridge()->Swap(
+            record.torch_bridge_state);
+        delete record.torch_bridge_state;
+      }
+      return;
   }
 }
 

@@ -21,6 +21,7 @@
 #include "tracer/cupti_session.h"
 #include "tracer/event_encoder.h"
 #include "tracer/record_translator.h"
+#include "tracer/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
 
@@ -328,6 +329,7 @@ void TracerRuntime::AtForkChild() {
   if (g_sender != nullptr) g_sender->connection.AbandonAfterFork();
   g_sender = nullptr;  // the parent's, leaked
   CuptiSession::Get().ForgetInChildAfterFork();
+  TorchBridge::Get().StopInForkedChild();
   if (self.started_.load() && parent_was_recording) {
     self.started_.store(false);
     self.cupti_started_.store(true);  // never CUPTI in this child
@@ -440,6 +442,9 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   // Buffers first, host records second: every record in a taken buffer was produced after
   // its call's entry callback queued the correlation, so the table is complete for them.
   cupti.TakeCompletedBuffers(&s.buffers);
+  // Settles the size of a tensor allocated last (bridge_core.h). Not at exit: torch's
+  // allocator may be gone by then.
+  if (!final) TorchBridge::Get().Poll();
   const DropWindow queue_drops = queue_.TakeAll(&s.host_records);
 
   // The collector is not reading and the outbox is at its bound: drop the batch, remember

@@ -360,7 +360,7 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
         continue;
       }
       // A second oneof member (replace or merge semantics) is protobuf's business.
-      if (field < 2 || field > 13 || wire_type != kLengthDelimited || payload != 0) return false;
+      if (field < 2 || field > 15 || wire_type != kLengthDelimited || payload != 0) return false;
       payload = field;
       if (!in.Bytes(&payload_begin, &payload_end)) return false;
     }
@@ -570,6 +570,8 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       return;
     }
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
+    case v1::Event::kTorchAllocator:
+    case v1::Event::kTorchBridge:
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }

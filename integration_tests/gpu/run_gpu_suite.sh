@@ -19,10 +19,13 @@ suites=${*:-main phases reliability fidelity}
 mkdir -p "$results"
 
 [ -s "$top/third_party/protobuf/protobuf_3.21.12.orig.tar.gz" ] || "$top/tools/fetch-protobuf-source.sh"
+# The PyTorch bridge shim is built against the torch the programs use (tracer/CMakeLists.txt).
+torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(torch.__file__))")
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUMEMTRACE_BUILD_TESTS=OFF \
-  >"$results/build.log" 2>&1
+  -DCUMEMTRACE_TORCH_DIR="$torch_dir" >"$results/build.log" 2>&1
 cmake --build "$build" >>"$results/build.log" 2>&1
 torch_prefix=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
+ls "$build"/lib/cumemtrace/libcumemtrace-torch-bridge-*.so
 cmake -S "$top/integration_tests/gpu" -B "$build/programs" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}" \
   >>"$results/build.log" 2>&1

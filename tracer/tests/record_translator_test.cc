@@ -350,5 +350,49 @@ TEST_F(TranslatorTest, NvtxStringsAreDefinedBeforeTheEventThatUsesThem) {
   EXPECT_EQ(strings_[batch.events(2).nvtx().message_id()], "settling");
 }
 
+TEST_F(TranslatorTest, TorchAllocatorEventsAndTheBridgeStateReachTheWire) {
+  auto* state = new v1::TorchBridgeState();
+  state->set_attached(true);
+  state->set_torch_version("2.11.0+cu130");
+  HostRecord bridge;
+  bridge.type = HostRecord::Type::kTorchBridgeState;
+  bridge.timestamp_ns = 10;
+  bridge.torch_bridge_state = state;
+  translator_.AddHostRecord(bridge);
+  HostRecord alloc;
+  alloc.type = HostRecord::Type::kTorchAllocator;
+  alloc.timestamp_ns = 20;
+  alloc.thread_id = 77;
+  alloc.device = 1;
+  alloc.address = 0x7f0000000200;
+  alloc.bytes = 1000;
+  alloc.torch.action = v1::TORCH_ALLOCATOR_ACTION_ALLOC;
+  alloc.torch.stream = 0xabc;
+  alloc.torch.sequence = 5;
+  alloc.torch.allocated_total = 4096;
+  alloc.torch.allocated_current = 2048;
+  alloc.torch.reserved_current = 2097152;
+  alloc.torch.pool_first = 3;
+  translator_.AddHostRecord(alloc);
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 2);
+  ASSERT_TRUE(batch.events(0).has_torch_bridge());
+  EXPECT_TRUE(batch.events(0).torch_bridge().attached());
+  EXPECT_EQ(batch.events(0).torch_bridge().torch_version(), "2.11.0+cu130");
+  const v1::TorchAllocatorEvent& torch = batch.events(1).torch_allocator();
+  EXPECT_EQ(batch.events(1).timestamp_ns(), 20u);
+  EXPECT_EQ(torch.action(), v1::TORCH_ALLOCATOR_ACTION_ALLOC);
+  EXPECT_EQ(torch.device(), 1u);
+  EXPECT_EQ(torch.address(), 0x7f0000000200u);
+  EXPECT_EQ(torch.requested_bytes(), 1000u);
+  EXPECT_EQ(torch.stream(), 0xabcu);
+  EXPECT_EQ(torch.thread_id(), 77u);
+  EXPECT_EQ(torch.sequence(), 5u);
+  EXPECT_EQ(torch.allocated_bytes_total(), 4096u);
+  EXPECT_EQ(torch.allocated_bytes_current(), 2048u);
+  EXPECT_EQ(torch.reserved_bytes_current(), 2097152u);
+  EXPECT_EQ(torch.pool_id_first(), 3u);
+}
+
 }  // namespace
 }  // namespace cumemtrace::tracer

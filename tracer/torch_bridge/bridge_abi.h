@@ -1,0 +1,93 @@
+/* The plain C interface between the tracer and the PyTorch bridge shim
+   (libcumemtrace-torch-bridge-<torch version>.so).
+
+   The tracer links its C++ runtime statically and hides every symbol; the shim is built
+   against one torch version's headers and shares libstdc++ with torch, because torch hands
+   it a std::function and a TraceEntry. So nothing of C++ crosses this line: plain structs,
+   integers and function pointers only. */
+#ifndef CUMEMTRACE_TORCH_BRIDGE_ABI_H_
+#define CUMEMTRACE_TORCH_BRIDGE_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Raised when a struct below changes in a way an older tracer cannot read. */
+#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION 1u
+
+/* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
+enum {
+  CUMEMTRACE_TORCH_ALLOC = 1,
+  CUMEMTRACE_TORCH_FREE_REQUESTED = 2,
+  CUMEMTRACE_TORCH_FREE_COMPLETED = 3,
+  CUMEMTRACE_TORCH_SEGMENT_ALLOC = 4,
+  CUMEMTRACE_TORCH_SEGMENT_FREE = 5,
+  CUMEMTRACE_TORCH_SEGMENT_MAP = 6,
+  CUMEMTRACE_TORCH_SEGMENT_UNMAP = 7,
+  CUMEMTRACE_TORCH_OOM = 8,
+  CUMEMTRACE_TORCH_STATS_PROBE = 9
+};
+
+/* One allocator event, as the wire's TorchAllocatorEvent (see trace.proto). */
+typedef struct cumemtrace_torch_event {
+  uint32_t action;
+  uint32_t device;
+  uint64_t address;
+  uint64_t requested_bytes;
+  uint64_t stream;
+  uint64_t sequence;
+  uint64_t allocated_bytes_total;
+  uint64_t allocated_bytes_current;
+  uint64_t reserved_bytes_current;
+  uint64_t pool_id_first;
+  uint64_t pool_id_second;
+} cumemtrace_torch_event;
+
+/* Called by the shim on the allocator's thread, under the allocator's device lock: it must
+   only copy the event and return (no torch call, no lock the allocator might want). */
+typedef void (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);
+
+/* Result of attach. */
+enum {
+  CUMEMTRACE_TORCH_ATTACHED = 0,
+  /* The loaded libc10_cuda has no allocator symbol, or the allocator is not set yet. */
+  CUMEMTRACE_TORCH_NO_ALLOCATOR = 1,
+  /* The allocator is not the native caching allocator (backend:cudaMallocAsync): the
+     driver sees every tensor already. */
+  CUMEMTRACE_TORCH_NOT_NATIVE = 2,
+  /* attachAllocatorTraceTracker threw; the message says what. */
+  CUMEMTRACE_TORCH_ATTACH_FAILED = 3
+};
+
+typedef struct cumemtrace_torch_bridge {
+  /* CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION of the shim. */
+  uint32_t abi_version;
+  /* torch version whose headers the shim was built against, e.g. "2.11.0+cu130". */
+  const char* torch_version;
+  /* Attaches a trace tracker to the caching allocator of the libc10_cuda loaded from
+     `c10_cuda_path`. Writes the allocator's name() into `allocator_name` and a reason into
+     `message` (both NUL-terminated, truncated to their sizes). Never throws. Call once. */
+  int (*attach)(const char* c10_cuda_path, cumemtrace_torch_emit_fn emit, void* context,
+                char* allocator_name, size_t allocator_name_size, char* message,
+                size_t message_size);
+  /* From the tracer's sender thread: for each device whose last event was an allocation
+     not yet followed by another event, reads the allocator's counters and emits a
+     CUMEMTRACE_TORCH_STATS_PROBE (dropped when an event slipped in meanwhile). Takes the
+     allocator's device lock briefly; never call it with a lock the allocator may wait on. */
+  void (*probe)(void);
+  /* Stops emitting (process exit, forked child). */
+  void (*stop)(void);
+} cumemtrace_torch_bridge;
+
+/* The shim's one exported symbol. */
+#define CUMEMTRACE_TORCH_BRIDGE_ENTRY "cumemtrace_torch_bridge_v1"
+typedef const cumemtrace_torch_bridge* (*cumemtrace_torch_bridge_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUMEMTRACE_TORCH_BRIDGE_ABI_H_ */

@@ -1,0 +1,149 @@
+// What the PyTorch bridge shim does with each allocator trace entry, written as templates
+// over the entry type and the counter reader, so that the unit tests drive exactly this code
+// with fabricated entries (no torch needed) and the shim instantiates it with torch's own
+// c10::CachingDeviceAllocator::TraceEntry.
+//
+// Why counters ride along: an ALLOC entry names the size the tensor asked for, but
+// max_memory_allocated counts the block's size (rounded up, sometimes a whole unsplit free
+// block). The allocator adds the block's size to allocated_bytes.allocated (a cumulative
+// counter) right after it records the ALLOC, under the same device lock, so the block's size
+// is that counter as the device's next event sees it minus the counter this ALLOC saw. Each
+// event carries the counter and a per-device sequence number; the collector does the
+// subtraction, and a probe from the sender thread settles an ALLOC that no event follows.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+#include "tracer/torch_bridge/bridge_abi.h"
+
+namespace cumemtrace::torch_bridge {
+
+// c10's DeviceIndex is an int8_t: 128 slots cover every device an allocator can have.
+constexpr uint32_t kMaxDevices = 128;
+
+// The aggregate counters of one device allocator (torch.cuda.memory_stats' "all" values).
+struct DeviceCounters {
+  uint64_t allocated_total = 0;    // allocated_bytes.allocated (cumulative)
+  uint64_t allocated_current = 0;  // allocated_bytes.current
+  uint64_t reserved_current = 0;   // reserved_bytes.current
+};
+
+// Our number for an entry's action; 0 for actions not sent (SNAPSHOT, or a value a later
+// torch added).
+template <typename Entry>
+uint32_t ActionOf(const Entry& entry) {
+  switch (entry.action_) {
+    case Entry::ALLOC:
+      return CUMEMTRACE_TORCH_ALLOC;
+    case Entry::FREE_REQUESTED:
+      return CUMEMTRACE_TORCH_FREE_REQUESTED;
+    case Entry::FREE_COMPLETED:
+      return CUMEMTRACE_TORCH_FREE_COMPLETED;
+    case Entry::SEGMENT_ALLOC:
+      return CUMEMTRACE_TORCH_SEGMENT_ALLOC;
+    case Entry::SEGMENT_FREE:
+      return CUMEMTRACE_TORCH_SEGMENT_FREE;
+    case Entry::SEGMENT_MAP:
+      return CUMEMTRACE_TORCH_SEGMENT_MAP;
+    case Entry::SEGMENT_UNMAP:
+      return CUMEMTRACE_TORCH_SEGMENT_UNMAP;
+    case Entry::OOM:
+      return CUMEMTRACE_TORCH_OOM;
+    default:
+      return 0;
+  }
+}
+
+// Fills *out from one entry; false when the entry is not sent (see ActionOf) or names a
+// device outside [0, kMaxDevices).
+template <typename Entry>
+bool ConvertEntry(const Entry& entry, cumemtrace_torch_event* out) {
+  const uint32_t action = ActionOf(entry);
+  if (action == 0) return false;
+  const auto device = static_cast<int64_t>(entry.device_);
+  if (device < 0 || device >= static_cast<int64_t>(kMaxDevices)) return false;
+  *out = cumemtrace_torch_event{};
+  out->action = action;
+  out->device = static_cast<uint32_t>(device);
+  out->address = static_cast<uint64_t>(entry.addr_);
+  out->requested_bytes = static_cast<uint64_t>(entry.size_);
+  out->stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(entry.stream_));
+  out->pool_id_first = static_cast<uint64_t>(entry.mempool_.first);
+  out->pool_id_second = static_cast<uint64_t>(entry.mempool_.second);
+  return true;
+}
+
+// The tracker's state. OnEntry runs on allocator threads under the device's lock (so one
+// device's entries never run concurrently); Probe runs on the tracer's sender thread.
+// `ReadCounters` is callable as bool(uint32_t device, DeviceCounters*).
+template <typename ReadCounters>
+class BridgeCore {
+ public:
+  BridgeCore(cumemtrace_torch_emit_fn emit, void* context, ReadCounters read)
+      : emit_(emit), context_(context), read_(std::move(read)) {}
+
+  template <typename Entry>
+  void OnEntry(const Entry& entry) {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    cumemtrace_torch_event event;
+    if (!ConvertEntry(entry, &event)) return;
+    Slot& slot = slots_[event.device];
+    // Published before the counters are read: a probe that reads the counters and then
+    // sees this number unchanged knows no event ran in between.
+    event.sequence = slot.sequence.load(std::memory_order_relaxed) + 1;
+    slot.sequence.store(event.sequence, std::memory_order_seq_cst);
+    DeviceCounters counters;
+    if (read_(event.device, &counters)) {
+      event.allocated_bytes_total = counters.allocated_total;
+      event.allocated_bytes_current = counters.allocated_current;
+      event.reserved_bytes_current = counters.reserved_current;
+    }
+    slot.last_was_alloc.store(event.action == CUMEMTRACE_TORCH_ALLOC, std::memory_order_release);
+    emit_(&event, context_);
+  }
+
+  // Settles the size of each device's trailing ALLOC (see the file comment).
+  void Probe() {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    for (uint32_t device = 0; device < kMaxDevices; ++device) {
+      Slot& slot = slots_[device];
+      const uint64_t before = slot.sequence.load(std::memory_order_seq_cst);
+      if (before == 0 || before == slot.probed_sequence ||
+          !slot.last_was_alloc.load(std::memory_order_acquire)) {
+        continue;
+      }
+      DeviceCounters counters;
+      // Takes the device's lock: every event up to `before` has finished its update.
+      if (!read_(device, &counters)) continue;
+      if (slot.sequence.load(std::memory_order_seq_cst) != before) continue;  // one slipped in
+      slot.probed_sequence = before;
+      cumemtrace_torch_event event{};
+      event.action = CUMEMTRACE_TORCH_STATS_PROBE;
+      event.device = device;
+      event.sequence = before;
+      event.allocated_bytes_total = counters.allocated_total;
+      event.allocated_bytes_current = counters.allocated_current;
+      event.reserved_bytes_current = counters.reserved_current;
+      emit_(&event, context_);
+    }
+  }
+
+  void Stop() { stopped_.store(true); }
+
+ private:
+  struct Slot {
+    std::atomic<uint64_t> sequence{0};
+    std::atomic<bool> last_was_alloc{false};
+    uint64_t probed_sequence = 0;  // sender thread only
+  };
+
+  cumemtrace_torch_emit_fn emit_;
+  void* context_;
+  ReadCounters read_;
+  std::atomic<bool> stopped_{false};
+  Slot slots_[kMaxDevices];
+};
+
+}  // namespace cumemtrace::torch_bridge

@@ -1,0 +1,178 @@
+// The bridge's handling of trace entries, driven with fabricated entries shaped like torch's
+// TraceEntry (the same template code the shim instantiates with the real type).
+#include "tracer/torch_bridge/bridge_core.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace cumemtrace::torch_bridge {
+namespace {
+
+struct FabricatedEntry {
+  enum Action {
+    ALLOC,
+    FREE_REQUESTED,
+    FREE_COMPLETED,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+    SNAPSHOT,
+    OOM
+  };
+  Action action_;
+  int8_t device_;
+  size_t addr_;
+  void* stream_;
+  size_t size_;
+  std::pair<unsigned long long, unsigned long long> mempool_;
+};
+
+FabricatedEntry Entry(FabricatedEntry::Action action, int8_t device, size_t address, size_t size) {
+  return FabricatedEntry{action, device, address, reinterpret_cast<void*>(0x5000), size, {0, 0}};
+}
+
+void Collect(const cumemtrace_torch_event* event, void* context) {
+  static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
+}
+
+// Counters of a fake device 0 and 1, as the allocator would report them.
+struct Counters {
+  DeviceCounters device[2];
+  std::function<void()> during_read;  // runs inside a read (an event slipping in)
+};
+
+struct Reader {
+  Counters* counters;
+  bool operator()(uint32_t device, DeviceCounters* out) const {
+    if (device > 1) return false;
+    if (counters->during_read) {
+      auto hook = std::move(counters->during_read);
+      counters->during_read = nullptr;
+      hook();
+    }
+    *out = counters->device[device];
+    return true;
+  }
+};
+
+TEST(TorchBridgeConvert, MapsEveryActionAndTheEntryFields) {
+  const std::pair<FabricatedEntry::Action, uint32_t> cases[] = {
+      {FabricatedEntry::ALLOC, CUMEMTRACE_TORCH_ALLOC},
+      {FabricatedEntry::FREE_REQUESTED, CUMEMTRACE_TORCH_FREE_REQUESTED},
+      {FabricatedEntry::FREE_COMPLETED, CUMEMTRACE_TORCH_FREE_COMPLETED},
+      {FabricatedEntry::SEGMENT_ALLOC, CUMEMTRACE_TORCH_SEGMENT_ALLOC},
+      {FabricatedEntry::SEGMENT_FREE, CUMEMTRACE_TORCH_SEGMENT_FREE},
+      {FabricatedEntry::SEGMENT_MAP, CUMEMTRACE_TORCH_SEGMENT_MAP},
+      {FabricatedEntry::SEGMENT_UNMAP, CUMEMTRACE_TORCH_SEGMENT_UNMAP},
+      {FabricatedEntry::OOM, CUMEMTRACE_TORCH_OOM},
+  };
+  for (const auto& [action, expected] : cases) {
+    FabricatedEntry entry = Entry(action, 3, 0x7f0000001000, 1000);
+    entry.mempool_ = {7, 9};
+    cumemtrace_torch_event event{};
+    ASSERT_TRUE(ConvertEntry(entry, &event));
+    EXPECT_EQ(event.action, expected);
+    EXPECT_EQ(event.device, 3u);
+    EXPECT_EQ(event.address, 0x7f0000001000u);
+    EXPECT_EQ(event.requested_bytes, 1000u);
+    EXPECT_EQ(event.stream, 0x5000u);
+    EXPECT_EQ(event.pool_id_first, 7u);
+    EXPECT_EQ(event.pool_id_second, 9u);
+  }
+}
+
+TEST(TorchBridgeConvert, SkipsSnapshotsUnknownActionsAndBadDevices) {
+  cumemtrace_torch_event event{};
+  EXPECT_FALSE(ConvertEntry(Entry(FabricatedEntry::SNAPSHOT, 0, 0, 0), &event));
+  FabricatedEntry later = Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1);
+  later.action_ = static_cast<FabricatedEntry::Action>(42);  // an action a later torch added
+  EXPECT_FALSE(ConvertEntry(later, &event));
+  EXPECT_FALSE(ConvertEntry(Entry(FabricatedEntry::ALLOC, -1, 0x1000, 1), &event));
+}
+
+TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  counters.device[0] = {5120, 3072, 20971520};  // the ALLOC's block was 1024 bytes
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 1, 0x9000, 10));
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
+  core.OnEntry(Entry(FabricatedEntry::SNAPSHOT, 0, 0, 0));  // not sent, not numbered
+  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x1000, 1000));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_EQ(events[0].allocated_bytes_total, 4096u);
+  EXPECT_EQ(events[0].allocated_bytes_current, 2048u);
+  EXPECT_EQ(events[0].reserved_bytes_current, 20971520u);
+  EXPECT_EQ(events[1].device, 1u);
+  EXPECT_EQ(events[1].sequence, 1u);
+  EXPECT_EQ(events[2].sequence, 2u);
+  // The block size the collector derives: next event's total minus the ALLOC's.
+  EXPECT_EQ(events[2].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_FREE_COMPLETED));
+}
+
+TEST(TorchBridgeCore, ProbesOnlyATrailingAllocationAndOnlyOnce) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.Probe();  // nothing happened yet
+  EXPECT_TRUE(events.empty());
+  counters.device[0] = {0, 0, 2097152};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 2097152};
+  core.Probe();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[1].device, 0u);
+  EXPECT_EQ(events[1].sequence, 1u);
+  EXPECT_EQ(events[1].allocated_bytes_total, 512u);
+  core.Probe();  // already settled
+  EXPECT_EQ(events.size(), 2u);
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 100));
+  core.Probe();  // the last event is no allocation: nothing to settle
+  EXPECT_EQ(events.size(), 3u);
+}
+
+TEST(TorchBridgeCore, DropsAProbeWhenAnEventSlipsInDuringTheRead) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 0};
+  // The counters read by the probe already include a later allocation: they would give the
+  // first one the wrong size, so the probe must not be sent.
+  counters.during_read = [&] {
+    counters.device[0] = {512, 512, 0};
+    core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x2000, 100));
+    counters.device[0] = {1024, 1024, 0};
+  };
+  core.Probe();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  core.Probe();  // now the second one is trailing and settled
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].sequence, 2u);
+  EXPECT_EQ(events[2].allocated_bytes_total, 1024u);
+}
+
+TEST(TorchBridgeCore, StopsEmitting) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.Stop();
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  core.Probe();
+  EXPECT_TRUE(events.empty());
+}
+
+}  // namespace
+}  // namespace cumemtrace::torch_bridge

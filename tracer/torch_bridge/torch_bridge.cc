@@ -1,0 +1,231 @@
+#include "tracer/torch_bridge/torch_bridge.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "cumemtrace/v1/trace.pb.h"
+#include "tracer/clock.h"
+#include "tracer/host_record.h"
+#include "tracer/tracer_runtime.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+std::string BaseNameOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string Trim(const std::string& s) {
+  size_t begin = 0;
+  size_t end = s.size();
+  while (begin < end && isspace(static_cast<unsigned char>(s[begin]))) ++begin;
+  while (end > begin && isspace(static_cast<unsigned char>(s[end - 1]))) --end;
+  return s.substr(begin, end - begin);
+}
+
+// `__version__ = '2.11.0+cu130'` (or with double quotes) -> 2.11.0+cu130.
+std::string VersionFromVersionPy(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = Trim(line);
+    if (line.compare(0, 11, "__version__") != 0) continue;
+    const size_t open = line.find_first_of("'\"");
+    if (open == std::string::npos) continue;
+    const size_t close = line.find(line[open], open + 1);
+    if (close == std::string::npos) continue;
+    return line.substr(open + 1, close - open - 1);
+  }
+  return {};
+}
+
+std::string OwnDirectory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&OwnDirectory), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  return DirectoryOf(info.dli_fname);
+}
+
+void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
+  TracerRuntime& runtime = TracerRuntime::Get();
+  if (!runtime.recording()) return;
+  HostRecord record;
+  record.type = HostRecord::Type::kTorchAllocator;
+  record.timestamp_ns = MonotonicNs();
+  // A probe runs on the sender thread: it has no thread of the program.
+  record.thread_id = event->action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
+  record.device = event->device;
+  record.address = event->address;
+  record.bytes = event->requested_bytes;
+  record.torch.action = static_cast<uint8_t>(event->action);
+  record.torch.stream = event->stream;
+  record.torch.sequence = event->sequence;
+  record.torch.allocated_total = event->allocated_bytes_total;
+  record.torch.allocated_current = event->allocated_bytes_current;
+  record.torch.reserved_current = event->reserved_bytes_current;
+  record.torch.pool_first = event->pool_id_first;
+  record.torch.pool_second = event->pool_id_second;
+  runtime.Record(std::move(record));
+}
+
+int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {
+  if (info->dlpi_name == nullptr) return 0;
+  const std::string path = info->dlpi_name;
+  if (IsTorchAllocatorModule(BaseNameOf(path))) {
+    *static_cast<std::string*>(data) = path;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string TorchVersionNextTo(const std::string& c10_cuda_path) {
+  const std::string prefix = DirectoryOf(DirectoryOf(c10_cuda_path));
+  std::string version = VersionFromVersionPy(prefix + "/version.py");
+  if (!version.empty()) return version;
+  std::ifstream in(prefix + "/build-version");
+  std::string line;
+  if (std::getline(in, line)) return Trim(line);
+  return {};
+}
+
+std::string TorchReleaseOf(const std::string& version) {
+  return version.substr(0, version.find('+'));
+}
+
+std::string TorchBridgeFileName(const std::string& torch_version) {
+  return "libcumemtrace-torch-bridge-" + TorchReleaseOf(torch_version) + ".so";
+}
+
+bool IsTorchAllocatorModule(const std::string& caller_module) {
+  return caller_module.compare(0, 11, "libc10_cuda") == 0;
+}
+
+std::string LoadedC10CudaPath() {
+  std::string path;
+  dl_iterate_phdr(CollectC10Cuda, &path);
+  return path;
+}
+
+TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
+                                  const std::string& bridge_dir) {
+  TorchBridgeLookup lookup;
+  lookup.torch_version = TorchVersionNextTo(c10_cuda_path);
+  if (lookup.torch_version.empty()) {
+    lookup.reason = "the torch version of " + c10_cuda_path +
+                    " is unknown (no ../version.py or ../build-version beside it)";
+    return lookup;
+  }
+  lookup.shim_path = bridge_dir + "/" + TorchBridgeFileName(lookup.torch_version);
+  // RTLD_NODELETE: torch keeps the tracker (code of the shim) until the process ends.
+  void* handle = dlopen(lookup.shim_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    lookup.reason = "no bridge for torch " + lookup.torch_version + " (" +
+                    (error != nullptr ? error : lookup.shim_path) + ")";
+    return lookup;
+  }
+  auto entry =
+      reinterpret_cast<cumemtrace_torch_bridge_entry_fn>(dlsym(handle, CUMEMTRACE_TORCH_BRIDGE_ENTRY));
+  const cumemtrace_torch_bridge* bridge = entry != nullptr ? entry() : nullptr;
+  if (bridge == nullptr || bridge->abi_version != CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION ||
+      bridge->torch_version == nullptr || bridge->attach == nullptr ||
+      bridge->probe == nullptr || bridge->stop == nullptr) {
+    lookup.reason = lookup.shim_path + " is not a bridge of this cumemtrace (interface " +
+                    std::to_string(bridge != nullptr ? bridge->abi_version : 0) + ", expected " +
+                    std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION) + ")";
+    return lookup;  // RTLD_NODELETE keeps it mapped; nothing of it is called
+  }
+  lookup.bridge_torch_version = bridge->torch_version;
+  if (TorchReleaseOf(lookup.bridge_torch_version) != TorchReleaseOf(lookup.torch_version)) {
+    lookup.reason = lookup.shim_path + " was built for torch " + lookup.bridge_torch_version +
+                    ", the program runs torch " + lookup.torch_version;
+    return lookup;
+  }
+  lookup.bridge = bridge;
+  return lookup;
+}
+
+TorchBridge& TorchBridge::Get() {
+  static TorchBridge* bridge = new TorchBridge();  // leaked with the runtime
+  return *bridge;
+}
+
+void TorchBridge::AttachOnce() {
+  int expected = kUntried;
+  if (!state_.compare_exchange_strong(expected, kAttaching)) return;
+  TracerRuntime& runtime = TracerRuntime::Get();
+  auto* state = new v1::TorchBridgeState();  // the translator deletes it once sent
+  const std::string c10_cuda = LoadedC10CudaPath();
+  state->set_library(c10_cuda);
+  const char* enabled = getenv("CUMEMTRACE_TORCH_BRIDGE");
+  bool notice = true;
+  if (enabled != nullptr && enabled[0] == '0') {
+    state->set_reason("turned off (CUMEMTRACE_TORCH_BRIDGE=0)");
+    notice = false;
+  } else if (c10_cuda.empty()) {
+    state->set_reason("libc10_cuda made the call but is not found among the loaded libraries");
+  } else {
+    const char* dir = getenv("CUMEMTRACE_TORCH_BRIDGE_DIR");
+    const TorchBridgeLookup lookup =
+        LoadTorchBridge(c10_cuda, dir != nullptr && *dir ? std::string(dir) : OwnDirectory());
+    state->set_torch_version(lookup.torch_version);
+    state->set_bridge_torch_version(lookup.bridge_torch_version);
+    if (lookup.bridge == nullptr) {
+      state->set_reason(lookup.reason);
+    } else {
+      char allocator[64];
+      char message[512];
+      const int result = lookup.bridge->attach(c10_cuda.c_str(), EmitTorchEvent, nullptr,
+                                               allocator, sizeof(allocator), message,
+                                               sizeof(message));
+      state->set_allocator(allocator);
+      if (result == CUMEMTRACE_TORCH_ATTACHED) {
+        state->set_attached(true);
+        attached_.store(lookup.bridge, std::memory_order_release);
+      } else {
+        state->set_reason(message);
+        // The async backend hands every tensor to the driver: nothing is missing.
+        notice = result != CUMEMTRACE_TORCH_NOT_NATIVE;
+      }
+    }
+  }
+  const bool attached = state->attached();
+  const std::string reason = state->reason();
+  HostRecord record;
+  record.type = HostRecord::Type::kTorchBridgeState;
+  record.timestamp_ns = MonotonicNs();
+  record.torch_bridge_state = state;
+  runtime.Record(std::move(record));
+  if (!attached && notice) {
+    runtime.Notice(v1::NOTICE_LEVEL_WARNING, "torch_bridge_unavailable",
+                   "PyTorch's tensors are not seen, only its allocator's segments: " + reason +
+                       " (cumemtrace run --allocator=async sees every tensor)");
+  }
+  state_.store(kDone, std::memory_order_release);
+}
+
+void TorchBridge::Poll() {
+  const cumemtrace_torch_bridge* bridge = attached_.load(std::memory_order_acquire);
+  if (bridge != nullptr) bridge->probe();
+}
+
+void TorchBridge::StopInForkedChild() {
+  const cumemtrace_torch_bridge* bridge = attached_.load(std::memory_order_acquire);
+  if (bridge != nullptr) bridge->stop();
+  attached_.store(nullptr);
+}
+
+}  // namespace cumemtrace::tracer
