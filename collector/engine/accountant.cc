@@ -214,10 +214,48 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
   }
 }
 
+PhaseWindow WindowOf(const OccurrenceRecord& o, size_t slot) {
+  return PhaseWindow{o.entry(slot), o.peak(slot), o.peak(slot) - o.entry(slot)};
+}
+
+// Entry, peak and rise of a phase on one slot, each set from one occurrence (`list`: the
+// phase's occurrences by start): the highest peak, the first, and the median of the rest.
+void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t slot,
+                     PhaseDeviceStats* d) {
+  if (list.empty()) return;
+  const OccurrenceRecord* highest = list[0];
+  for (const OccurrenceRecord* o : list) {
+    if (o->peak(slot) > highest->peak(slot)) highest = o;
+  }
+  const PhaseWindow h = WindowOf(*highest, slot);
+  d->bytes_at_entry = h.bytes_at_entry;
+  d->peak_bytes = h.peak_bytes;
+  d->peak_above_entry_bytes = h.peak_above_entry_bytes;
+  d->first = WindowOf(*list[0], slot);
+  if (list.size() < 2) return;
+  std::vector<const OccurrenceRecord*> rest(list.begin() + 1, list.end());
+  std::stable_sort(rest.begin(), rest.end(),
+                   [slot](const OccurrenceRecord* x, const OccurrenceRecord* y) {
+                     return x->peak(slot) - x->entry(slot) < y->peak(slot) - y->entry(slot);
+                   });
+  d->steady = WindowOf(*rest[(rest.size() - 1) / 2], slot);  // the lower median
+  d->steady_of = rest.size();
+}
+
 void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>& phase_names,
                       const std::vector<uint32_t>& slot_device, const DecodedStream& s,
                       uint64_t first, ProcessReport* p) {
   auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  std::vector<std::vector<const OccurrenceRecord*>> by_phase(phases.names().size());
+  for (const OccurrenceRecord& o : phases.occurrences()) {
+    by_phase[static_cast<size_t>(o.phase)].push_back(&o);
+  }
+  for (auto& list : by_phase) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const OccurrenceRecord* x, const OccurrenceRecord* y) {
+                       return x->start_ns < y->start_ns;
+                     });
+  }
   for (size_t i = 0; i < phases.names().size(); ++i) {
     const PhaseName& n = phases.names()[i];
     if (n.rollup) continue;
@@ -236,9 +274,7 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
       const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
       PhaseDeviceStats d;
       d.index = slot_device[slot];
-      d.bytes_at_entry = c.bytes_at_entry;
-      d.peak_bytes = c.peak_bytes;
-      d.peak_above_entry_bytes = c.peak_above_entry_bytes;
+      SetPhaseWindows(by_phase[i], slot, &d);
       d.allocated_bytes = c.allocated_bytes;
       d.freed_bytes = c.freed_bytes;
       d.allocations = c.allocations;

@@ -85,12 +85,6 @@ void PhaseTracker::Finish(size_t open_index, uint64_t end_ns, bool still_open,
   if (o.rollup) {
     ++rolled_up_ranges_;
   } else {
-    for (uint32_t s = 0; s < slots_; ++s) {
-      PhaseCounters& c = counters(o.phase, s);
-      c.bytes_at_entry = std::max(c.bytes_at_entry, entry[s]);
-      c.peak_bytes = std::max(c.peak_bytes, peak[s]);
-      c.peak_above_entry_bytes = std::max(c.peak_above_entry_bytes, peak[s] - entry[s]);
-    }
     std::vector<uint64_t> levels(3 * slots_);
     for (size_t s = 0; s < slots_; ++s) {
       levels[3 * s] = entry[s];

@@ -16,10 +16,8 @@
 namespace cumemtrace::internal {
 
 // Per phase (range name) and device slot, summed or maxed over occurrences.
+// (Entry and peak figures come from the OccurrenceRecords, one occurrence at a time.)
 struct PhaseCounters {
-  uint64_t bytes_at_entry = 0;
-  uint64_t peak_bytes = 0;
-  uint64_t peak_above_entry_bytes = 0;
   uint64_t allocated_bytes = 0;
   uint64_t freed_bytes = 0;
   uint64_t allocations = 0;

@@ -134,11 +134,24 @@ struct DeviceReport {
   uint64_t reallocated_live_address = 0;  // allocation at an address already live (anomaly)
 };
 
+// Device memory in use at one occurrence's entry and at its highest point inside:
+// peak_bytes - bytes_at_entry = peak_above_entry_bytes, always.
+struct PhaseWindow {
+  uint64_t bytes_at_entry = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t peak_above_entry_bytes = 0;
+};
+
 struct PhaseDeviceStats {
   uint32_t index = 0;
-  uint64_t bytes_at_entry = 0;          // max over occurrences
-  uint64_t peak_bytes = 0;              // max over occurrences
-  uint64_t peak_above_entry_bytes = 0;  // max over occurrences of (peak - entry)
+  // The occurrence with the highest peak (the earliest of equals), so that the three figures
+  // of a row come from one occurrence and add up.
+  uint64_t bytes_at_entry = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t peak_above_entry_bytes = 0;
+  PhaseWindow first;   // the first occurrence (warm-up)
+  PhaseWindow steady;  // occurrences 2..n: the one whose rise is the lower median
+  uint64_t steady_of = 0;  // n - 1: how many occurrences `steady` is the median of (0: n <= 1)
   uint64_t allocated_bytes = 0;         // sums over attributed events
   uint64_t freed_bytes = 0;
   uint64_t allocations = 0;

@@ -130,7 +130,9 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
   CsvTable phases({"stream_id", "pid", "phase", "device", "occurrences", "total_ns",
                    "still_open", "bytes_at_entry", "peak_bytes", "peak_above_entry_bytes",
                    "allocated_bytes", "allocations", "freed_bytes", "frees",
-                   "failed_allocations", "kernels"});
+                   "failed_allocations", "kernels", "first_bytes_at_entry", "first_peak_bytes",
+                   "first_peak_above_entry_bytes", "steady_bytes_at_entry", "steady_peak_bytes",
+                   "steady_peak_above_entry_bytes"});
   CsvTable failed({"stream_id", "pid", "time_ns", "device", "api", "caller", "requested_bytes",
                    "error_code", "error_name", "kind", "thread_id", "phase",
                    "device_in_use_bytes", "device_free_bytes", "device_total_bytes"});
@@ -162,7 +164,13 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
         phases.Row().Process(p).Field(ph.name).Field(uint64_t{d.index}).Field(ph.occurrences)
             .Field(ph.total_ns).Field(ph.still_open).Field(d.bytes_at_entry).Field(d.peak_bytes)
             .Field(d.peak_above_entry_bytes).Field(d.allocated_bytes).Field(d.allocations)
-            .Field(d.freed_bytes).Field(d.frees).Field(d.failed_allocations).Field(d.kernels);
+            .Field(d.freed_bytes).Field(d.frees).Field(d.failed_allocations).Field(d.kernels)
+            .Field(d.first.bytes_at_entry).Field(d.first.peak_bytes)
+            .Field(d.first.peak_above_entry_bytes);
+        for (uint64_t v : {d.steady.bytes_at_entry, d.steady.peak_bytes,
+                           d.steady.peak_above_entry_bytes}) {
+          phases.Field(d.steady_of > 0 ? std::to_string(v) : std::string());
+        }
       }
     }
     for (const FailedAllocationReport& f : p.failed_allocations) {

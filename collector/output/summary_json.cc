@@ -150,12 +150,24 @@ Json PhaseJson(const PhaseReport& p) {
   j["total_ns"] = p.total_ns;
   j["still_open"] = p.still_open;
   j["first_open_ns"] = p.first_open_ns;
+  auto window = [](const PhaseWindow& w) {
+    return Json{{"bytes_at_entry", w.bytes_at_entry},
+                {"peak_bytes", w.peak_bytes},
+                {"peak_above_entry_bytes", w.peak_above_entry_bytes}};
+  };
   Json devices = Json::array();
   for (const PhaseDeviceStats& d : p.devices) {
+    Json steady = Json();
+    if (d.steady_of > 0) {
+      steady = window(d.steady);
+      steady["of_occurrences"] = d.steady_of;
+    }
     devices.push_back({{"index", d.index},
                        {"bytes_at_entry", d.bytes_at_entry},
                        {"peak_bytes", d.peak_bytes},
                        {"peak_above_entry_bytes", d.peak_above_entry_bytes},
+                       {"first_occurrence", window(d.first)},
+                       {"steady_state", steady},
                        {"allocated_bytes", d.allocated_bytes},
                        {"freed_bytes", d.freed_bytes},
                        {"allocations", d.allocations},

@@ -224,7 +224,8 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header{"phase", "n", "time"};
   if (many_devices) header.push_back("gpu");
-  for (const char* h : {"at entry", "peak", "+above entry", "allocated", "freed", "failed"}) {
+  for (const char* h : {"highest: at entry", "peak", "+above entry", "first: +above",
+                        "steady: +above", "allocated", "freed", "failed"}) {
     header.push_back(h);
   }
   rows.push_back(header);
@@ -246,6 +247,8 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
       row.push_back(Bytes(d.bytes_at_entry));
       row.push_back(Bytes(d.peak_bytes));
       row.push_back("+" + Bytes(d.peak_above_entry_bytes));
+      row.push_back(ph.occurrences > 1 ? "+" + Bytes(d.first.peak_above_entry_bytes) : "-");
+      row.push_back(d.steady_of > 0 ? "+" + Bytes(d.steady.peak_above_entry_bytes) : "-");
       row.push_back(Bytes(d.allocated_bytes));
       row.push_back(Bytes(d.freed_bytes));
       row.push_back(Grouped(d.failed_allocations));
@@ -258,6 +261,8 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
     }
   }
   PrintTable(out, "    ", rows, "l");
+  out << "    (highest: the occurrence with the highest peak, so peak - at entry = +above entry;"
+         " first: the first occurrence; steady: the median occurrence of the others)\n";
   if (p.rolled_up_ranges > 0) {
     out << "    (" << Grouped(p.rolled_up_ranges)
         << " per-op ranges, such as emit_nvtx's, are folded into their phases)\n";

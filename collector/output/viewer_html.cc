@@ -184,6 +184,10 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
       devices.push_back({{"index", d.index}, {"bytes_at_entry", d.bytes_at_entry},
                          {"peak_bytes", d.peak_bytes},
                          {"peak_above_entry_bytes", d.peak_above_entry_bytes},
+                         {"first_above_entry_bytes", d.first.peak_above_entry_bytes},
+                         {"steady_above_entry_bytes", d.steady_of > 0
+                                                          ? json(d.steady.peak_above_entry_bytes)
+                                                          : json()},
                          {"allocated_bytes", d.allocated_bytes}, {"freed_bytes", d.freed_bytes},
                          {"allocations", d.allocations}, {"frees", d.frees},
                          {"failed_allocations", d.failed_allocations}, {"kernels", d.kernels}});

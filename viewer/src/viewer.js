@@ -758,11 +758,17 @@
         for (const d of ph.devices) {
           rows.push({ cells: [ph.name, `GPU ${d.index}`, fmtInt(ph.occurrences), fmtTime(ph.total_ns),
             fmtBytes(d.bytes_at_entry), fmtBytes(d.peak_bytes), '+' + fmtBytes(d.peak_above_entry_bytes),
+            ph.occurrences > 1 ? '+' + fmtBytes(d.first_above_entry_bytes) : '-',
+            d.steady_above_entry_bytes == null ? '-' : '+' + fmtBytes(d.steady_above_entry_bytes),
             fmtBytes(d.allocated_bytes), fmtBytes(d.freed_bytes), fmtInt(d.failed_allocations)] });
         }
       }
-      phases.append(table(['phase', 'device', 'n', 'time', 'at entry', 'peak', 'above entry',
-        'allocated', 'freed', 'failed'], rows, { id: 'phase-table' }));
+      // At entry, peak and above entry come from one occurrence (the highest peak), so that
+      // peak - at entry = above entry on every row.
+      phases.append(table(['phase', 'device', 'n', 'time', 'highest: at entry', 'peak', 'above entry',
+        'first: above', 'steady: above', 'allocated', 'freed', 'failed'], rows, { id: 'phase-table' }));
+      phases.append(el('p', { class: 'muted hint' }, 'highest: the occurrence with the highest peak; ' +
+        'first: the first occurrence (warm-up); steady: the median occurrence of the others.'));
     }
     buildIterationTable(p);
     buildLifetimeTable(p);

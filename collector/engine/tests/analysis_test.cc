@@ -254,7 +254,7 @@ TEST(Phases, StartEndPairByIdAcrossThreads) {
   EXPECT_EQ(p.unmatched_range_closes, 2u);
 }
 
-TEST(Phases, EntryPeakAndPeakAboveEntryAreMaximaOverOccurrences) {
+TEST(Phases, EntryPeakAndPeakAboveEntryComeFromTheOccurrenceWithTheHighestPeak) {
   StreamBuilder s = WithStrings();
   s.Alloc(10, 0, 0x1, 100);
   s.Push(20, 1, kForward).Alloc(30, 0, 0x2, 50, testing::kDevice, 1);
@@ -267,9 +267,14 @@ TEST(Phases, EntryPeakAndPeakAboveEntryAreMaximaOverOccurrences) {
   EXPECT_EQ(forward->occurrences, 2u);
   EXPECT_EQ(forward->total_ns, 60u);
   const PhaseDeviceStats& d = PhaseDevice(*forward, 0);
-  EXPECT_EQ(d.bytes_at_entry, 170u);
+  // The first occurrence (100 -> 220), not the highest entry of the second (170): the row
+  // adds up.
+  EXPECT_EQ(d.bytes_at_entry, 100u);
   EXPECT_EQ(d.peak_bytes, 220u);
   EXPECT_EQ(d.peak_above_entry_bytes, 120u);
+  EXPECT_EQ(d.steady_of, 1u);
+  EXPECT_EQ(d.steady.bytes_at_entry, 170u);
+  EXPECT_EQ(d.steady.peak_above_entry_bytes, 10u);
   EXPECT_EQ(d.allocated_bytes, 130u);
   EXPECT_EQ(d.freed_bytes, 50u);
 }

@@ -3,10 +3,14 @@
 // compare/sweep tables.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "collector/engine/analysis.h"
 #include "collector/output/exports.h"
+#include "collector/output/summary.h"
 #include "collector/engine/phase_rules.h"
 #include "collector/engine/report.h"
 #include "collector/engine/run_figures.h"
@@ -14,6 +18,8 @@
 
 namespace cumemtrace {
 namespace {
+
+std::vector<std::vector<std::string>> CsvRows(const std::string& text);
 
 using testing::Analyze;
 using testing::FindDevice;
@@ -101,6 +107,64 @@ TEST(Phases, PerOpRangesRollUpIntoTheEnclosingPhase) {
   EXPECT_EQ(p.rolled_up_ranges, 1u);
   ASSERT_FALSE(p.devices.at(0).peak.live_by_phase_and_kind.empty());
   EXPECT_EQ(p.devices.at(0).peak.live_by_phase_and_kind[0].phase, "forward");
+}
+
+TEST(Phases, EachRowComesFromOneOccurrenceAndAddsUp) {
+  // Three occurrences of forward: the first (warm-up) rises 1300 from 300, then 200 from 200,
+  // then 300 from 500. The table used to take the highest entry (500), the highest peak (1600)
+  // and the highest rise (1300) from different occurrences: 1600 - 500 != 1300.
+  StreamBuilder s(1, 7);
+  s.String(1, "forward");
+  s.Alloc(1, 0, 0xA, 300);
+  s.Push(10, 7, 1).Alloc(11, 0, 0xB, 1300).Free(12, 0, 0xB, 1300).Pop(13, 7);
+  s.Free(20, 0, 0xA, 300).Alloc(21, 0, 0xC, 200);
+  s.Push(30, 7, 1).Alloc(31, 0, 0xD, 200).Free(32, 0, 0xD, 200).Pop(33, 7);
+  s.Alloc(40, 0, 0xE, 300);
+  s.Push(50, 7, 1).Alloc(51, 0, 0xF, 300).Free(52, 0, 0xF, 300).Pop(53, 7);
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const PhaseReport* forward = Phase(report->processes.at(0), "forward");
+  ASSERT_NE(forward, nullptr);
+  const PhaseDeviceStats& d = forward->devices.at(0);
+  EXPECT_EQ(d.bytes_at_entry, 300u);  // the occurrence with the highest peak: the first
+  EXPECT_EQ(d.peak_bytes, 1600u);
+  EXPECT_EQ(d.peak_above_entry_bytes, 1300u);
+  EXPECT_EQ(d.first.bytes_at_entry, 300u);
+  EXPECT_EQ(d.first.peak_above_entry_bytes, 1300u);
+  EXPECT_EQ(d.steady_of, 2u);  // occurrences 2 and 3: rises 200 and 300, lower median 200
+  EXPECT_EQ(d.steady.bytes_at_entry, 200u);
+  EXPECT_EQ(d.steady.peak_bytes, 400u);
+  EXPECT_EQ(d.steady.peak_above_entry_bytes, 200u);
+
+  // In every output, peak - at entry = above entry.
+  const nlohmann::json summary = nlohmann::json::parse(SummaryJson(*report));
+  for (const auto& phase : summary["processes"][0]["phases"]) {
+    for (const auto& dev : phase["devices"]) {
+      for (const auto& w : {dev, dev["first_occurrence"], dev["steady_state"]}) {
+        EXPECT_EQ(w["peak_bytes"].get<uint64_t>() - w["bytes_at_entry"].get<uint64_t>(),
+                  w["peak_above_entry_bytes"].get<uint64_t>());
+      }
+      EXPECT_EQ(dev["steady_state"]["of_occurrences"], 2);
+    }
+  }
+  std::map<std::string, std::string> tables;
+  for (auto& [name, text] : SummaryCsvTables(*report)) tables[name] = text;
+  const auto rows = CsvRows(tables.at("phases.csv"));
+  ASSERT_EQ(rows.size(), 2u);
+  auto field = [&rows](const std::string& name) {
+    const auto& h = rows[0];
+    return std::stoull(rows[1].at(std::find(h.begin(), h.end(), name) - h.begin()));
+  };
+  for (const std::string prefix : {"", "first_", "steady_"}) {
+    EXPECT_EQ(field(prefix + "peak_bytes") - field(prefix + "bytes_at_entry"),
+              field(prefix + "peak_above_entry_bytes"))
+        << prefix;
+  }
+  EXPECT_EQ(field("steady_peak_above_entry_bytes"), 200u);
+  std::ostringstream text;
+  PrintSummaryText(*report, text);
+  EXPECT_NE(text.str().find("steady: +above"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("highest: the occurrence with the highest peak"), std::string::npos);
 }
 
 // A PyTorch-shaped training loop with no NVTX: the calling thread (10) runs forward and the
