@@ -209,8 +209,9 @@ int SweepCommand(int argc, char** argv) {
   bool all_ok = true;
   for (const std::string& value : values) {
     for (const Command& command : commands) {
-      const std::string run_dir = output_dir + "/" + (command.label.empty() ? "run" : command.label) +
-                                  "-" + name + "=" + value;
+      const std::string run_name =
+          (command.label.empty() ? "run" : command.label) + "-" + name + "=" + value;
+      const std::string run_dir = output_dir + "/" + run_name;
       std::vector<std::string> run{self, "run", "-o", run_dir, "--quiet"};
       run.insert(run.end(), forwarded.begin(), forwarded.end());
       run.push_back("--");
@@ -220,6 +221,7 @@ int SweepCommand(int argc, char** argv) {
       point.label = command.label;
       point.value = value;
       point.exit_status = RunAndWait(run);
+      if (PathExists(run_dir + "/report.html")) point.page = run_name + "/report.html";
       all_ok = all_ok && point.exit_status == 0;
       if (!FiguresOfTrace(run_dir, options, command.label, &point.figures, &error)) {
         LogLine("sweep: " + run_dir + ": " + error);

@@ -42,6 +42,7 @@ struct SweepPoint {
   std::string label;  // the command's label
   std::string value;  // the parameter's value
   int exit_status = 0;
+  std::string page;  // the run's report.html, relative to the sweep's folder; "" if none
   RunFigures figures;
 };
 // Memory versus the parameter: one row per value, one column group per label.

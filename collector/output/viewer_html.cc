@@ -176,6 +176,19 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   return d;
 }
 
+// How the process ended, for the page's header: "exited" (code), "killed" (signal, from the
+// launcher), or "unknown" (no exit record: the trace was cut short).
+json ExitData(const ProcessReport& p) {
+  const ExitStatus& e = p.exit;
+  const char* how = e.source == ExitStatus::Source::kUnknown ? "unknown"
+                    : e.signal != 0                         ? "killed"
+                                                            : "exited";
+  return {{"how", how}, {"code", e.code}, {"signal", e.signal}, {"core_dumped", e.core_dumped},
+          {"seen_by", e.source == ExitStatus::Source::kLauncher ? "launcher"
+                      : e.source == ExitStatus::Source::kTracer ? "tracer"
+                                                                : ""}};
+}
+
 json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
   json phases = json::array();
   for (const PhaseReport& ph : p.phases) {
@@ -192,8 +205,9 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
                          {"allocations", d.allocations}, {"frees", d.frees},
                          {"failed_allocations", d.failed_allocations}, {"kernels", d.kernels}});
     }
-    phases.push_back({{"name", ph.name}, {"occurrences", ph.occurrences},
-                      {"total_ns", ph.total_ns}, {"devices", devices}});
+    phases.push_back({{"name", ph.name}, {"inferred", ph.inferred},
+                      {"occurrences", ph.occurrences}, {"total_ns", ph.total_ns},
+                      {"devices", devices}});
   }
   json failed = json::array();
   for (const FailedAllocationReport& f : p.failed_allocations) {
@@ -230,6 +244,8 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
           {"pid", p.pid},
           {"command_line", p.command_line},
           {"allocator_mode", p.allocator_mode},
+          {"exit", ExitData(p)},
+          {"phases_inferred", p.phase_inference.applied},
           {"duration_ns", p.duration_ns},
           {"strings", t.strings},
           {"phase_names", t.phase_names},
@@ -287,7 +303,8 @@ json SweepPointData(const SweepPoint& point) {
   const RunFigures& f = point.figures;
   const auto persistent = f.lifetime_bytes.find("persistent");
   json d = {{"label", point.label}, {"value", point.value}, {"exit_status", point.exit_status},
-            {"found", f.found}};
+            {"found", f.found},
+            {"page", point.page.empty() ? json(nullptr) : json(point.page)}};
   if (!f.found) return d;
   d.update({{"pid", f.pid},
             {"device", f.device},

@@ -92,13 +92,26 @@
       ' ' + units[u];
   }
   function fmtSignedBytes(b) { return (b > 0 ? '+' : b < 0 ? '−' : '') + fmtBytes(Math.abs(b)); }
+  // Without trailing zeros: "1.5 s", not "1.500 s".
+  function trimZeros(text) { return text.includes('.') ? text.replace(/\.?0+$/, '') : text; }
   function fmtTime(ns) {
     const a = Math.abs(ns);
-    if (a >= 1e9) return (ns / 1e9).toFixed(3) + ' s';
-    if (a >= 1e6) return (ns / 1e6).toFixed(3) + ' ms';
-    if (a >= 1e3) return (ns / 1e3).toFixed(1) + ' µs';
+    if (a >= 1e9) return trimZeros((ns / 1e9).toFixed(3)) + ' s';
+    if (a >= 1e6) return trimZeros((ns / 1e6).toFixed(3)) + ' ms';
+    if (a >= 1e3) return trimZeros((ns / 1e3).toFixed(1)) + ' µs';
     return ns.toFixed(0) + ' ns';
   }
+  // Axis labels: one unit for the whole axis (the largest value's), with as many decimals as
+  // the step between ticks needs, trailing zeros dropped.
+  function axisFormatter(maxAbs, step, units) {
+    let k = 0;
+    while (k + 1 < units.length && maxAbs >= units[k + 1][0]) k++;
+    const [scale, name] = units[k];
+    const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / scale) - 1e-9)));
+    return (v) => trimZeros((v / scale).toFixed(decimals)) + ' ' + name;
+  }
+  const TIME_UNITS = [[1, 'ns'], [1e3, 'µs'], [1e6, 'ms'], [1e9, 's']];
+  const BYTE_UNITS = [[1, 'B'], [1024, 'KiB'], [1024 ** 2, 'MiB'], [1024 ** 3, 'GiB'], [1024 ** 4, 'TiB']];
   function fmtInt(n) { return Number(n).toLocaleString('en-US'); }
   const KINDS = ['UNKNOWN', 'PAGEABLE', 'PINNED', 'DEVICE', 'ARRAY', 'MANAGED', 'DEVICE_STATIC',
     'MANAGED_STATIC'];
@@ -119,13 +132,46 @@
     for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
     return e;
   }
+  // A sortable cell: shows `text`, sorts by `key` (a number).
+  function num(text, key) { return { text, key }; }
+  // A table whose headers sort it (click: descending, again: ascending), inside a box that
+  // scrolls sideways itself when it is too wide, so that the page never does.
   function table(headers, rows, attrs) {
-    const t = el('table', attrs);
-    t.append(el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', {}, h)))));
+    const t = el('table', Object.assign({ class: 'sortable' }, attrs || {}));
+    t.append(el('thead', {}, el('tr', {}, ...headers.map((h) => el('th', { title: h ? 'sort by ' + h : '' }, h)))));
     const body = el('tbody');
-    for (const r of rows) body.append(el('tr', r.attrs || {}, ...r.cells.map((c) => el('td', {}, c))));
+    for (const r of rows) {
+      body.append(el('tr', r.attrs || {}, ...r.cells.map((c) => {
+        if (c && typeof c === 'object' && !(c instanceof Node) && 'key' in c) {
+          return el('td', { 'data-sort': String(c.key) }, c.text);
+        }
+        return el('td', {}, c);
+      })));
+    }
     t.append(body);
-    return t;
+    t.querySelectorAll('th').forEach((th, col) => th.addEventListener('click', () => sortTable(t, col, th)));
+    return el('div', { class: 'table-wrap' }, t);
+  }
+  function sortTable(t, col, th) {
+    const descending = th.dataset.order !== 'desc';
+    t.querySelectorAll('th').forEach((h) => delete h.dataset.order);
+    th.dataset.order = descending ? 'desc' : 'asc';
+    const body = t.tBodies[0];
+    const key = (tr) => {
+      const td = tr.cells[col];
+      if (!td) return '';
+      if (td.dataset.sort !== undefined) return Number(td.dataset.sort);
+      const text = td.textContent.trim(), n = Number(text.replace(/,/g, ''));
+      return text !== '' && Number.isFinite(n) ? n : text.toLowerCase();
+    };
+    const rows = [...body.rows].map((tr, i) => ({ tr, k: key(tr), i }));
+    rows.sort((a, b) => {
+      let c = 0;
+      if (typeof a.k === 'number' && typeof b.k === 'number') c = a.k - b.k;
+      else c = String(a.k).localeCompare(String(b.k));
+      return (descending ? -c : c) || a.i - b.i;
+    });
+    for (const r of rows) body.append(r.tr);
   }
   function swatch(color) { return el('span', { class: 'swatch', style: `background:${color}` }); }
 
@@ -304,18 +350,26 @@
     ctx.strokeStyle = '#ddd';
     ctx.lineWidth = 1;
     ctx.font = '11px system-ui, sans-serif';
+    drawByteGrid(ctx, g, yMax);
+    const timeStep = niceStep(t1 - t0, Math.max(2, Math.floor(g.plotW / 110)));
+    const label = axisFormatter(Math.max(Math.abs(t0), Math.abs(t1)), timeStep, TIME_UNITS);
+    for (let k = Math.ceil(t0 / timeStep); k * timeStep <= t1; k++) {
+      const t = k * timeStep, text = label(t), tw = ctx.measureText(text).width;
+      ctx.fillText(text, Math.max(2, Math.min(x(t) - tw / 2, g.cssW - tw - 2)), PAD.top + g.plotH + g.strip + 16);
+      ctx.fillRect(x(t), PAD.top + g.plotH, 1, 4);
+    }
+  }
+  // Byte gridlines and labels, in one unit.
+  function drawByteGrid(ctx, g, yMax, yOf) {
+    const y = yOf || ((b) => PAD.top + g.plotH - b / yMax * g.plotH);
     const byteStep = niceBytesStep(yMax, 4);
+    const label = axisFormatter(yMax, byteStep, BYTE_UNITS);
     for (let b = 0; b <= yMax; b += byteStep) {
       ctx.beginPath();
       ctx.moveTo(PAD.left, y(b));
       ctx.lineTo(PAD.left + g.plotW, y(b));
       ctx.stroke();
-      ctx.fillText(fmtBytes(b), 4, y(b) + 4);
-    }
-    const timeStep = niceStep(t1 - t0, 8);
-    for (let t = Math.ceil(t0 / timeStep) * timeStep; t <= t1; t += timeStep) {
-      ctx.fillText(fmtTime(t), x(t) - 18, PAD.top + g.plotH + g.strip + 16);
-      ctx.fillRect(x(t), PAD.top + g.plotH, 1, 4);
+      ctx.fillText(label(b), 4, y(b) + 4);
     }
   }
   // A step series as per-device-pixel columns from min to max, under a filled envelope
@@ -386,7 +440,9 @@
       }
     }
   }
-  function attachTimeInteraction(canvas, strip, onClick) {
+  // Wheel: zoom at the pointer. Drag: select a time range and zoom to it. Shift+drag: pan.
+  // Hover: `tooltip(t, event)` says what is there. Click: `onClick`.
+  function attachTimeInteraction(canvas, strip, onClick, tooltip) {
     const plotW = () => geometry(canvas, strip).plotW;
     const timeAt = (clientX) => {
       const rect = canvas.getBoundingClientRect();
@@ -399,20 +455,92 @@
       setView(t - (t - state.t0) * factor, t + (state.t1 - t) * factor);
     }, { passive: false });
     let drag = null;
+    const box = el('div', { class: 'drag-box', hidden: '' });
     canvas.addEventListener('mousedown', (e) => {
-      drag = { x: e.clientX, t0: state.t0, t1: state.t1, moved: false };
+      if (e.button !== 0) return;
+      e.preventDefault();
+      if (!box.parentNode && canvas.parentNode) canvas.parentNode.append(box);
+      drag = { x: e.clientX, t0: state.t0, t1: state.t1, moved: false, pan: e.shiftKey, start: timeAt(e.clientX) };
+      hideTooltip();
     });
     window.addEventListener('mousemove', (e) => {
       if (!drag) return;
       const dx = e.clientX - drag.x;
       if (Math.abs(dx) > 3) drag.moved = true;
       if (!drag.moved) return;
-      const dt = dx / plotW() * (drag.t1 - drag.t0);
-      setView(drag.t0 - dt, drag.t1 - dt);
+      if (drag.pan) {
+        const dt = dx / plotW() * (drag.t1 - drag.t0);
+        setView(drag.t0 - dt, drag.t1 - dt);
+        return;
+      }
+      // The selection: a band over the plot from the press to the pointer.
+      const rect = canvas.getBoundingClientRect(), host = box.parentNode.getBoundingClientRect();
+      const lo = Math.max(rect.left + PAD.left, Math.min(drag.x, e.clientX));
+      const hi = Math.min(rect.left + PAD.left + plotW(), Math.max(drag.x, e.clientX));
+      Object.assign(box.style, { left: (lo - host.left) + 'px', width: Math.max(0, hi - lo) + 'px',
+        top: (rect.top - host.top + PAD.top) + 'px', height: (rect.height - PAD.top - PAD.bottom) + 'px' });
+      box.hidden = false;
     });
     window.addEventListener('mouseup', (e) => {
-      if (drag && !drag.moved && e.target === canvas && onClick) onClick(e);
+      if (drag && drag.moved && !drag.pan) {
+        const t = timeAt(e.clientX);
+        box.hidden = true;
+        if (Math.abs(t - drag.start) > 0) setView(Math.min(t, drag.start), Math.max(t, drag.start));
+      } else if (drag && !drag.moved && e.target === canvas && onClick) {
+        onClick(e);
+      }
       drag = null;
+    });
+    if (tooltip) {
+      canvas.addEventListener('mousemove', (e) => {
+        if (drag) return;
+        const rect = canvas.getBoundingClientRect(), px = e.clientX - rect.left;
+        if (px < PAD.left || px > PAD.left + plotW()) { hideTooltip(); return; }
+        showTooltip(e, tooltip(timeAt(e.clientX), e));
+      });
+      canvas.addEventListener('mouseleave', hideTooltip);
+    }
+  }
+  let tooltipEl = null;
+  function showTooltip(e, lines) {
+    if (!lines || !lines.length) { hideTooltip(); return; }
+    if (!tooltipEl) {
+      tooltipEl = el('div', { id: 'tooltip', role: 'tooltip' });
+      document.body.append(tooltipEl);
+    }
+    tooltipEl.replaceChildren(...lines.map((l) => el('div', {}, l)));
+    tooltipEl.hidden = false;
+    const w = tooltipEl.offsetWidth, h = tooltipEl.offsetHeight;
+    const x = e.clientX + 14 + w > window.innerWidth ? e.clientX - 14 - w : e.clientX + 14;
+    const y = e.clientY + 14 + h > window.innerHeight ? e.clientY - 14 - h : e.clientY + 14;
+    tooltipEl.style.left = Math.max(0, x) + 'px';
+    tooltipEl.style.top = Math.max(0, y) + 'px';
+  }
+  function hideTooltip() { if (tooltipEl) tooltipEl.hidden = true; }
+
+  // Keyboard, as in Perfetto: W/S or +/− zoom at the view's middle, A/D or the arrows pan,
+  // 0 shows the whole run; `extra` handles more keys (returns true when it took one).
+  function attachKeyboard(extra) {
+    window.addEventListener('keydown', (e) => {
+      if (e.ctrlKey || e.metaKey || e.altKey) return;
+      const tag = (e.target && e.target.tagName) || '';
+      if (tag === 'INPUT' || tag === 'SELECT' || tag === 'TEXTAREA') return;
+      const span = state.t1 - state.t0, mid = (state.t0 + state.t1) / 2;
+      const k = e.key;
+      if (k === 'w' || k === 'W' || k === '+' || k === '=' || k === 'ArrowUp') {
+        setView(mid - span * 0.35, mid + span * 0.35);
+      } else if (k === 's' || k === 'S' || k === '-' || k === '−' || k === '_' || k === 'ArrowDown') {
+        setView(mid - span * 0.7, mid + span * 0.7);
+      } else if (k === 'a' || k === 'A' || k === 'ArrowLeft') {
+        setView(state.t0 - span * 0.2, state.t1 - span * 0.2);
+      } else if (k === 'd' || k === 'D' || k === 'ArrowRight') {
+        setView(state.t0 + span * 0.2, state.t1 + span * 0.2);
+      } else if (k === '0') {
+        setView(...state.full);
+      } else if (!(extra && extra(k))) {
+        return;
+      }
+      e.preventDefault();
     });
   }
 
@@ -430,12 +558,144 @@
       };
     };
     api.iterationStarts = () => Array.from(state.process.iterationStarts);
+    api.full = () => state.full.slice();
+    // Bytes live at `step` of device slot `slot` by the phase they were allocated in
+    // (name → bytes), from the layers the chart draws.
+    api.layersAt = (slot, step) => {
+      const p = state.process, d = p.devices[slot], v = slotsAt(phaseLayers(p, d), allocationsOf(d), step);
+      const out = {};
+      v.forEach((b, k) => { if (b) out[k === 0 ? '(no phase)' : p.phase_names[k - 1]] = b; });
+      return out;
+    };
+    api.hiddenPhases = () => [...state.hiddenPhases];
   }
 
   function fullRange(p) {
     let end = p.duration_ns;
     for (const d of p.devices) if (d.time.length) end = Math.max(end, d.time[d.time.length - 1]);
     return [0, Math.max(end, 1)];
+  }
+  // The training iterations (and the peaks, wherever they are), with a little room: what the
+  // page shows first. Start-up and tail stay one click away ("whole run").
+  function iterationRange(p) {
+    const w = (p.iterations && p.iterations.windows_ns) || [];
+    if (!w.length) return null;
+    let a = w[0][0], b = w[w.length - 1][1];
+    for (const d of p.devices) {
+      if (d.peak_step !== null) { a = Math.min(a, d.time[d.peak_step]); b = Math.max(b, d.time[d.peak_step]); }
+    }
+    const pad = (b - a) * 0.03;
+    return [Math.max(state.full[0], a - pad), Math.min(state.full[1], b + pad)];
+  }
+  // The iteration holding time t (index), or -1.
+  function iterationAt(p, t) {
+    const w = (p.iterations && p.iterations.windows_ns) || [];
+    const k = upperBound(p.iterationStarts, t) - 1;
+    return k >= 0 && t <= w[k][1] ? k : -1;
+  }
+  function zoomToPeak() {
+    const p = state.process;
+    const d = p.devices.reduce((best, x) => (x.peak_step !== null && (!best || x.peak_bytes > best.peak_bytes) ? x : best), null);
+    if (!d) return;
+    const t = d.time[d.peak_step], k = iterationAt(p, t);
+    if (k >= 0) {
+      const [a, b] = p.iterations.windows_ns[k], pad = (b - a) * 0.05;
+      setView(a - pad, b + pad);
+    } else {
+      const span = (state.full[1] - state.full[0]) * 0.05;
+      setView(t - span / 2, t + span / 2);
+    }
+  }
+  function zoomToIteration(k) {
+    const w = state.process.iterations.windows_ns[k];
+    if (!w) return;
+    const pad = (w[1] - w[0]) * 0.05;
+    setView(w[0] - pad, w[1] + pad);
+  }
+
+  // Phase names as shown: inferred phases (synthesized from the program's threads, not NVTX
+  // ranges it marked) say so everywhere.
+  function phaseLabel(p, i) {
+    const name = phaseName(p, i);
+    return p.inferredPhases && p.inferredPhases.has(name) ? name + ' (inferred)' : name;
+  }
+  // The phase running at time t: the outermost range that holds it, or null.
+  function phaseRunningAt(p, t) {
+    const b = p.bands;
+    let found = null;
+    for (let k = lowerBound(b.endMax, t); k < b.n && b.start[k] <= t; k++) {
+      if (b.end[k] >= t) found = b.phase[k];
+    }
+    return found;
+  }
+
+  // ---- memory by the phase it was allocated in ---------------------------------------------
+  // Each allocation adds its bytes to its phase at its birth step and takes them away at its
+  // death step. Events are grouped by step (a counting sort), and every LAYER_CHECKPOINT
+  // steps the running bytes per phase are kept, so the bytes per phase at any step cost at
+  // most LAYER_CHECKPOINT steps of events. Slot 0 is "(no phase)", slot k + 1 phase k.
+  const LAYER_CHECKPOINT = 2048;
+  function phaseLayers(p, d) {
+    if (d.layers) return d.layers;
+    const a = allocationsOf(d), n = d.time.length, slots = p.phase_names.length + 1;
+    const start = new Uint32Array(n + 1);
+    for (let i = 0; i < a.n; i++) {
+      if (a.birth[i] < n) start[a.birth[i] + 1]++;
+      if (a.death[i] !== NO_STEP && a.death[i] < n) start[a.death[i] + 1]++;
+    }
+    for (let s = 0; s < n; s++) start[s + 1] += start[s];
+    const events = new Int32Array(start[n]), fill = start.slice(0, n);
+    for (let i = 0; i < a.n; i++) {  // i: a birth; ~i: a death
+      if (a.birth[i] < n) events[fill[a.birth[i]]++] = i;
+      if (a.death[i] !== NO_STEP && a.death[i] < n) events[fill[a.death[i]]++] = ~i;
+    }
+    const slotOf = (i) => (a.phase[i] >= 0 && a.phase[i] < slots - 1 ? a.phase[i] + 1 : 0);
+    const checkpoints = new Float64Array((Math.floor(n / LAYER_CHECKPOINT) + 1) * slots);
+    const v = new Float64Array(slots);
+    for (let s = 0; s < n; s++) {
+      if (s % LAYER_CHECKPOINT === 0) checkpoints.set(v, (s / LAYER_CHECKPOINT) * slots);
+      for (let e = start[s]; e < start[s + 1]; e++) {
+        const ev = events[e];
+        if (ev >= 0) v[slotOf(ev)] += a.bytes[ev]; else v[slotOf(~ev)] -= a.bytes[~ev];
+      }
+    }
+    d.layers = { start, events, checkpoints, slots, slotOf };
+    return d.layers;
+  }
+  // Running bytes per slot after the events of `step` (into `out`, or a new array).
+  function slotsAt(L, a, step, out) {
+    const v = out || new Float64Array(L.slots);
+    if (step < 0) { v.fill(0); return v; }
+    const c = Math.floor(step / LAYER_CHECKPOINT);
+    v.set(L.checkpoints.subarray(c * L.slots, (c + 1) * L.slots));
+    for (let s = c * LAYER_CHECKPOINT; s <= step; s++) applyStep(L, a, s, v);
+    return v;
+  }
+  function applyStep(L, a, s, v) {
+    for (let e = L.start[s]; e < L.start[s + 1]; e++) {
+      const ev = L.events[e];
+      if (ev >= 0) v[L.slotOf(ev)] += a.bytes[ev]; else v[L.slotOf(~ev)] -= a.bytes[~ev];
+    }
+  }
+  // Per pixel column, the bytes per slot at the column's highest step (so the stack reaches
+  // the drawn maximum and a peak shows what it was made of).
+  function layerColumns(p, d, t0, t1, w) {
+    const L = phaseLayers(p, d), a = allocationsOf(d), time = d.time, bytes = d.series.bytes;
+    const cols = new Float64Array(w * L.slots);
+    const colStep = (t1 - t0) / w;
+    let i = lowerBound(time, t0);
+    const v = slotsAt(L, a, i - 1);
+    for (let c = 0; c < w; c++) {
+      const end = c === w - 1 ? upperBound(time, t1, i) : lowerBound(time, t0 + (c + 1) * colStep, i);
+      let best = -Infinity;
+      const at = c * L.slots;
+      cols.set(v, at);  // carried in from the left
+      for (; i < end; i++) {
+        applyStep(L, a, i, v);
+        if (bytes[i] > best) { best = bytes[i]; cols.set(v, at); }
+      }
+    }
+    return { cols, slots: L.slots };
   }
 
   function buildCharts() {
@@ -464,15 +724,33 @@
       host.append(box);
       const chart = { canvas, device: d, slot, drawn: null };
       state.charts.push(chart);
-      attachTimeInteraction(canvas, KERNEL_STRIP, (e) => select(chart, e));
+      attachTimeInteraction(canvas, KERNEL_STRIP, (e) => select(chart, e), (t) => chartTooltip(chart, t));
     });
+  }
+
+  function chartTooltip(chart, t) {
+    const p = state.process, d = chart.device;
+    const step = upperBound(d.time, t) - 1;
+    const lines = [`${fmtTime(t)} · GPU ${d.index}`, `in use ${fmtBytes(step >= 0 ? d.series.bytes[step] : 0)}`];
+    const running = phaseRunningAt(p, t), k = iterationAt(p, t);
+    lines.push('running: ' + (running === null ? '(no phase)' : phaseLabel(p, running)) +
+      (k >= 0 ? ` · iteration ${k + 1}${k === 0 ? ' (warm-up)' : ''}` : ''));
+    if (step >= 0 && d.allocations.n) {
+      const v = slotsAt(phaseLayers(p, d), allocationsOf(d), step);
+      const parts = [...v].map((b, s) => [b, s]).filter(([b]) => b > 0).sort((x, y) => y[0] - x[0]).slice(0, 4);
+      if (parts.length) {
+        lines.push('allocated in: ' + parts.map(([b, s]) => `${phaseLabel(p, s - 1)} ${fmtBytes(b)}`).join(', '));
+      }
+    }
+    lines.push('click: what was live then');
+    return lines;
   }
 
   // Phase bands: per pixel column, the phase of the outermost range that covers most of it.
   // Neighbouring columns of one phase make one rectangle, so a whole run of ten thousand
   // iterations draws as many rectangles as there are visible phase changes, at most one per
-  // pixel.
-  function drawPhaseBands(ctx, g, p, t0, t1) {
+  // pixel. `faint`: the memory itself is coloured by phase, the bands only hint.
+  function drawPhaseBands(ctx, g, p, t0, t1, faint) {
     const bands = p.bands, w = Math.ceil(g.plotW), colT = (t1 - t0) / w;
     const best = new Float64Array(w), phase = new Int32Array(w).fill(-2);  // -2: no range
     for (let k = lowerBound(bands.endMax, t0); k < bands.n && bands.start[k] <= t1; k++) {
@@ -489,17 +767,45 @@
     for (let c = 0; c < w;) {
       let e = c + 1;
       while (e < w && phase[e] === phase[c]) e++;
-      if (phase[c] !== -2) {
+      if (phase[c] !== -2 && !state.hiddenPhases.has(phase[c])) {
         const x0 = PAD.left + c * g.plotW / w, x1 = PAD.left + e * g.plotW / w;
-        ctx.fillStyle = phaseColor(phase[c], 0.13);
+        ctx.fillStyle = phaseColor(phase[c], faint ? 0.06 : 0.13);
         ctx.fillRect(x0, PAD.top, x1 - x0, g.plotH);
         if (x1 - x0 > 48 && x0 >= lastLabelRight - 0.5) {
           ctx.fillStyle = phaseColor(phase[c], 0.9);
-          ctx.fillText(phaseName(p, phase[c]), x0 + 3, PAD.top + 12, x1 - x0 - 6);
+          ctx.fillText(phaseLabel(p, phase[c]), x0 + 3, PAD.top + 12, x1 - x0 - 6);
           lastLabelRight = x1;
         }
       }
       c = e;
+    }
+  }
+
+  // The memory in use as stacked areas, one per phase the bytes were allocated in.
+  function drawLayers(ctx, g, p, d, t0, t1, yMax) {
+    const w = Math.max(1, Math.round(g.plotW * g.dpr));
+    const { cols, slots } = layerColumns(p, d, t0, t1, w);
+    const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
+    const colX = (c) => PAD.left + (c + 0.5) / g.dpr;
+    const base = new Float64Array(w);
+    // Bottom to top: "(no phase)" (mostly what the program set up before its phases), then
+    // the phases in order.
+    const order = [];
+    for (let s = 0; s < slots; s++) order.push(s);
+    for (const s of order) {
+      const phase = s - 1;
+      if (state.hiddenPhases.has(phase)) continue;
+      let any = false;
+      for (let c = 0; c < w; c++) if (cols[c * slots + s] > 0) { any = true; break; }
+      if (!any) continue;
+      ctx.beginPath();
+      ctx.moveTo(colX(0), y(base[0]));
+      for (let c = 0; c < w; c++) ctx.lineTo(colX(c), y(base[c] + Math.max(0, cols[c * slots + s])));
+      for (let c = w - 1; c >= 0; c--) ctx.lineTo(colX(c), y(base[c]));
+      ctx.closePath();
+      ctx.fillStyle = phaseColor(phase, 0.55);
+      ctx.fill();
+      for (let c = 0; c < w; c++) base[c] += Math.max(0, cols[c * slots + s]);
     }
   }
 
@@ -510,11 +816,14 @@
     const x = (t) => PAD.left + (t - t0) / (t1 - t0) * g.plotW;
     const yMax = Math.max(d.peak_bytes, 1) * 1.08;
     const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
+    const layered = state.byPhase && d.allocations.n > 0;
 
     clipToPlot(ctx, g);
-    drawPhaseBands(ctx, g, p, t0, t1);
+    drawPhaseBands(ctx, g, p, t0, t1, layered);
+    if (layered) drawLayers(ctx, g, p, d, t0, t1, yMax);
     // Memory in use: per device pixel column, the lowest and highest value.
-    chart.drawn = { max: drawSeries(ctx, g, d.series, t0, t1, yMax, 'rgb(29, 78, 216)', 'rgba(37, 99, 235, 0.25)') };
+    chart.drawn = { max: drawSeries(ctx, g, d.series, t0, t1, yMax, 'rgb(29, 78, 216)',
+      layered ? null : 'rgba(37, 99, 235, 0.25)') };
     ctx.restore();
     drawAxes(ctx, g, yMax, t0, t1);
     drawIterationMarks(ctx, g, p.iterationStarts, t0, t1, '#7c3aed', 0);
@@ -590,12 +899,31 @@
     showLive(chart.slot, step, t);
   }
 
+  // Parses the filter box: words match phase, kind, lifetime, API or library; ">1MiB",
+  // "<=4 KiB" bound the size.
+  const SIZE_UNITS = { b: 1, kib: 1024, kb: 1e3, mib: 1024 ** 2, mb: 1e6, gib: 1024 ** 3, gb: 1e9 };
+  function parseFilter(text) {
+    const words = [], sizes = [];
+    const re = /([<>]=?)\s*([0-9.]+)\s*([kmg]i?b|b)?|(\S+)/gi;
+    let m;
+    while ((m = re.exec(text))) {
+      if (m[1]) {
+        const op = m[1], v = Number(m[2]) * (SIZE_UNITS[(m[3] || 'b').toLowerCase()] || 1);
+        sizes.push((b) => (op === '>' ? b > v : op === '>=' ? b >= v : op === '<' ? b < v : b <= v));
+      } else {
+        words.push(m[4].toLowerCase());
+      }
+    }
+    return { words, sizes };
+  }
+
   function showLive(slot, step, t) {
     const p = state.process, d = p.devices[slot], a = allocationsOf(d);
     state.selection = { slot, step, device: d.index };
     scheduleDraw();
     const panel = document.getElementById('selection');
-    panel.replaceChildren(el('h2', {}, 'Live at an instant'));
+    const isPeak = step === d.peak_step && step !== null;
+    panel.replaceChildren(el('h2', {}, isPeak ? `Live at the peak of GPU ${d.index}` : 'Live at an instant'));
     if (step < 0) {
       panel.append(el('p', {}, `GPU ${d.index} at ${fmtTime(t)}: nothing allocated yet.`));
       return;
@@ -610,7 +938,7 @@
       total += b;
       live.push(i);
       const keys = {
-        phase: phaseName(p, a.phase[i]) + '\u0000' + KINDS[a.kind[i]] + '\u0000' + a.phase[i],
+        phase: a.phase[i] + '\u0000' + KINDS[a.kind[i]],
         api: p.strings[a.api[i]] || '(unknown)',
         library: p.strings[a.library[i]] || '(not unwound)',
         lifetime: a.lifetime ? (a.lifetime[i] === NO_LIFETIME_CLASS ? '(unknown)' : classNames[a.lifetime[i]]) : null,
@@ -622,25 +950,33 @@
         m.set(keys[k], g);
       }
     }
-    const isPeak = step === d.peak_step;
-    panel.append(el('p', {}, `GPU ${d.index} at ${fmtTime(d.time[step])}` +
-      (isPeak ? ' (the peak)' : '') + `: ${fmtInt(live.length)} live allocations, ` +
-      `${fmtBytes(total)} (${fmtInt(total)} B).`));
+    const at = d.time[step], running = phaseRunningAt(p, at), k = iterationAt(p, at);
+    const when = `GPU ${d.index} at ${fmtTime(at)}` + (isPeak ? ' (the peak)' : '') +
+      (running !== null ? `, while ${phaseLabel(p, running)} ran` : '') +
+      (k >= 0 ? ` in iteration ${k + 1}${k === 0 ? ' (warm-up)' : ''}` : '');
+    // The answer in one sentence: where the bytes came from, largest first.
+    const byPhase = new Map();
+    for (const i of live) byPhase.set(a.phase[i], (byPhase.get(a.phase[i]) || 0) + a.bytes[i]);
+    const origin = [...byPhase.entries()].sort((x, y) => y[1] - x[1]).slice(0, 3)
+      .map(([ph, b]) => `${fmtBytes(b)} (${total ? (100 * b / total).toFixed(0) : 0} %) allocated in ${phaseLabel(p, ph)}`);
+    panel.append(el('p', { id: 'live-summary', class: 'answer' }, `${when}: ${fmtInt(live.length)} live allocations, ` +
+      `${fmtBytes(total)} (${fmtInt(total)} B)` + (origin.length ? ' — ' + origin.join(', ') + '.' : '.')));
     const sorted = (m) => [...m.entries()].sort((x, y) => y[1].bytes - x[1].bytes);
     const phaseRows = sorted(groups.phase).map(([key, g]) => {
-      const [name, kind, index] = key.split('\u0000');
+      const [index, kind] = key.split('\u0000');
       return {
-        attrs: { 'data-phase': name, 'data-kind': kind, 'data-count': g.count, 'data-bytes': g.bytes },
-        cells: [swatch(phaseColor(+index, 0.8)), name, kind, fmtInt(g.count), fmtBytes(g.bytes)],
+        attrs: { 'data-phase': phaseName(p, +index), 'data-kind': kind, 'data-count': g.count, 'data-bytes': g.bytes },
+        cells: [swatch(phaseColor(+index, 0.8)), phaseLabel(p, +index), kind, num(fmtInt(g.count), g.count), num(fmtBytes(g.bytes), g.bytes),
+          num(total ? (100 * g.bytes / total).toFixed(1) + ' %' : '–', g.bytes)],
       };
     });
     const originRows = (m, attr) => sorted(m).map(([name, g]) => ({
       attrs: { [attr]: name, 'data-count': g.count, 'data-bytes': g.bytes },
-      cells: [name, fmtInt(g.count), fmtBytes(g.bytes)],
+      cells: [name, num(fmtInt(g.count), g.count), num(fmtBytes(g.bytes), g.bytes)],
     }));
     const grid = el('div', { class: 'grid' },
-      el('div', {}, el('h3', {}, 'by phase of origin and kind'),
-        table(['', 'phase', 'kind', 'count', 'bytes'], phaseRows, { id: 'live-by-phase' })),
+      el('div', {}, el('h3', {}, 'by the phase it was allocated in, and kind'),
+        table(['', 'allocated in', 'kind', 'count', 'bytes', 'share'], phaseRows, { id: 'live-by-phase' })),
       a.lifetime ? el('div', {}, el('h3', {}, 'by lifetime class'),
         table(['class', 'count', 'bytes'], originRows(groups.lifetime, 'data-class'), { id: 'live-by-lifetime' }))
         : el('div', {}, el('h3', {}, 'by lifetime class'),
@@ -650,22 +986,48 @@
       el('div', {}, el('h3', {}, 'by library'),
         table(['library', 'count', 'bytes'], originRows(groups.library, 'data-library'),
           { id: 'live-by-library' })));
-    panel.append(grid);
     live.sort((x, y) => a.bytes[y] - a.bytes[x] || a.birth[x] - a.birth[y]);
-    const largest = live.slice(0, 20).map((i) => ({
-      cells: [fmtBytes(a.bytes[i]), phaseName(p, a.phase[i]), KINDS[a.kind[i]],
-        a.lifetime ? (classNames[a.lifetime[i]] || '(unknown)') : '',
-        p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)',
-        fmtTime(d.time[a.birth[i]])],
-    }));
-    panel.append(el('h3', {}, `largest ${largest.length} of ${fmtInt(live.length)}`),
-      table(['bytes', 'phase', 'kind', 'lifetime', 'API', 'library', 'allocated at'], largest));
+    const rowText = (i) => [phaseLabel(p, a.phase[i]), KINDS[a.kind[i]],
+      a.lifetime ? (classNames[a.lifetime[i]] || '(unknown)') : '',
+      p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)'];
+    const LARGEST = 25;
+    const filter = el('input', { id: 'live-filter', type: 'search', size: '38',
+      placeholder: 'filter: forward cudaMalloc >1MiB', 'aria-label': 'filter the live allocations' });
+    const largestHost = el('div', { id: 'largest' });
+    const showLargest = () => {
+      const { words, sizes } = parseFilter(filter.value);
+      const match = live.filter((i) => {
+        if (!sizes.every((f) => f(a.bytes[i]))) return false;
+        if (!words.length) return true;
+        const text = rowText(i).join(' ').toLowerCase();
+        return words.every((w) => text.includes(w));
+      });
+      let matched = 0;
+      for (const i of match) matched += a.bytes[i];
+      const rows = match.slice(0, LARGEST).map((i) => {
+        const [phase, kind, lifetime, apiName, library] = rowText(i);
+        return {
+          attrs: { 'data-bytes': a.bytes[i], 'data-phase': phaseName(p, a.phase[i]) },
+          cells: [num(fmtBytes(a.bytes[i]), a.bytes[i]), phase, kind, lifetime, apiName, library,
+            num(fmtTime(d.time[a.birth[i]]), d.time[a.birth[i]])],
+        };
+      });
+      largestHost.replaceChildren(
+        el('h3', {}, `largest ${rows.length} of ${fmtInt(match.length)}` +
+          (match.length !== live.length ? ` matching (${fmtBytes(matched)} of ${fmtBytes(total)})` : '')),
+        table(['bytes', 'allocated in', 'kind', 'lifetime', 'API', 'library', 'allocated at'], rows, { id: 'live-largest' }));
+    };
+    filter.addEventListener('input', showLargest);
+    showLargest();
+    panel.append(grid, el('div', { class: 'filter-row' }, el('label', {}, 'Filter ', filter),
+      el('span', { class: 'muted hint' }, ' words match phase, kind, lifetime, API, library; >, <, >=, <= a size (1MiB, 512KiB)')),
+    largestHost);
   }
 
   // ---- tables -----------------------------------------------------------------------------
   function spreadCells(s, fmt) {
     if (!s || !s.count) return ['–', '–'];
-    return [fmt(s.median), `${fmt(s.min)} … ${fmt(s.max)}`];
+    return [num(fmt(s.median), s.median), `${fmt(s.min)} … ${fmt(s.max)}`];
   }
 
   // Per phase over iterations 2..N (the warm-up apart), as summary.json's "iterations".
@@ -693,25 +1055,34 @@
             'data-net-median': dv.net_change_bytes.median,
           },
           cells: [ph.phase + (ph.inferred ? ' (inferred)' : ''), `GPU ${dv.index}`, fmtInt(ph.iterations_with_phase),
-            ...spreadCells(ph.time_ns, fmtTime), ph.warmup_ns === null ? '–' : fmtTime(ph.warmup_ns),
+            ...spreadCells(ph.time_ns, fmtTime), ph.warmup_ns === null ? '–' : num(fmtTime(ph.warmup_ns), ph.warmup_ns),
             ...spreadCells(dv.peak_above_entry_bytes, fmtSignedBytes),
-            dv.warmup_peak_above_entry_bytes === null ? '–' : fmtSignedBytes(dv.warmup_peak_above_entry_bytes),
+            dv.warmup_peak_above_entry_bytes === null ? '–' : num(fmtSignedBytes(dv.warmup_peak_above_entry_bytes), dv.warmup_peak_above_entry_bytes),
             ...spreadCells(dv.net_change_bytes, fmtSignedBytes),
-            dv.warmup_net_change_bytes === null ? '–' : fmtSignedBytes(dv.warmup_net_change_bytes)],
+            dv.warmup_net_change_bytes === null ? '–' : num(fmtSignedBytes(dv.warmup_net_change_bytes), dv.warmup_net_change_bytes)],
         });
       }
     }
-    const t = table(['phase', 'device', 'iterations', 'time median', 'min … max', 'warm-up',
-      'rise above entry median', 'min … max', 'warm-up', 'net change median', 'min … max', 'warm-up'],
+    const t = table(['phase', 'device', 'its', 'time', 'min … max', 'warm-up',
+      'rise', 'min … max', 'warm-up', 'net', 'min … max', 'warm-up'],
     rows, { id: 'iteration-table' });
-    host.append(t, el('p', { class: 'muted hint' }, 'Medians are lower medians (an observed value) ' +
-      'over iterations 2..N; rise above entry = peak − memory at the phase\'s entry; net change = ' +
-      'exit − entry, summed over the phase\'s occurrences in the iteration.'));
+    host.append(t, el('p', { class: 'muted hint' }, 'time, rise and net are lower medians (an observed value) ' +
+      'over iterations 2..N, with their range; warm-up: iteration 1. rise = peak − memory at the phase\'s ' +
+      'entry; net = exit − entry, summed over the phase\'s occurrences in the iteration.'));
   }
 
+  // The lifetime classes of what was live at each peak. "activation" is one figure, the
+  // class: bytes born in forward and freed in backward. Without training iterations there
+  // are no classes to give, and no activation figure is shown.
   function buildLifetimeTable(p) {
     const host = document.getElementById('lifetimes');
     host.replaceChildren(el('h2', {}, 'Lifetime classes at the peak'));
+    if (!p.iterations || !p.iterations.count) {
+      host.append(el('p', { class: 'muted', id: 'lifetime-none' }, 'No training iterations were found, so ' +
+        'no lifetime classes (persistent, activation, gradient) and no activation figure are given: ' +
+        'they are defined by forward and backward phases inside iterations (docs/phases.md).'));
+      return;
+    }
     const rows = [];
     for (const d of p.devices) {
       const l = d.lifetime_at_peak;
@@ -721,15 +1092,16 @@
         const bytes = l.bytes_by_class[c] || 0;
         rows.push({
           attrs: { 'data-device': d.index, 'data-class': c, 'data-bytes': bytes },
-          cells: [`GPU ${d.index}`, c, fmtBytes(bytes), fmtInt(bytes),
-            (d.peak_bytes ? (100 * bytes / d.peak_bytes).toFixed(1) : '0') + ' %'],
+          cells: [`GPU ${d.index}`, c, num(fmtBytes(bytes), bytes), num(fmtInt(bytes), bytes),
+            num((d.peak_bytes ? (100 * bytes / d.peak_bytes).toFixed(1) : '0') + ' %', bytes)],
         });
       }
       rows.push({
-        attrs: { 'data-device': d.index, 'data-class': 'activation memory', 'data-bytes': l.activation_memory_bytes },
-        cells: [`GPU ${d.index}`, el('b', {}, 'activation memory (peak − persistent)'),
-          fmtBytes(l.activation_memory_bytes), fmtInt(l.activation_memory_bytes),
-          (d.peak_bytes ? (100 * l.activation_memory_bytes / d.peak_bytes).toFixed(1) : '0') + ' %'],
+        attrs: { 'data-device': d.index, 'data-class': 'not persistent', 'data-bytes': l.activation_memory_bytes },
+        cells: [`GPU ${d.index}`, el('i', {}, 'not persistent (peak − persistent)'),
+          num(fmtBytes(l.activation_memory_bytes), l.activation_memory_bytes),
+          num(fmtInt(l.activation_memory_bytes), l.activation_memory_bytes),
+          num((d.peak_bytes ? (100 * l.activation_memory_bytes / d.peak_bytes).toFixed(1) : '0') + ' %', l.activation_memory_bytes)],
       });
     }
     if (!rows.length) {
@@ -738,15 +1110,66 @@
     }
     host.append(table(['device', 'class', 'bytes', 'exact', 'of the peak'], rows, { id: 'lifetime-table' }),
       el('p', { class: 'muted hint' }, 'persistent: alive at the start of an iteration it was not born in ' +
-        '(weights, optimizer state); activation: born in forward, freed in backward; gradient: born in ' +
-        'backward, alive at the optimizer; temporary: born and freed in one phase occurrence. docs/phases.md.'));
+        '(weights, optimizer state); activation: born in forward, freed in backward (the one activation ' +
+        'figure); gradient: born in backward, alive at the optimizer; temporary: born and freed in one ' +
+        'phase occurrence; not persistent: everything else live at the peak, the sum of the classes ' +
+        'below persistent. docs/phases.md.'));
+  }
+
+  // The legend: one entry per phase, coloured as its bands and layers; a click hides or
+  // shows the phase's layer and bands.
+  function buildLegend(p) {
+    const legend = document.getElementById('legend');
+    const toggle = el('label', { class: 'legend-toggle' });
+    const box = el('input', { type: 'checkbox', id: 'by-phase' });
+    box.checked = state.byPhase;
+    box.addEventListener('change', () => { state.byPhase = box.checked; scheduleDraw(); });
+    toggle.append(box, ' colour memory by the phase it was allocated in');
+    const item = (i, name) => {
+      const b = el('button', { type: 'button', class: 'legend-item', 'data-phase': name, 'aria-pressed': 'true',
+        title: 'click: hide or show this phase' }, swatch(phaseColor(i, 0.8)), name);
+      b.addEventListener('click', () => {
+        if (state.hiddenPhases.has(i)) state.hiddenPhases.delete(i); else state.hiddenPhases.add(i);
+        b.setAttribute('aria-pressed', String(!state.hiddenPhases.has(i)));
+        b.classList.toggle('off', state.hiddenPhases.has(i));
+        scheduleDraw();
+      });
+      return b;
+    };
+    legend.replaceChildren(toggle, ...p.phase_names.map((name, i) => item(i, phaseLabel(p, i))),
+      item(-1, '(no phase)'));
+  }
+
+  function describeExit(e) {
+    if (!e || e.how === 'unknown') return 'exit unknown (no exit record: the trace may be cut short)';
+    if (e.how === 'killed') return `killed by signal ${e.signal}` + (e.core_dumped ? ' (core dumped)' : '');
+    return `exit status ${e.code}`;
+  }
+  const ALLOCATOR_NOTES = {
+    async: 'PyTorch on cudaMallocAsync: every tensor is an allocation here',
+    native: 'PyTorch\'s own caching allocator kept: this trace sees the segments it reserves ' +
+      '(cudaMalloc), not tensors; "allocated in" is where a segment was reserved',
+    user: 'PYTORCH_CUDA_ALLOC_CONF was already set by the user',
+  };
+  function buildRunInfo(p) {
+    const info = document.getElementById('run-info');
+    const parts = [];
+    const cmd = (p.command_line || []).join(' ');
+    parts.push(el('span', {}, el('b', {}, 'command '), el('code', { id: 'run-command' }, cmd || '(unknown)')));
+    parts.push(el('span', { id: 'run-exit' }, describeExit(p.exit)));
+    parts.push(el('span', { id: 'run-allocator', title: ALLOCATOR_NOTES[p.allocator_mode] || '' },
+      'allocator ' + (p.allocator_mode || 'not chosen by run')));
+    parts.push(el('span', { id: 'run-phases' }, p.phases_inferred
+      ? 'phases inferred from the program\'s threads (no NVTX phases), marked "(inferred)"'
+      : p.phases.length ? 'phases from NVTX ranges' : 'no phases'));
+    info.replaceChildren(...parts);
+    const note = ALLOCATOR_NOTES[p.allocator_mode];
+    if (p.allocator_mode === 'native') info.append(el('p', { class: 'muted hint', id: 'allocator-note' }, note + '.'));
   }
 
   function buildReportTables() {
     const p = state.process;
-    const legend = document.getElementById('legend');
-    legend.replaceChildren(...p.phase_names.map((name, i) => el('span', { class: 'legend-item' },
-      swatch(phaseColor(i, 0.8)), name)));
+    buildLegend(p);
 
     const phases = document.getElementById('phases');
     phases.replaceChildren(el('h2', {}, 'Phases'));
@@ -756,11 +1179,14 @@
       const rows = [];
       for (const ph of p.phases) {
         for (const d of ph.devices) {
-          rows.push({ cells: [ph.name, `GPU ${d.index}`, fmtInt(ph.occurrences), fmtTime(ph.total_ns),
-            fmtBytes(d.bytes_at_entry), fmtBytes(d.peak_bytes), '+' + fmtBytes(d.peak_above_entry_bytes),
-            ph.occurrences > 1 ? '+' + fmtBytes(d.first_above_entry_bytes) : '-',
-            d.steady_above_entry_bytes == null ? '-' : '+' + fmtBytes(d.steady_above_entry_bytes),
-            fmtBytes(d.allocated_bytes), fmtBytes(d.freed_bytes), fmtInt(d.failed_allocations)] });
+          rows.push({ attrs: { 'data-phase': ph.name }, cells: [ph.name + (ph.inferred ? ' (inferred)' : ''), `GPU ${d.index}`,
+            num(fmtInt(ph.occurrences), ph.occurrences), num(fmtTime(ph.total_ns), ph.total_ns),
+            num(fmtBytes(d.bytes_at_entry), d.bytes_at_entry), num(fmtBytes(d.peak_bytes), d.peak_bytes),
+            num('+' + fmtBytes(d.peak_above_entry_bytes), d.peak_above_entry_bytes),
+            ph.occurrences > 1 ? num('+' + fmtBytes(d.first_above_entry_bytes), d.first_above_entry_bytes) : '-',
+            d.steady_above_entry_bytes == null ? '-' : num('+' + fmtBytes(d.steady_above_entry_bytes), d.steady_above_entry_bytes),
+            num(fmtBytes(d.allocated_bytes), d.allocated_bytes), num(fmtBytes(d.freed_bytes), d.freed_bytes),
+            num(fmtInt(d.failed_allocations), d.failed_allocations)] });
         }
       }
       // At entry, peak and above entry come from one occurrence (the highest peak), so that
@@ -779,38 +1205,82 @@
       failed.append(el('p', { class: 'muted' }, 'None.'));
     } else {
       failed.append(table(['time', 'device', 'API', 'requested', 'error', 'phase', 'in use then', 'free then'],
-        p.failed_allocations.map((f) => ({ cells: [fmtTime(f.time_ns), `GPU ${f.device}`, f.api,
-          fmtBytes(f.requested_bytes), f.error_name, f.phase === null ? '(no phase)' : f.phase,
-          fmtBytes(f.device_in_use_bytes), fmtBytes(f.device_free_bytes)] })),
+        p.failed_allocations.map((f) => ({ cells: [num(fmtTime(f.time_ns), f.time_ns), `GPU ${f.device}`, f.api,
+          num(fmtBytes(f.requested_bytes), f.requested_bytes), f.error_name, f.phase === null ? '(no phase)' : f.phase,
+          num(fmtBytes(f.device_in_use_bytes), f.device_in_use_bytes), num(fmtBytes(f.device_free_bytes), f.device_free_bytes)] })),
         { id: 'failed-table' }));
     }
+  }
+
+  function buildViewControls(p) {
+    const host = document.getElementById('view-buttons');
+    const button = (id, text, title, f) => {
+      const b = el('button', { type: 'button', id, title }, text);
+      b.addEventListener('click', f);
+      return b;
+    };
+    const items = [];
+    const its = iterationRange(p);
+    if (its) items.push(button('zoom-iterations', 'iterations', 'the training iterations (I)', () => setView(...iterationRange(p))));
+    if (p.devices.some((d) => d.peak_step !== null)) items.push(button('zoom-peak', 'peak', 'the iteration (or moment) of the peak (P)', zoomToPeak));
+    const n = p.iterationStarts.length;
+    if (n) {
+      const pick = el('select', { id: 'iteration-picker', 'aria-label': 'zoom to an iteration' },
+        el('option', { value: '' }, 'iteration…'));
+      for (let k = 0; k < Math.min(n, 5000); k++) pick.append(el('option', { value: String(k) }, `${k + 1}${k === 0 ? ' (warm-up)' : ''}`));
+      pick.addEventListener('change', () => { if (pick.value !== '') zoomToIteration(+pick.value); });
+      items.push(pick);
+    }
+    host.replaceChildren(...items);
   }
 
   function showProcess(index) {
     state.process = decodeProcess(data.processes[index]);
     state.selection = null;
     const p = state.process;
+    p.inferredPhases = new Set(p.phases.filter((ph) => ph.inferred).map((ph) => ph.name));
     document.getElementById('title').textContent = `· ${p.label}` +
-      (p.allocator_mode ? ` · allocator ${p.allocator_mode}` : '') +
       (data.truncated ? ' · trace cut short' : '');
+    buildRunInfo(p);
     buildCharts();
     buildReportTables();
-    document.getElementById('selection').replaceChildren(el('h2', {}, 'Live at an instant'),
-      el('p', { class: 'muted' }, 'Click a chart (the red dot is the peak).'));
     state.full = fullRange(p);
-    [state.t0, state.t1] = state.full;
+    [state.t0, state.t1] = iterationRange(p) || state.full;
+    buildViewControls(p);
+    // The answer without a click: the highest peak is selected, and what was live then shown.
+    let best = -1;
+    p.devices.forEach((d, slot) => {
+      if (d.peak_step !== null && (best < 0 || d.peak_bytes > p.devices[best].peak_bytes)) best = slot;
+    });
+    if (best >= 0) {
+      showLive(best, p.devices[best].peak_step, p.devices[best].time[p.devices[best].peak_step]);
+    } else {
+      document.getElementById('selection').replaceChildren(el('h2', {}, 'Live at an instant'),
+        el('p', { class: 'muted' }, 'No device memory was allocated.'));
+    }
     state.draw();
   }
 
   function startReport() {
     reportApi();
+    state.byPhase = true;
+    state.hiddenPhases = new Set();
     state.draw = () => {
       for (const chart of state.charts) drawReportChart(chart);
       showRangeLabel();
     };
+    attachKeyboard((k) => {
+      if (k === 'p' || k === 'P') { zoomToPeak(); return true; }
+      if ((k === 'i' || k === 'I') && state.process && iterationRange(state.process)) {
+        setView(...iterationRange(state.process));
+        return true;
+      }
+      return false;
+    });
     const picker = document.getElementById('process');
     data.processes.forEach((p, i) => picker.append(el('option', { value: String(i) }, p.label)));
     picker.addEventListener('change', () => showProcess(+picker.value));
+    if (data.processes.length < 2) document.getElementById('process-picker').hidden = true;
     if (!data.processes.length) {
       document.getElementById('charts').append(el('p', {}, 'This trace holds no traced process.'));
     } else {
@@ -819,21 +1289,31 @@
   }
 
   // ==== compare: runs on one time axis ======================================================
-  // Each run's time 0 is its first iteration start (align_ns; its trace start without
-  // iterations), so the steady state of one run lies over the other's whatever each did
-  // before (imports, model building, warm-up caches).
+  // Each run's time 0 is the start of its first steady-state iteration (iteration 2: the
+  // warm-up apart; iteration 1 when it has only one; its trace start without iterations), so
+  // the steady state of one run lies over the other's whatever each did before (imports,
+  // model building, warm-up caches).
   function startCompare() {
     document.getElementById('process-picker').hidden = true;
-    document.getElementById('interaction-hint').textContent = 'Wheel: zoom at the pointer. Drag: pan. ' +
+    document.getElementById('interaction-hint').textContent = 'Wheel or W/S, +/−: zoom. A/D or arrows: pan. ' +
+      'Drag: select a range and zoom to it; Shift+drag: pan. Click: each run\'s memory then. ' +
       'Each pixel column shows the lowest and highest value of each run inside it, so no peak is hidden.';
     const runs = data.runs.map((r, i) => {
-      const run = { ...r, color: seriesColor(i) };
+      const run = { ...r, color: seriesColor(i), hidden: false };
       if (!r.found) return run;
+      const w = r.iterations.windows_ns;
+      if (w.length >= 2) {
+        run.align_ns = w[1][0];
+        run.aligned_at = 'first steady-state iteration (2)';
+      } else if (w.length === 1) {
+        run.align_ns = w[0][0];
+        run.aligned_at = 'first iteration';
+      }
       const s = stepSeries(r.steps);
-      for (let k = 0; k < s.time.length; k++) s.time[k] -= r.align_ns;  // aligned time
+      for (let k = 0; k < s.time.length; k++) s.time[k] -= run.align_ns;  // aligned time
       run.series = s;
-      run.iterationStarts = Float64Array.from(r.iterations.windows_ns, (w) => w[0] - r.align_ns);
-      run.peakTime = r.peak_time_ns === null ? null : r.peak_time_ns - r.align_ns;
+      run.iterationStarts = Float64Array.from(w, (x) => x[0] - run.align_ns);
+      run.peakTime = r.peak_time_ns === null ? null : r.peak_time_ns - run.align_ns;
       return run;
     });
     state.runs = runs;
@@ -849,21 +1329,60 @@
     state.full = [f0, f1];
 
     const canvas = el('canvas', { class: 'chart compare' });
-    const legend = el('div', { id: 'compare-legend', class: 'legend-list' }, ...runs.map((r) => el('div',
-      { class: 'legend-item', 'data-label': r.label },
-      swatch(r.color), el('b', {}, r.label),
-      r.found ? ` · ${r.process}, GPU ${r.device.index}${r.device.name ? ' (' + r.device.name + ')' : ''} · ` +
-        `peak ${fmtBytes(r.peak_bytes)} at ${fmtTime(r.peakTime)} · t = 0 at its ${r.aligned_at}` +
-        (r.iterations.count ? ` (${fmtTime(r.align_ns)} into the trace), ${r.iterations.count} iterations` : '')
-        : ' · no device memory in this trace')));
+    const legend = el('div', { id: 'compare-legend', class: 'legend-list' }, ...runs.map((r) => {
+      const item = el('button', { type: 'button', class: 'legend-item', 'data-label': r.label, title: 'click: hide or show this run' },
+        swatch(r.color), el('b', {}, r.label),
+        r.found ? ` · ${r.process}, GPU ${r.device.index}${r.device.name ? ' (' + r.device.name + ')' : ''} · ` +
+          `peak ${fmtBytes(r.peak_bytes)} at ${fmtTime(r.peakTime)} · t = 0 at its ${r.aligned_at}` +
+          (r.iterations.count ? ` (${fmtTime(r.align_ns)} into the trace), ${r.iterations.count} iterations` : '')
+          : ' · no device memory in this trace');
+      item.addEventListener('click', () => {
+        r.hidden = !r.hidden;
+        item.classList.toggle('off', r.hidden);
+        scheduleDraw();
+      });
+      return item;
+    }));
     document.getElementById('charts').replaceChildren(el('div', { class: 'chart-box' },
-      el('h2', {}, 'Device memory in use, aligned at the first iteration start'),
+      el('h2', {}, 'Device memory in use, aligned at the first steady-state iteration'),
       el('p', { class: 'muted' }, 'Each run: its process and device with the highest peak. ' +
         '▲ under the axis: iteration starts, one row per run.'), legend, canvas));
     const chart = { canvas, drawn: null };
     state.charts = [chart];
-    attachTimeInteraction(canvas, 0, null);
+    const valueAt = (r, t) => {
+      const k = upperBound(r.series.time, t) - 1;
+      return k >= 0 ? r.series.bytes[k] : 0;
+    };
+    const iterationOf = (r, t) => {
+      const k = upperBound(r.iterationStarts, t) - 1;
+      return k >= 0 && t <= r.iterations.windows_ns[k][1] - r.align_ns ? k : -1;
+    };
     const strip = 7 * shown.length;
+    attachTimeInteraction(canvas, strip, (e) => inspect(e), (t) => [`t = ${fmtTime(t)} (aligned)`,
+      ...shown.filter((r) => !r.hidden).map((r) => {
+        const k = iterationOf(r, t);
+        return `${r.label}: ${fmtBytes(valueAt(r, t))}` + (k >= 0 ? ` · iteration ${k + 1}` : '');
+      }), 'click: compare the runs then']);
+    attachKeyboard(null);
+
+    // Click: each run's memory at that aligned instant, and its difference from the first.
+    function inspect(e) {
+      const g = geometry(canvas, strip), rect = canvas.getBoundingClientRect();
+      const t = state.t0 + (e.clientX - rect.left - PAD.left) / g.plotW * (state.t1 - state.t0);
+      state.inspectAt = t;
+      scheduleDraw();
+      const base = shown[0];
+      const rows = shown.map((r) => {
+        const v = valueAt(r, t), k = iterationOf(r, t), diff = v - valueAt(base, t);
+        return { attrs: { 'data-label': r.label, 'data-bytes': v },
+          cells: [swatch(r.color), r.label, num(fmtBytes(v), v), num(r === base ? '–' : fmtSignedBytes(diff), diff),
+            k >= 0 ? `${k + 1}${k === 0 ? ' (warm-up)' : ''}` : '–', fmtTime(t + r.align_ns)] };
+      });
+      const panel = document.getElementById('selection');
+      panel.hidden = false;
+      panel.replaceChildren(el('h2', {}, `At t = ${fmtTime(t)} (aligned)`),
+        table(['', 'run', 'in use', `− ${base.label}`, 'iteration', 'into its trace'], rows, { id: 'compare-inspect' }));
+    }
 
     state.draw = () => {
       const { t0, t1 } = state;
@@ -871,14 +1390,15 @@
       const x = (t) => PAD.left + (t - t0) / (t1 - t0) * g.plotW;
       const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
       clipToPlot(ctx, g);
-      chart.drawn = runs.map((r) => (r.found
+      chart.drawn = runs.map((r) => (r.found && !r.hidden
         ? { label: r.label, max: drawSeries(ctx, g, r.series, t0, t1, yMax, r.color, null) } : null));
       ctx.restore();
       drawAxes(ctx, g, yMax, t0, t1);
-      shown.forEach((r, row) => drawIterationMarks(ctx, g, r.iterationStarts, t0, t1, r.color, row));
+      shown.forEach((r, row) => { if (!r.hidden) drawIterationMarks(ctx, g, r.iterationStarts, t0, t1, r.color, row); });
       ctx.font = '11px system-ui, sans-serif';
+      const placed = [];  // label boxes drawn so far: a label that would overlap one moves down
       for (const r of shown) {
-        if (r.peakTime === null) continue;
+        if (r.peakTime === null || r.hidden) continue;
         const px = x(r.peakTime), py = y(r.peak_bytes);
         if (px < PAD.left - 1 || px > PAD.left + g.plotW + 1) continue;
         ctx.fillStyle = r.color;
@@ -887,26 +1407,49 @@
         ctx.fill();
         const label = `${r.label} peak ${fmtBytes(r.peak_bytes)}`;
         const tw = ctx.measureText(label).width;
-        ctx.fillText(label, Math.min(px + 6, PAD.left + g.plotW - tw), Math.max(py - 6, PAD.top - 4));
+        const lx = Math.min(px + 6, PAD.left + g.plotW - tw);
+        let ly = Math.max(py - 6, PAD.top + 8);
+        while (placed.some((b) => lx < b.x + b.w && b.x < lx + tw && Math.abs(ly - b.y) < 13)) ly += 13;
+        placed.push({ x: lx, y: ly, w: tw });
+        ctx.fillText(label, lx, ly);
+      }
+      if (state.inspectAt !== undefined && state.inspectAt >= t0 && state.inspectAt <= t1) {
+        ctx.strokeStyle = '#111';
+        ctx.setLineDash([4, 3]);
+        ctx.beginPath();
+        ctx.moveTo(x(state.inspectAt), PAD.top);
+        ctx.lineTo(x(state.inspectAt), PAD.top + g.plotH);
+        ctx.stroke();
+        ctx.setLineDash([]);
       }
       showRangeLabel();
     };
 
-    // Side by side: the figures `cumemtrace compare` prints, from the same report.
-    const metric = (name, f, fmt = fmtBytes) => ({
-      attrs: { 'data-metric': name },
-      cells: [name, ...runs.map((r) => { const v = r.found ? f(r) : null; return v === null || v === undefined ? '–' : fmt(v); })],
-    });
+    // Side by side: the figures `cumemtrace compare` prints, from the same report, and each
+    // run's difference from the first.
+    const base = runs[0];
+    const metric = (name, f, fmt = fmtBytes, fmtDiff = fmtSignedBytes) => {
+      const values = runs.map((r) => { const v = r.found ? f(r) : null; return v === undefined ? null : v; });
+      const cells = [name, ...values.map((v) => (v === null ? '–' : num(fmt(v), v)))];
+      for (let i = 1; i < runs.length; i++) {
+        const a = values[0], b = values[i];
+        cells.push(a === null || b === null ? '–' : num(fmtDiff(b - a) + (a ? ` (${b - a >= 0 ? '+' : '−'}${Math.abs(100 * (b - a) / a).toFixed(1)} %)` : ''), b - a));
+      }
+      return { attrs: { 'data-metric': name }, cells };
+    };
+    const signedTime = (v) => (v > 0 ? '+' : v < 0 ? '−' : '') + fmtTime(Math.abs(v));
+    const signedInt = (v) => (v > 0 ? '+' : v < 0 ? '−' : '') + fmtInt(Math.abs(v));
     const cls = (c) => (r) => r.lifetime_at_peak.bytes_by_class[c] || 0;
+    const hasIterations = (r) => r.iterations.count > 0;
     const rows = [
       metric('peak', (r) => r.peak_bytes),
-      metric('persistent at peak', cls('persistent')),
-      metric('activation memory (peak − persistent)', (r) => r.lifetime_at_peak.activation_memory_bytes),
-      metric('activation at peak', cls('activation')),
-      metric('gradient at peak', cls('gradient')),
-      metric('temporary at peak', cls('temporary')),
-      metric('iterations', (r) => r.iterations.count, fmtInt),
-      metric('iteration time (median, 2..N)', (r) => (r.iterations.duration_ns.count ? r.iterations.duration_ns.median : null), fmtTime),
+      metric('persistent at peak', (r) => (hasIterations(r) ? cls('persistent')(r) : null)),
+      metric('activation at peak', (r) => (hasIterations(r) ? cls('activation')(r) : null)),
+      metric('gradient at peak', (r) => (hasIterations(r) ? cls('gradient')(r) : null)),
+      metric('temporary at peak', (r) => (hasIterations(r) ? cls('temporary')(r) : null)),
+      metric('not persistent at peak (peak − persistent)', (r) => (hasIterations(r) ? r.lifetime_at_peak.activation_memory_bytes : null)),
+      metric('iterations', (r) => r.iterations.count, fmtInt, signedInt),
+      metric('iteration time (median, 2..N)', (r) => (r.iterations.duration_ns.count ? r.iterations.duration_ns.median : null), fmtTime, signedTime),
     ];
     const phases = [];
     for (const r of shown) for (const ph of r.iterations.phases) if (!phases.includes(ph.phase)) phases.push(ph.phase);
@@ -916,11 +1459,14 @@
         return ph && ph.devices.find((dv) => dv.index === r.device.index);
       };
       rows.push(metric(`${name}: rise above entry (median)`, (r) => { const d = dev(r); return d && d.peak_above_entry_bytes.count ? d.peak_above_entry_bytes.median : null; }, fmtSignedBytes));
-      rows.push(metric(`${name}: time (median)`, (r) => { const ph = r.iterations.phases.find((q) => q.phase === name); return ph && ph.time_ns.count ? ph.time_ns.median : null; }, fmtTime));
+      rows.push(metric(`${name}: time (median)`, (r) => { const ph = r.iterations.phases.find((q) => q.phase === name); return ph && ph.time_ns.count ? ph.time_ns.median : null; }, fmtTime, signedTime));
     }
     const host = document.getElementById('phases');
     host.replaceChildren(el('h2', {}, 'Side by side'),
-      table(['', ...runs.map((r) => r.label)], rows, { id: 'compare-table' }));
+      table(['', ...runs.map((r) => r.label), ...runs.slice(1).map((r) => `${r.label} − ${base.label}`)], rows, { id: 'compare-table' }),
+      el('p', { class: 'muted hint' }, 'Lifetime classes need training iterations: "–" for a run without. ' +
+        'activation: born in forward, freed in backward; not persistent: everything live at the peak but ' +
+        'the persistent bytes.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
 
     api.compare = () => runs.map((r) => ({
@@ -929,7 +1475,16 @@
       peak_time: r.peakTime, points: r.found ? r.series.time.length : 0,
       iteration_starts: r.found ? Array.from(r.iterationStarts) : [],
     }));
-    [state.t0, state.t1] = state.full;
+    // The steady state first: from the earliest aligned steady-state start (0 for a run with
+    // two iterations or more) to the end of the iterations; the warm-ups are one click away.
+    const ends = shown.filter((r) => r.iterations.count).map((r) => r.iterations.windows_ns[r.iterations.count - 1][1] - r.align_ns);
+    if (ends.length) {
+      const starts = shown.filter((r) => r.iterations.count).map((r) => r.iterationStarts[Math.min(1, r.iterationStarts.length - 1)]);
+      const a = Math.min(...starts), b = Math.max(...ends), pad = (b - a) * 0.03;
+      [state.t0, state.t1] = [Math.max(f0, a - pad), Math.min(f1, b + pad)];
+    } else {
+      [state.t0, state.t1] = state.full;
+    }
     state.draw();
   }
 
@@ -943,7 +1498,10 @@
     const values = [...new Set(points.map((p) => p.value))];
     // Numbers are placed to scale; anything else (names, "fp16") evenly, in the given order.
     const numeric = values.every((v) => v.trim() !== '' && Number.isFinite(Number(v)));
-    const position = (v) => (numeric ? Number(v) : values.indexOf(v));
+    // Depth-like parameters (all positive, spanning 8x or more: 1, 2, 4 … 256) on a log axis.
+    const nums = numeric ? values.map(Number) : [];
+    const log = numeric && nums.every((v) => v > 0) && Math.max(...nums) / Math.min(...nums) >= 8;
+    const position = (v) => (numeric ? (log ? Math.log10(Number(v)) : Number(v)) : values.indexOf(v));
     const xs = values.map(position);
     let x0 = Math.min(...xs), x1 = Math.max(...xs);
     if (x0 === x1) { x0 -= 1; x1 += 1; }
@@ -952,7 +1510,7 @@
     const METRICS = [
       { key: 'peak_bytes', title: 'peak' },
       { key: 'persistent_bytes', title: 'persistent at the peak' },
-      { key: 'activation_memory_bytes', title: 'activation memory (peak − persistent)' },
+      { key: 'activation_memory_bytes', title: 'not persistent at the peak (peak − persistent)' },
     ];
     const parameter = data.parameter;
     document.getElementById('title').textContent = `· sweep of ${parameter}`;
@@ -961,13 +1519,36 @@
     const grid = el('div', { class: 'sweep-grid' });
     const charts = METRICS.map((m) => {
       const canvas = el('canvas', { class: 'chart sweep', 'data-metric': m.key });
-      grid.append(el('div', { class: 'chart-box' }, el('h2', {}, `${m.title} vs ${parameter}`), canvas));
-      return { canvas, metric: m };
+      grid.append(el('div', { class: 'chart-box' }, el('h2', {}, `${m.title} vs ${parameter}` + (log ? ' (log axis)' : '')), canvas));
+      const chart = { canvas, metric: m, marks: [] };
+      // Hover: the point's figures; click: its run's page.
+      const near = (e) => {
+        const rect = canvas.getBoundingClientRect(), mx = e.clientX - rect.left, my = e.clientY - rect.top;
+        let best = null, bd = 100;
+        for (const mk of chart.marks) {
+          const dd = (mk.x - mx) ** 2 + (mk.y - my) ** 2;
+          if (dd < bd) { bd = dd; best = mk; }
+        }
+        return best;
+      };
+      canvas.addEventListener('mousemove', (e) => {
+        const mk = near(e);
+        canvas.style.cursor = mk && mk.p.page ? 'pointer' : 'default';
+        if (!mk) { hideTooltip(); return; }
+        showTooltip(e, [`${mk.p.label || '(unlabeled)'} · ${parameter} = ${mk.p.value}`,
+          `${m.title}: ${fmtBytes(mk.p[m.key])}`, mk.p.exit_status === 0 ? 'exit 0' : `exit ${mk.p.exit_status} (failed)`,
+          mk.p.page ? 'click: open its run' : 'no page for this run']);
+      });
+      canvas.addEventListener('mouseleave', hideTooltip);
+      canvas.addEventListener('click', (e) => { const mk = near(e); if (mk && mk.p.page) window.location.href = mk.p.page; });
+      return chart;
     });
     document.getElementById('charts').replaceChildren(legend, grid);
     const yMax = Math.max(1, ...points.filter((p) => p.found).map((p) => p.peak_bytes)) * 1.08;
 
-    function drawSweepChart({ canvas, metric }) {
+    function drawSweepChart(chart) {
+      const { canvas, metric } = chart;
+      chart.marks = [];
       const { g, ctx } = beginChart(canvas, 0);
       const x = (v) => PAD.left + (v - x0) / (x1 - x0) * g.plotW;
       const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
@@ -975,11 +1556,7 @@
       ctx.strokeStyle = '#ddd';
       ctx.lineWidth = 1;
       ctx.font = '11px system-ui, sans-serif';
-      const byteStep = niceBytesStep(yMax, 4);
-      for (let b = 0; b <= yMax; b += byteStep) {
-        ctx.beginPath(); ctx.moveTo(PAD.left, y(b)); ctx.lineTo(PAD.left + g.plotW, y(b)); ctx.stroke();
-        ctx.fillText(fmtBytes(b), 4, y(b) + 4);
-      }
+      drawByteGrid(ctx, g, yMax, y);
       for (const v of values) {
         const px = x(position(v)), text = String(v), tw = ctx.measureText(text).width;
         ctx.fillText(text, px - tw / 2, PAD.top + g.plotH + 16);
@@ -995,6 +1572,7 @@
         mine.forEach((p, k) => (k ? ctx.lineTo : ctx.moveTo).call(ctx, x(position(p.value)), y(p[metric.key])));
         ctx.stroke();
         for (const p of mine) {  // a hollow marker: the run exited with an error
+          chart.marks.push({ x: x(position(p.value)), y: y(p[metric.key]), p });
           ctx.beginPath();
           ctx.arc(x(position(p.value)), y(p[metric.key]), 4, 0, 2 * Math.PI);
           if (p.exit_status === 0) ctx.fill(); else { ctx.fillStyle = '#fff'; ctx.fill(); ctx.stroke(); ctx.fillStyle = seriesColor(li); }
@@ -1007,21 +1585,24 @@
       attrs: { 'data-label': p.label, 'data-value': p.value, 'data-exit-status': p.exit_status,
         'data-peak-bytes': p.found ? p.peak_bytes : '', 'data-persistent-bytes': p.found ? p.persistent_bytes : '',
         'data-activation-bytes': p.found ? p.activation_memory_bytes : '' },
-      cells: [p.label || '(unlabeled)', p.value, p.exit_status === 0 ? '0' : `${p.exit_status} (failed)`,
-        ...(p.found ? [fmtBytes(p.peak_bytes), fmtBytes(p.persistent_bytes), fmtBytes(p.activation_memory_bytes),
-          fmtInt(p.iterations)] : ['no device memory', '–', '–', '–'])],
+      cells: [p.label || '(unlabeled)', numeric ? num(p.value, Number(p.value)) : p.value,
+        p.exit_status === 0 ? '0' : `${p.exit_status} (failed)`,
+        ...(p.found ? [num(fmtBytes(p.peak_bytes), p.peak_bytes), num(fmtBytes(p.persistent_bytes), p.persistent_bytes),
+          num(fmtBytes(p.activation_memory_bytes), p.activation_memory_bytes),
+          fmtInt(p.iterations)] : ['no device memory', '–', '–', '–']),
+        p.page ? el('a', { href: p.page, class: 'run-link' }, 'report') : '–'],
     }));
     document.getElementById('phases').replaceChildren(el('h2', {}, 'Points'),
-      table(['label', parameter, 'exit', 'peak', 'persistent', 'activation', 'iterations'], rows, { id: 'sweep-table' }),
+      table(['label', parameter, 'exit', 'peak', 'persistent', 'not persistent', 'iterations', 'run'], rows, { id: 'sweep-table' }),
       el('p', { class: 'muted hint' }, 'persistent: live at the peak and alive across iterations (weights, ' +
-        'optimizer state); activation memory = peak − persistent. Each point is the traced process and ' +
-        'device with the highest peak of its run.'));
+        'optimizer state); not persistent = peak − persistent (activations, gradients, temporaries). Each ' +
+        'point is the traced process and device with the highest peak of its run; click a point to open its run.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
     api.sweep = () => ({
-      parameter, numeric, labels,
+      parameter, numeric, log, labels,
       points: points.map((p) => ({ label: p.label, value: p.value, x: position(p.value), exit_status: p.exit_status,
         found: p.found, peak_bytes: p.peak_bytes, persistent_bytes: p.persistent_bytes,
-        activation_memory_bytes: p.activation_memory_bytes })),
+        activation_memory_bytes: p.activation_memory_bytes, page: p.page })),
     });
     state.draw();
   }

@@ -18,17 +18,16 @@ done
 rm -rf "$work" && mkdir -p "$work"
 # Exactly the locked playwright-core; it never downloads a browser.
 (cd "$viewer" && npm ci --no-audit --no-fund --prefer-offline --loglevel=error)
-for name in torch_async cuda_phases; do
+for name in torch_async cuda_phases torch_native; do
   "$cumemtrace" export --format html -o "$work/$name.html" "$golden/$name.cmtrace"
   "$cumemtrace" report --json "$golden/$name.cmtrace" > "$work/$name.summary.json"
 done
 "$cumemtrace" export --format html -o "$work/compare.html" \
   "async=$golden/torch_async.cmtrace" "native=$golden/torch_native.cmtrace"
-"$cumemtrace" report --json "$golden/torch_native.cmtrace" > "$work/torch_native.summary.json"
 # The fake tracer allocates --events MiB per batch and never frees (peak = batches x events);
 # the preload stub stands in for the tracer library, so only the fake client talks.
 (unset CUMEMTRACE_SOCKET LD_PRELOAD CUDA_INJECTION64_PATH NVTX_INJECTION64_PATH
- CUMEMTRACE_TRACER_LIB=$preload_stub "$cumemtrace" sweep -o "$work/sweep" --param n=1,2,4 \
+ CUMEMTRACE_TRACER_LIB=$preload_stub "$cumemtrace" sweep -o "$work/sweep" --param n=1,4,16 \
    --run "A=$fake_tracer --events={n}" --run "B=$fake_tracer --events={n} --batches=2" > /dev/null)
 export CUMEMTRACE_VIEWER_WORK=$work CUMEMTRACE_CHROMIUM=$chromium
 exec node --test "$viewer/test/"*.test.mjs

@@ -87,7 +87,7 @@ for (const name of ['torch_async', 'cuda_phases']) {
   });
 }
 
-test('the wheel zooms in around the pointer and a drag pans', async () => {
+test('the wheel zooms in around the pointer and a shift+drag pans', async () => {
   const { page, problems } = await open('torch_async');
   const before_ = await page.evaluate(() => window.cumemtraceViewer.view());
   const box = await page.locator('canvas.chart').first().boundingBox();
@@ -101,11 +101,13 @@ test('the wheel zooms in around the pointer and a drag pans', async () => {
   assert.ok(zoomed.t0 > before_.t0 && zoomed.t1 < before_.t1, 'zoomed inside the old range');
   const label = await page.locator('#range').textContent();
   assert.match(label, /showing/);
-  // Drag right by 200 px: the same span, earlier times.
+  // Shift+drag right by 200 px: the same span, earlier times.
   await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.keyboard.down('Shift');
   await page.mouse.down();
   await page.mouse.move(box.x + box.width / 2 + 200, box.y + box.height / 2, { steps: 5 });
   await page.mouse.up();
+  await page.keyboard.up('Shift');
   const panned = await page.evaluate(() => window.cumemtraceViewer.view());
   assert.ok(Math.abs((panned.t1 - panned.t0) - (zoomed.t1 - zoomed.t0)) < 1e-3 * (zoomed.t1 - zoomed.t0));
   assert.ok(panned.t0 < zoomed.t0, 'dragging right shows earlier times');
@@ -113,4 +115,151 @@ test('the wheel zooms in around the pointer and a drag pans', async () => {
   await page.screenshot({ path: join(work, 'torch_async_zoomed.png') });
   assert.deepEqual(problems, []);
   await page.close();
+});
+
+test('on load the peak is selected: what was live there by allocating phase, with byte figures', async () => {
+  const { page, problems, summary } = await open('torch_async');
+  const device = summary.processes[0].devices[0];
+  // No click: the breakdown is there and visible.
+  await page.locator('#live-by-phase').waitFor({ state: 'visible' });
+  const selection = await page.evaluate(() => window.cumemtraceViewer.selection());
+  assert.equal(selection.device, device.index);
+  const rows = await page.$$eval('#live-by-phase tbody tr', (trs) => trs.map((tr) => ({
+    phase: tr.dataset.phase, kind: tr.dataset.kind, count: Number(tr.dataset.count), bytes: Number(tr.dataset.bytes),
+  })));
+  const want = device.peak.live_by_phase_and_kind.map((g) => ({
+    phase: g.phase === null ? '(no phase)' : g.phase, kind: g.kind, count: g.count, bytes: g.bytes,
+  }));
+  const key = (g) => `${g.phase}/${g.kind}`;
+  assert.deepEqual(rows.sort((a, b) => key(a).localeCompare(key(b))), want.sort((a, b) => key(a).localeCompare(key(b))));
+  // The sentence above it names the peak in bytes, and the largest share's phase.
+  const answer = await page.locator('#live-summary').textContent();
+  assert.match(answer, /\(the peak\)/);
+  assert.ok(answer.includes(device.peak.bytes.toLocaleString('en-US') + ' B'), answer);
+  const top = want.sort((a, b) => b.bytes - a.bytes)[0];
+  assert.match(answer, new RegExp(`allocated in ${top.phase}`));
+  assert.ok(await page.locator('#live-largest tbody tr').count() > 0, 'the largest allocations are listed');
+  // The chart's layers at the peak: the bytes of each allocating phase, summing to the peak.
+  const layers = await page.evaluate(() => window.cumemtraceViewer.layersAt(0, window.cumemtraceViewer.selection().step));
+  const byPhase = {};
+  for (const g of want) byPhase[g.phase] = (byPhase[g.phase] || 0) + g.bytes;
+  assert.deepEqual(layers, byPhase);
+  // The header says what the run was.
+  const p = summary.processes[0];
+  assert.equal(await page.locator('#run-command').textContent(), p.command_line.join(' '));
+  assert.match(await page.locator('#run-exit').textContent(), /exit status 0/);
+  assert.match(await page.locator('#run-allocator').textContent(), new RegExp(`allocator ${p.allocator.mode}`));
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('the first view is the training iterations; "whole run" and the keyboard change it', async () => {
+  const { page, problems, summary } = await open('torch_async');
+  const p = summary.processes[0];
+  const w = p.iterations.windows_ns;
+  const full = await page.evaluate(() => window.cumemtraceViewer.full());
+  const first = await page.evaluate(() => window.cumemtraceViewer.view());
+  assert.ok(first.t0 > full[0] && first.t0 <= w[0][0], JSON.stringify({ first, full }));
+  assert.ok(first.t1 >= w[w.length - 1][1] && first.t1 - first.t0 < (full[1] - full[0]) * 0.5, JSON.stringify({ first, full }));
+  await page.click('#reset-zoom');
+  await page.waitForFunction(([a, b]) => { const v = window.cumemtraceViewer.view(); return v.t0 <= a && v.t1 >= b; }, full);
+  // W zooms in at the middle, A pans to earlier times, 0 shows the whole run again.
+  await page.click('#zoom-iterations');
+  const before_ = await page.evaluate(() => window.cumemtraceViewer.view());
+  await page.keyboard.press('w');
+  await page.waitForFunction((s) => { const v = window.cumemtraceViewer.view(); return v.t1 - v.t0 < s * 0.8; }, before_.t1 - before_.t0);
+  const zoomed = await page.evaluate(() => window.cumemtraceViewer.view());
+  assert.ok(zoomed.t0 > before_.t0 && zoomed.t1 < before_.t1);
+  await page.keyboard.press('ArrowLeft');
+  await page.waitForFunction((t0) => window.cumemtraceViewer.view().t0 < t0, zoomed.t0);
+  await page.keyboard.press('+');
+  await page.waitForFunction((s) => { const v = window.cumemtraceViewer.view(); return v.t1 - v.t0 < s * 0.8; }, zoomed.t1 - zoomed.t0);
+  await page.keyboard.press('0');
+  await page.waitForFunction(([a, b]) => { const v = window.cumemtraceViewer.view(); return v.t0 <= a && v.t1 >= b; }, full);
+  // P: the iteration holding the peak.
+  await page.keyboard.press('p');
+  const peakTime = p.devices[0].peak.time_ns;
+  await page.waitForFunction((t) => { const v = window.cumemtraceViewer.view(); return v.t0 < t && t < v.t1; }, peakTime);
+  const atPeak = await page.evaluate(() => window.cumemtraceViewer.view());
+  assert.ok(atPeak.t1 - atPeak.t0 < full[1] - full[0]);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('a drag selects a range and zooms to it', async () => {
+  const { page, problems } = await open('torch_async');
+  const before_ = await page.evaluate(() => window.cumemtraceViewer.view());
+  const box = await page.locator('canvas.chart').first().boundingBox();
+  const x0 = box.x + box.width * 0.4, x1 = box.x + box.width * 0.6, y = box.y + box.height / 2;
+  await page.mouse.move(x0, y);
+  await page.mouse.down();
+  await page.mouse.move(x1, y, { steps: 5 });
+  assert.ok(await page.locator('.drag-box').isVisible(), 'the selection is shown while dragging');
+  await page.mouse.up();
+  await page.waitForFunction((s) => { const v = window.cumemtraceViewer.view(); return v.t1 - v.t0 < s * 0.5; }, before_.t1 - before_.t0);
+  const after_ = await page.evaluate(() => window.cumemtraceViewer.view());
+  assert.ok(after_.t0 > before_.t0 && after_.t1 < before_.t1, 'inside the old view');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('hovering the chart shows a tooltip with the memory in use there', async () => {
+  const { page, problems } = await open('torch_async');
+  const box = await page.locator('canvas.chart').first().boundingBox();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  await page.locator('#tooltip').waitFor({ state: 'visible' });
+  const text = await page.locator('#tooltip').textContent();
+  assert.match(text, /in use \d/);
+  assert.match(text, /running: /);
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height + 200);
+  await page.locator('#tooltip').waitFor({ state: 'hidden' });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('tables sort by a header click; the filter box narrows the largest allocations', async () => {
+  const { page, problems } = await open('torch_async');
+  const bytes = () => page.$$eval('#live-largest tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.bytes)));
+  const header = page.locator('#live-largest th', { hasText: 'bytes' });
+  await header.click();  // descending
+  const desc = await bytes();
+  assert.deepEqual(desc, [...desc].sort((a, b) => b - a));
+  await header.click();  // ascending
+  const asc = await bytes();
+  assert.deepEqual(asc, [...asc].sort((a, b) => a - b));
+  assert.ok(asc[0] < asc[asc.length - 1]);
+  await page.fill('#live-filter', 'optimizer >=16MiB');
+  const phases = await page.$$eval('#live-largest tbody tr', (trs) => trs.map((tr) => [tr.dataset.phase, Number(tr.dataset.bytes)]));
+  assert.ok(phases.length > 0);
+  for (const [phase, b] of phases) { assert.equal(phase, 'optimizer'); assert.ok(b >= 16 * 1024 * 1024); }
+  await page.fill('#live-filter', '');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('the legend hides and shows a phase', async () => {
+  const { page, problems } = await open('torch_async');
+  const item = page.locator('#legend button.legend-item[data-phase="forward"]');
+  await item.click();
+  assert.deepEqual(await page.evaluate(() => window.cumemtraceViewer.hiddenPhases()), [0]);
+  assert.equal(await item.getAttribute('aria-pressed'), 'false');
+  await item.click();
+  assert.deepEqual(await page.evaluate(() => window.cumemtraceViewer.hiddenPhases()), []);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test('no sideways scrolling at 1280x800, and a screenshot for the README', async () => {
+  for (const name of ['torch_async', 'cuda_phases', 'torch_native', 'compare', 'sweep/sweep']) {
+    const page = await browser.context.newPage();
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await page.goto(pathToFileURL(join(work, name + '.html')).href);
+    await page.waitForFunction(() => window.cumemtraceViewer && window.cumemtraceViewer.ready);
+    const { scroll, width } = await page.evaluate(() => ({
+      scroll: document.documentElement.scrollWidth, width: document.documentElement.clientWidth,
+    }));
+    assert.ok(scroll <= width, `${name}: the page is ${scroll} px wide in a ${width} px window`);
+    if (name === 'torch_async') await page.screenshot({ path: join(work, 'torch_async_1280.png') });
+    await page.close();
+  }
 });

@@ -5,7 +5,7 @@
 // viewer_browser_test.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { launchBrowser } from './browser.mjs';
@@ -75,8 +75,8 @@ test('lifetime classes at the peak: the table and the click on the peak agree wi
   const table = await page.$$eval('#lifetime-table tbody tr', (trs) => Object.fromEntries(
     trs.map((tr) => [tr.dataset.class, Number(tr.dataset.bytes)])));
   for (const [c, bytes] of Object.entries(device.lifetime_at_peak.bytes_by_class)) assert.equal(table[c], bytes, c);
-  assert.equal(table['activation memory'], device.lifetime_at_peak.activation_memory_bytes);
-  assert.equal(table['activation memory'], device.peak.bytes - (device.lifetime_at_peak.bytes_by_class.persistent || 0));
+  assert.equal(table['not persistent'], device.lifetime_at_peak.activation_memory_bytes);
+  assert.equal(table['not persistent'], device.peak.bytes - (device.lifetime_at_peak.bytes_by_class.persistent || 0));
 
   const point = await page.evaluate(() => window.cumemtraceViewer.peakPoint(0));
   await page.mouse.click(point.x, point.y);
@@ -135,7 +135,7 @@ test('the drawn columns never hide a value: pyramid downsampling equals a scan o
   await page.close();
 });
 
-test('compare page: two runs on one axis, each aligned at its first iteration start', async () => {
+test('compare page: two runs on one axis, each aligned at its first steady-state iteration', async () => {
   const { page, problems } = await open('compare.html');
   const runs = await page.evaluate(() => window.cumemtraceViewer.compare());
   assert.equal(await page.evaluate(() => window.cumemtraceViewer.mode), 'compare');
@@ -144,19 +144,33 @@ test('compare page: two runs on one axis, each aligned at its first iteration st
     const { process, device } = highestPeak(summaryOf(name));
     const r = runs[i];
     const windows = process.iterations.windows_ns;
-    assert.ok(windows.length > 0, `${name} has iterations`);
+    assert.ok(windows.length > 1, `${name} has iterations past the warm-up`);
     assert.equal(r.found, true);
     assert.equal(r.pid, process.pid);
     assert.equal(r.device, device.index);
-    assert.equal(r.aligned_at, 'first iteration start');
-    assert.equal(r.align_ns, windows[0][0]);
-    // The axis: each run's iteration starts less its first, so both start at 0.
-    assert.deepEqual(r.iteration_starts, windows.map((w) => w[0] - windows[0][0]));
-    assert.equal(r.iteration_starts[0], 0);
+    // t = 0 at iteration 2: the warm-ups (first CUDA calls, cuBLAS handles) are not lined up.
+    assert.equal(r.aligned_at, 'first steady-state iteration (2)');
+    assert.equal(r.align_ns, windows[1][0]);
+    assert.deepEqual(r.iteration_starts, windows.map((w) => w[0] - windows[1][0]));
+    assert.equal(r.iteration_starts[1], 0);
     assert.equal(r.peak_bytes, device.peak.bytes);
-    assert.equal(r.peak_time, device.peak.time_ns - windows[0][0]);
+    assert.equal(r.peak_time, device.peak.time_ns - windows[1][0]);
     assert.ok(r.points > 40, `the series is embedded (${r.points} steps)`);
   }
+  // The difference column: each run less the first, exact in its sort key.
+  const headers = await page.$$eval('#compare-table th', (ths) => ths.map((th) => th.textContent));
+  assert.deepEqual(headers.slice(1), ['async', 'native', 'native − async']);
+  const diff = await page.$eval('#compare-table tr[data-metric="peak"] td:nth-child(4)', (td) => Number(td.dataset.sort));
+  assert.equal(diff, runs[1].peak_bytes - runs[0].peak_bytes);
+  // Click on the chart: each run's memory at that aligned instant, and the difference.
+  const box = await page.locator('canvas.chart.compare').boundingBox();
+  await page.mouse.click(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  await page.locator('#compare-inspect').waitFor({ state: 'visible' });
+  const inspected = await page.$$eval('#compare-inspect tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.bytes)));
+  assert.equal(inspected.length, 2);
+  const delta = await page.$eval('#compare-inspect tbody tr:nth-child(2) td:nth-child(4)', (td) => Number(td.dataset.sort));
+  assert.equal(delta, inspected[1] - inspected[0]);
+  await page.click('#reset-zoom');
   // Both series are drawn over the whole axis, each with its own peak.
   const drawn = (await page.evaluate(() => window.cumemtraceViewer.drawn()))[0];
   assert.deepEqual(drawn.map((d) => [d.label, d.max]), runs.map((r) => [r.label, r.peak_bytes]));
@@ -168,7 +182,7 @@ test('compare page: two runs on one axis, each aligned at its first iteration st
   assert.equal(legend.length, 2);
   assert.match(legend[0], /async.*peak 836 MiB/);
   const peakRow = await page.$$eval('#compare-table tr[data-metric="peak"] td', (tds) => tds.map((td) => td.textContent));
-  assert.deepEqual(peakRow.slice(1), ['836 MiB', '842 MiB']);
+  assert.deepEqual(peakRow.slice(1), ['836 MiB', '842 MiB', '+6.29 MiB (+0.8 %)']);
   // The warm-up iterations and the steady state of both, for the screenshot.
   await page.evaluate(() => window.cumemtraceViewer.setView(-5e7, 4.2e8));
   await page.waitForFunction(() => window.cumemtraceViewer.view().t0 === -5e7);
@@ -187,9 +201,11 @@ test('sweep page: every point of a synthetic sweep, with its exact peak', async 
   // of it live at the end (no iterations: never freed counts as persistent).
   const MiB = 1 << 20;
   const want = [];
-  for (const n of [1, 2, 4]) {
-    want.push({ label: 'A', value: String(n), x: n, peak: 3 * n * MiB });
-    want.push({ label: 'B', value: String(n), x: n, peak: 2 * n * MiB });
+  // 1, 4, 16: a depth-like parameter, on a log axis.
+  assert.equal(sweep.log, true);
+  for (const n of [1, 4, 16]) {
+    want.push({ label: 'A', value: String(n), x: Math.log10(n), peak: 3 * n * MiB });
+    want.push({ label: 'B', value: String(n), x: Math.log10(n), peak: 2 * n * MiB });
   }
   assert.deepEqual(sweep.points.map((p) => ({ label: p.label, value: p.value, x: p.x, peak: p.peak_bytes })), want);
   for (const p of sweep.points) {
@@ -200,6 +216,10 @@ test('sweep page: every point of a synthetic sweep, with its exact peak', async 
     tr.dataset.value, Number(tr.dataset.peakBytes)]));
   assert.deepEqual(rows, want.map((w) => [w.label, w.value, w.peak]));
   assert.equal(await page.locator('canvas.chart.sweep').count(), 3);
+  // Each point links to its run's page, which exists.
+  const links = await page.$$eval('#sweep-table a.run-link', (as) => as.map((a) => a.getAttribute('href')));
+  assert.deepEqual(links, want.map((w) => `${w.label}-n=${w.value}/report.html`));
+  for (const l of links) assert.ok(existsSync(join(work, 'sweep', l)), l);
   await page.screenshot({ path: join(work, 'sweep.png'), fullPage: true });
   assert.deepEqual(problems, []);
   await page.close();
