@@ -42,8 +42,8 @@ struct SweepPoint {
   std::string label;  // the command's label
   std::string value;  // the parameter's value
   int exit_status = 0;
-  std::string page;  // the run's report.html, relative to the sweep's folder; "" if none
   RunFigures figures;
+  std::string page;  // the run's report.html, relative to the sweep's folder; "" if none
 };
 // Memory versus the parameter: one row per value, one column group per label.
 std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points);

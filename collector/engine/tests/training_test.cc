@@ -475,8 +475,8 @@ TEST(RunFigures, CompareAndSweepTablesAgreeWithTheReports) {
             std::string::npos)
       << csv;
 
-  std::vector<SweepPoint> points = {{"EP", "10", 0, a}, {"BP", "10", 0, b},
-                                    {"EP", "50", 3, RunFigures{}}};
+  std::vector<SweepPoint> points = {{"EP", "10", 0, a, ""}, {"BP", "10", 0, b, ""},
+                                    {"EP", "50", 3, RunFigures{}, ""}};
   const std::string table = SweepText("depth", points);
   std::istringstream lines(table);
   std::string header, row10, row50;
