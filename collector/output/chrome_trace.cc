@@ -115,7 +115,8 @@ void WriteProcess(ChromeWriter& w, const ProcessReport& p, const ProcessTimeline
                  {"args", {{"device", k.device}, {"stream", k.stream}}}});
       } else {
         const RangeSlice& r = t.ranges[i];
-        json event = {{"ph", "X"}, {"cat", "nvtx"}, {"name", internal::PhaseLabel(t, r.phase)},
+        json event = {{"ph", "X"}, {"cat", internal::PhaseCategory(p, t, r.phase)},
+                      {"name", internal::PhaseLabel(t, r.phase)},
                       {"pid", pid}, {"tid", tid}, {"ts", Micros(offset + r.start_ns)},
                       {"dur", Micros(r.end_ns - r.start_ns)}};
         if (r.still_open) event["args"] = {{"still_open_at_exit", true}};

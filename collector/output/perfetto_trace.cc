@@ -54,12 +54,14 @@ class PerfettoWriter {
     packet.mutable_track_event()->set_name_iid(it->second);
   }
 
-  void Slice(uint64_t track, pp::TrackEvent::Type type, uint64_t ts, const std::string* name) {
+  void Slice(uint64_t track, pp::TrackEvent::Type type, uint64_t ts, const std::string* name,
+             const char* category = nullptr) {
     pp::TracePacket packet;
     packet.set_timestamp(ts);
     pp::TrackEvent* event = packet.mutable_track_event();
     event->set_type(type);
     event->set_track_uuid(track);
+    if (category != nullptr) event->add_categories(category);
     if (name != nullptr) SetName(packet, *name);
     Emit(packet);
   }
@@ -259,7 +261,8 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
       const std::string& name = plan.kernels ? t.strings[t.kernels[i].name]
                                              : internal::PhaseLabel(t, t.ranges[i].phase);
       close_until(start);
-      w.Slice(track, pp::TrackEvent::TYPE_SLICE_BEGIN, offset + start, &name);
+      w.Slice(track, pp::TrackEvent::TYPE_SLICE_BEGIN, offset + start, &name,
+              plan.kernels ? "kernel" : internal::PhaseCategory(p, t, t.ranges[i].phase));
       open_ends.push_back(stop);
     }
     close_until(~uint64_t{0});

@@ -125,6 +125,19 @@ std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase) {
   return timeline.phase_names[static_cast<size_t>(phase)];
 }
 
+const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
+                          int32_t phase) {
+  if (!report.phase_inference.applied || phase < 0 ||
+      static_cast<size_t>(phase) >= timeline.phase_names.size()) {
+    return "nvtx";
+  }
+  const std::string& name = timeline.phase_names[static_cast<size_t>(phase)];
+  for (const PhaseReport& ph : report.phases) {
+    if (ph.name == name) return ph.inferred ? "inferred_phase" : "nvtx";
+  }
+  return "nvtx";
+}
+
 uint64_t TraceOrigin(const Report& report) {
   uint64_t origin = 0;
   bool seen = false;

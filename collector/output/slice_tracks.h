@@ -37,6 +37,10 @@ std::string ProcessLabel(const ProcessReport& report);
 std::string DeviceLabel(uint32_t index);
 // Display name of a timeline phase index (-1: "(no phase)").
 std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase);
+// Category of a phase range in the Chrome and Perfetto exports: "inferred_phase" for a phase
+// synthesized by phase inference (the program marked no NVTX range there), else "nvtx".
+const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
+                          int32_t phase);
 
 // The earliest first timestamp over the processes: time 0 of the exports, so that processes
 // keep their relative placement.

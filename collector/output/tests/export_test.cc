@@ -501,6 +501,76 @@ TEST(MemoryVizExport, SnapshotOfTheSyntheticTrace) {
   EXPECT_EQ(v["device_traces"][1][0]["category"], "dom: backward");
 }
 
+// Phases inferred from a program without NVTX (the calling thread runs forward and the
+// optimizer, an autograd worker the backward pass) say so in the exports' categories, and
+// NVTX phases keep "nvtx".
+TEST(InferredPhases, AreMarkedInTheChromeAndPerfettoCategories) {
+  testing::StreamBuilder s(1, 10);
+  for (const auto& [tid, name] : {std::pair<uint32_t, const char*>{10, "python3"}, {11, "pt_autograd_0"}}) {
+    v1::Event e;
+    e.mutable_thread_name()->set_thread_id(tid);
+    e.mutable_thread_name()->set_name(name);
+    s.Raw(e);
+  }
+  s.Alloc(1, 0, 0x1000, 100 << 20, testing::kDevice, 10);  // weights
+  uint64_t t = 100;
+  for (uint64_t k = 0; k < 4; ++k, t += 100) {
+    const uint64_t act = 0x10000 + k * 0x1000, grad = 0x30000 + k * 0x1000;
+    s.Alloc(t + 1, 0, act, 10 << 20, testing::kDevice, 10);  // forward
+    s.Alloc(t + 4, 0, grad, 5 << 20, testing::kDevice, 11);  // backward
+    s.Free(t + 5, 0, act, 10 << 20, testing::kDevice, 11);
+    s.Alloc(t + 6, 0, 0x40000 + k * 0x1000, 2 << 20, testing::kDevice, 10);  // optimizer
+    s.Free(t + 7, 0, 0x40000 + k * 0x1000, 2 << 20, testing::kDevice, 10);
+    s.Free(t + 8, 0, grad, 5 << 20, testing::kDevice, 10);  // zero_grad
+  }
+  s.Flush();
+  const std::string path =
+      testing::WriteTempFile("inferred.cmtrace", testing::FileBytes(s.Chunks()));
+  auto trace = Load(path);
+  ASSERT_NE(trace, nullptr);
+  ASSERT_TRUE(trace->report->processes.at(0).phase_inference.applied)
+      << trace->report->processes.at(0).phase_inference.reason;
+
+  std::ostringstream chrome;
+  WriteChromeTrace(*trace, chrome);
+  std::map<std::string, std::set<std::string>> categories;  // phase -> categories
+  const json doc = json::parse(chrome.str());
+  for (const json& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("cat") == "kernel" || e.at("cat") == "gap") continue;
+    categories[e.at("name").get<std::string>()].insert(e.at("cat").get<std::string>());
+  }
+  for (const char* phase : {"forward", "backward", "optimizer"}) {
+    EXPECT_EQ(categories[phase], std::set<std::string>{"inferred_phase"}) << phase;
+  }
+
+  std::ostringstream perfetto;
+  WritePerfettoTrace(*trace, perfetto);
+  PerfettoCheck c = DecodePerfetto(perfetto.str());
+  uint64_t inferred = 0, begins = 0;
+  for (const pp::TracePacket& packet : c.trace.packet()) {
+    if (!packet.has_track_event()) continue;
+    const pp::TrackEvent& e = packet.track_event();
+    if (e.type() != pp::TrackEvent::TYPE_SLICE_BEGIN) continue;
+    ++begins;
+    for (const std::string& cat : e.categories()) inferred += cat == "inferred_phase";
+  }
+  EXPECT_EQ(begins, trace->timelines[0].ranges.size() + trace->timelines[0].kernels.size());
+  EXPECT_EQ(inferred, trace->timelines[0].ranges.size());
+  EXPECT_GE(inferred, 12u);  // forward, backward and optimizer in each of 4 iterations
+
+  // A program with NVTX phases keeps "nvtx".
+  auto golden = Load(Golden("torch_async"));
+  std::ostringstream golden_chrome;
+  WriteChromeTrace(*golden, golden_chrome);
+  const json golden_doc = json::parse(golden_chrome.str());
+  uint64_t nvtx = 0;
+  for (const json& e : golden_doc.at("traceEvents")) {
+    EXPECT_NE(e.value("cat", ""), "inferred_phase");
+    nvtx += e.value("cat", "") == "nvtx";
+  }
+  EXPECT_GT(nvtx, 0u);
+}
+
 }  // namespace
 }  // namespace cumemtrace::testing
 
