@@ -3,6 +3,8 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,9 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
+#include "collector/engine/analyzed_trace.h"
+#include "collector/output/exports.h"
+#include "collector/output/run_figures_json.h"
 
 namespace cumemtrace {
 namespace {
@@ -24,8 +29,13 @@ every run's difference from the first. RUN is a .cmtrace file or an output folde
 `cumemtrace run`, optionally as LABEL=RUN (the label defaults to the folder or file name).
 
 Options:
+      --json              print the figures as JSON (schema cumemtrace.compare/1, each run
+                          with difference_from_first) instead of the table
       --csv=FILE          also write the table as CSV (label,pid,device,metric,bytes,
                           difference_from_first); refused if FILE exists
+      --html=FILE         also write the compare page (the runs' memory on one time axis,
+                          aligned at their first steady-state iteration; opens in a
+                          browser); refused if FILE exists
   -h, --help              show this help
 %s
 Exit status: 0, 1 when a run cannot be read, 2 for bad usage.
@@ -36,15 +46,20 @@ Exit status: 0, 1 when a run cannot be read, 2 for bad usage.
 int CompareCommand(int argc, char** argv) {
   static const std::vector<option> kOptions = WithAnalysisOptions({
       {"csv", required_argument, nullptr, 'c'},
+      {"html", required_argument, nullptr, 'H'},
+      {"json", no_argument, nullptr, 'j'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
-  std::string csv_path;
+  std::string csv_path, html_path;
+  bool as_json = false;
   opterr = 0;
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":h", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'c': csv_path = optarg; break;
+      case 'H': html_path = optarg; break;
+      case 'j': as_json = true; break;
       case 'h': PrintHelpWithAnalysisOptions(kCompareHelp); return 0;
       case ':': return UsageError("compare", std::string("option '") + argv[optind - 1] +
                                                  "' needs a value");
@@ -54,28 +69,54 @@ int CompareCommand(int argc, char** argv) {
     }
   }
   if (argc - optind < 2) return UsageError("compare", "give at least two runs");
-  if (!csv_path.empty() && PathExists(csv_path)) {
-    return UsageError("compare", csv_path + " already exists");
+  for (const std::string& path : {csv_path, html_path}) {
+    if (!path.empty() && PathExists(path)) return UsageError("compare", path + " already exists");
   }
   AnalysisOptions options;
   std::string error;
   if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("compare", error);
 
   std::vector<RunFigures> runs;
+  std::vector<std::unique_ptr<AnalyzedTrace>> traces;  // only for the page
+  std::vector<ViewerRun> viewer_runs;
   for (int i = optind; i < argc; ++i) {
     const auto [label, arg] = LabeledRun(argv[i]);
     RunFigures figures;
-    if (!FiguresOfTrace(arg, options, label, &figures, &error)) {
-      LogLine(error);
-      return 1;
+    if (html_path.empty()) {
+      if (!FiguresOfTrace(arg, options, label, &figures, &error)) {
+        LogLine(error);
+        return 1;
+      }
+    } else {
+      std::string path = arg;
+      if (!ResolveTracePath(&path, &error)) {
+        LogLine(error);
+        return 1;
+      }
+      traces.push_back(AnalyzeTraceFileDetailed(path, options, &error));
+      if (traces.back() == nullptr) {
+        LogLine(error);
+        return 1;
+      }
+      figures = FiguresOf(*traces.back()->report, label);
+      viewer_runs.push_back(ViewerRun{label, traces.back().get()});
     }
     runs.push_back(std::move(figures));
   }
-  const std::string text = CompareText(runs);
+  const std::string text = as_json ? CompareJson(runs) : CompareText(runs);
   fputs(text.c_str(), stdout);
   if (!csv_path.empty() && !WriteNewFile(csv_path, CompareCsv(runs), &error)) {
     LogLine(error);
     return 1;
+  }
+  if (!html_path.empty()) {
+    std::ostringstream html;
+    WriteCompareViewerHtml(viewer_runs, html);
+    if (!WriteNewFile(html_path, html.str(), &error)) {
+      LogLine(error);
+      return 1;
+    }
+    LogLine("open " + html_path);
   }
   return 0;
 }

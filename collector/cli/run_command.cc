@@ -209,6 +209,37 @@ void RemoveCreated(const std::string& trace_path, const std::vector<std::string>
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) rmdir(it->c_str());
 }
 
+// The name of a run's default folder: the program's, or for a Python interpreter the
+// script's ("python train.py" → "train") or the module's ("python -m pkg.train" → "train").
+std::string RunName(char** argv) {
+  const std::string program = BaseName(argv[0]);
+  bool python = program.rfind("python", 0) == 0;
+  for (size_t k = 6; python && k < program.size(); ++k) {
+    python = (program[k] >= '0' && program[k] <= '9') || program[k] == '.';
+  }
+  if (!python) return program;
+  for (char** a = argv + 1; *a != nullptr; ++a) {
+    const std::string arg = *a;
+    if (arg == "-m" && a[1] != nullptr) {
+      std::string module = a[1];
+      const size_t dot = module.rfind('.');
+      return dot == std::string::npos ? module : module.substr(dot + 1);
+    }
+    if (arg == "-c" || arg == "-") return program;
+    if (arg.size() > 1 && arg[0] == '-') {
+      // Options with a separate value: -W arg, -X opt.
+      if ((arg == "-W" || arg == "-X") && a[1] != nullptr) ++a;
+      continue;
+    }
+    std::string script = BaseName(arg);
+    if (script.size() > 3 && script.compare(script.size() - 3, 3, ".py") == 0) {
+      script.resize(script.size() - 3);
+    }
+    return script.empty() ? program : script;
+  }
+  return program;
+}
+
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
@@ -298,7 +329,7 @@ int RunCommand(int argc, char** argv) {
       return kExitUsage;
     }
   } else {
-    const std::string prefix = "cumemtrace-" + BaseName(program) + "-";
+    const std::string prefix = "cumemtrace-" + RunName(program_argv) + "-";
     for (int n = 1;; ++n) {
       const std::string candidate = prefix + std::to_string(n);
       if (mkdir(candidate.c_str(), 0777) == 0) {
@@ -472,6 +503,7 @@ int RunCommand(int argc, char** argv) {
   }
   LogLine("trace written to " + output_dir + "/ \xe2\x80\x94 look again with: cumemtrace report " +
           trace_path);
+  if (PathExists(output_dir + "/report.html")) LogLine("open " + output_dir + "/report.html");
   return status.ShellStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <wordexp.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/output/exports.h"
+#include "collector/output/run_figures_json.h"
 
 namespace cumemtrace {
 namespace {
@@ -46,6 +48,8 @@ Options:
                              default: a new folder cumemtrace-sweep-<n>/
       --allocator=MODE, --no-kernels, --phase=PHASE=MODULE:QUALNAME
                              passed to every `cumemtrace run` (see its --help)
+      --json                 print the points as JSON (schema cumemtrace.sweep/1) instead
+                             of the table
   -h, --help                 show this help
 %s
 Exit status: 0 when every run exited 0, 1 otherwise, 2 for bad usage.
@@ -131,11 +135,13 @@ int SweepCommand(int argc, char** argv) {
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
       {"phase", required_argument, nullptr, 'f'},
+      {"json", no_argument, nullptr, 'j'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::string param, label, output_dir;
   std::vector<std::string> run_specs, forwarded;
+  bool as_json = false;
   opterr = 0;
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, "+:o:h", kOptions.data(), nullptr)) != -1;) {
@@ -147,6 +153,7 @@ int SweepCommand(int argc, char** argv) {
       case 'a': forwarded.push_back(std::string("--allocator=") + optarg); break;
       case 'k': forwarded.push_back("--no-kernels"); break;
       case 'f': forwarded.push_back(std::string("--phase=") + optarg); break;
+      case 'j': as_json = true; break;
       case 'h': PrintHelpWithAnalysisOptions(kSweepHelp); return 0;
       case ':': return UsageError("sweep", std::string("option '") + argv[optind - 1] +
                                                "' needs a value");
@@ -216,11 +223,23 @@ int SweepCommand(int argc, char** argv) {
       run.insert(run.end(), forwarded.begin(), forwarded.end());
       run.push_back("--");
       for (const std::string& arg : command.argv) run.push_back(Substitute(arg, name, value));
-      LogLine("sweep: " + (command.label.empty() ? "" : command.label + " ") + name + "=" + value);
+      // Progress, one line per step: "sweep 3/6: EP depth=200", then its time and status.
+      const std::string step = std::to_string(points.size() + 1) + "/" +
+                               std::to_string(values.size() * commands.size()) + ": " +
+                               (command.label.empty() ? "" : command.label + " ") + name + "=" +
+                               value;
+      LogLine("sweep " + step);
+      const auto started = std::chrono::steady_clock::now();
       SweepPoint point;
       point.label = command.label;
       point.value = value;
       point.exit_status = RunAndWait(run);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      char took[32];
+      snprintf(took, sizeof(took), "%.1f s", seconds);
+      LogLine("sweep " + step + " (" + took +
+              (point.exit_status == 0 ? ")" : ", exit " + std::to_string(point.exit_status) + ")"));
       if (PathExists(run_dir + "/report.html")) point.page = run_name + "/report.html";
       all_ok = all_ok && point.exit_status == 0;
       if (!FiguresOfTrace(run_dir, options, command.label, &point.figures, &error)) {
@@ -229,7 +248,7 @@ int SweepCommand(int argc, char** argv) {
       points.push_back(std::move(point));
     }
   }
-  const std::string table = SweepText(name, points);
+  const std::string table = as_json ? SweepJson(name, points) : SweepText(name, points);
   fputs(table.c_str(), stdout);
   std::ostringstream html;
   WriteSweepViewerHtml(name, points, html);
@@ -239,7 +258,7 @@ int SweepCommand(int argc, char** argv) {
     return 1;
   }
   LogLine("sweep written to " + output_dir +
-          "/ (sweep.csv, sweep.html, and one run folder per point)");
+          "/ (sweep.csv, sweep.html, and one run folder per point); open " + html_path);
   return all_ok ? 0 : 1;
 }
 

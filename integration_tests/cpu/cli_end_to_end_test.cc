@@ -313,6 +313,20 @@ TEST_F(CliEndToEnd, DefaultOutputFoldersAreNumbered) {
   EXPECT_TRUE(fs::exists(base + "-2/trace.cmtrace"));
 }
 
+TEST_F(CliEndToEnd, PythonRunsAreNamedAfterTheScriptAndRunSaysWhereThePageIs) {
+  // An interpreter named python3.12 (the fake client under that name): the folder is named
+  // after the script or module, not the interpreter; run ends by saying what to open.
+  const std::string python = tmp_ + "/python3.12";
+  fs::create_symlink(kFake, python);
+  const Result script = RunCli({"run", "--quiet", "--", python, "-X", "dev", "train.py"}, tmp_);
+  EXPECT_TRUE(fs::exists(tmp_ + "/cumemtrace-train-1/trace.cmtrace")) << script.err;
+  EXPECT_NE(script.err.find("open cumemtrace-train-1/report.html"), std::string::npos)
+      << script.err;
+  EXPECT_TRUE(fs::exists(tmp_ + "/cumemtrace-train-1/report.html"));
+  const Result module = RunCli({"run", "--quiet", "--", python, "-m", "pkg.train_ep"}, tmp_);
+  EXPECT_TRUE(fs::exists(tmp_ + "/cumemtrace-train_ep-1/trace.cmtrace")) << module.err;
+}
+
 TEST_F(CliEndToEnd, MissingTracerIsAUsageError) {
   const Result r = RunCli({"run", kFake}, tmp_, {{"CUMEMTRACE_TRACER_LIB", "/nonexistent.so"}});
   EXPECT_EQ(r.exit_code, 2);
@@ -629,6 +643,18 @@ TEST_F(CliEndToEnd, SweepRunsEveryValueOfEveryCommandAndTabulatesThePeaks) {
   EXPECT_EQ(peak, (std::map<std::string, std::string>{{"A,1", "3145728"}, {"A,3", "9437184"},
                                                        {"B,1", "2097152"}, {"B,3", "6291456"}}));
   EXPECT_TRUE(fs::exists(out + "/A-n=3/trace.cmtrace"));
+  // One progress line per step before and after it, and where the page is.
+  EXPECT_NE(r.err.find("sweep 1/4: A n=1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sweep 4/4: B n=3 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("open " + out + "/sweep.html"), std::string::npos) << r.err;
+  // --json: the same points as JSON, each with its run's page.
+  const Result json = RunCli({"sweep", "--json", "-o", tmp_ + "/sweep-json", "--param", "n=2",
+                              "--", kFake, "--events={n}"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"schema\": \"cumemtrace.sweep/1\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"peak_bytes\": 6291456"), std::string::npos) << json.out;  // 3 x 2 MiB
+  EXPECT_NE(json.out.find("\"page\": \"run-n=2/report.html\""), std::string::npos) << json.out;
+  EXPECT_TRUE(fs::exists(tmp_ + "/sweep-json/run-n=2/report.html"));
   // The sweep fails (status 1) when a run fails, and says so in the table.
   const Result failing = RunCli({"sweep", "-o", tmp_ + "/failing", "--param", "code=0,5", "--",
                                  kFake, "--exit={code}"});
@@ -663,6 +689,21 @@ TEST_F(CliEndToEnd, CompareGoldenRunsWithDifferencesAndCsv) {
   // The device peaks of the golden traces, and native's difference from async.
   EXPECT_NE(async_peak.find(",876564684,0\r"), std::string::npos) << async_peak;
   EXPECT_NE(native_peak.find(",883165184,6600500\r"), std::string::npos) << native_peak;
+  // --json and --html: the figures as JSON with differences, and the compare page.
+  const std::string html = tmp_ + "/compare.html";
+  const Result j = RunCli({"compare", "--json", "--html", html,
+                           "async=" + golden + "/torch_async.cmtrace",
+                           "native=" + golden + "/torch_native.cmtrace"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_NE(j.out.find("\"schema\": \"cumemtrace.compare/1\""), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"peak_bytes\": 876564684"), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"peak_bytes\": 6600500"), std::string::npos) << j.out;  // the difference
+  EXPECT_NE(ReadFile(html).find("\"mode\":\"compare\""), std::string::npos);
+  EXPECT_NE(j.err.find("open " + html), std::string::npos) << j.err;
+  EXPECT_EQ(RunCli({"compare", "--html", html, golden + "/torch_async.cmtrace",
+                    golden + "/torch_native.cmtrace"})
+                .exit_code,
+            kExitUsageCode);  // never overwrites
   EXPECT_EQ(RunCli({"compare", golden + "/torch_async.cmtrace"}).exit_code, kExitUsageCode);
   EXPECT_EQ(RunCli({"compare", "--csv", csv, golden + "/torch_async.cmtrace",
                     golden + "/torch_native.cmtrace"})
