@@ -32,7 +32,7 @@ json FiguresData(const RunFigures& f) {
             {"persistent_bytes",
              f.iterations > 0 ? json(persistent == f.lifetime_bytes.end() ? 0 : persistent->second)
                               : json(nullptr)},
-            {"not_persistent_bytes",
+            {"activation_memory_bytes",
              f.iterations > 0 ? json(f.activation_memory_bytes) : json(nullptr)},
             {"phases", phases}});
   return d;
@@ -63,7 +63,7 @@ std::string CompareJson(const std::vector<RunFigures>& runs) {
     if (i == 0) first = d;
     if (i > 0 && first.value("found", false) && d.value("found", false)) {
       json diff = json::object();
-      for (const char* key : {"peak_bytes", "persistent_bytes", "not_persistent_bytes",
+      for (const char* key : {"peak_bytes", "persistent_bytes", "activation_memory_bytes",
                               "iterations", "lifetime_bytes", "phases"}) {
         if (first.contains(key) && d.contains(key)) diff[key] = Difference(first[key], d[key]);
       }

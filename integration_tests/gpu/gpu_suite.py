@@ -230,7 +230,8 @@ def check_cuda_phases(t, runs, results, name="cuda_phases"):
     # Synchronous calls are unwound to the calling module: the program itself here.
     t.check(name, "by library: cuda_phases allocated", w + v,
             dev["by_library"].get("cuda_phases", {}).get("allocated_bytes"))
-    notices = [l for l in tracer_lines(r["stderr"]) if not l.startswith("cumemtrace: trace written")]
+    notices = [l for l in tracer_lines(r["stderr"])
+               if not l.startswith(("cumemtrace: trace written", "cumemtrace: open "))]
     t.check(name, "tracer notices", [], notices)
 
 
@@ -310,9 +311,9 @@ def check(args):
     t.check("torch_exit3", "exit status", 3, runs["torch_exit3"]["status"])
     t.check("torch_sigterm", "exit status (128+SIGTERM)", 143, runs["torch_sigterm"]["status"])
     t.check("torch_quiet", "stdout unchanged", runs["torch_untraced"]["stdout"], runs["torch_quiet"]["stdout"])
-    # With --quiet, cumemtrace adds only its final "trace written" line to stderr.
+    # With --quiet, cumemtrace adds only its final "trace written" and "open" lines to stderr.
     quiet_stderr = "".join(line for line in runs["torch_quiet"]["stderr"].splitlines(True)
-                           if not line.startswith("cumemtrace: trace written"))
+                           if not line.startswith(("cumemtrace: trace written", "cumemtrace: open ")))
     t.check("torch_quiet", "stderr unchanged", runs["torch_untraced"]["stderr"], quiet_stderr)
     failed = t.print()
     with open(os.path.join(args.results, "suite.json"), "w") as f:

@@ -113,6 +113,9 @@
   const TIME_UNITS = [[1, 'ns'], [1e3, 'µs'], [1e6, 'ms'], [1e9, 's']];
   const BYTE_UNITS = [[1, 'B'], [1024, 'KiB'], [1024 ** 2, 'MiB'], [1024 ** 3, 'GiB'], [1024 ** 4, 'TiB']];
   function fmtInt(n) { return Number(n).toLocaleString('en-US'); }
+  // Lifetime classes as shown: "activation" by its definition, so that the only figure called
+  // activation is activation memory (peak − persistent).
+  const CLASS_LABELS = { activation: 'born in forward, freed in backward' };
   const KINDS = ['UNKNOWN', 'PAGEABLE', 'PINNED', 'DEVICE', 'ARRAY', 'MANAGED', 'DEVICE_STATIC',
     'MANAGED_STATIC'];
   // Allocations and ranges index p.phase_names; p.phases is the summary's per-phase table.
@@ -970,15 +973,15 @@
           num(total ? (100 * g.bytes / total).toFixed(1) + ' %' : '–', g.bytes)],
       };
     });
-    const originRows = (m, attr) => sorted(m).map(([name, g]) => ({
+    const originRows = (m, attr, label = (x) => x) => sorted(m).map(([name, g]) => ({
       attrs: { [attr]: name, 'data-count': g.count, 'data-bytes': g.bytes },
-      cells: [name, num(fmtInt(g.count), g.count), num(fmtBytes(g.bytes), g.bytes)],
+      cells: [label(name), num(fmtInt(g.count), g.count), num(fmtBytes(g.bytes), g.bytes)],
     }));
     const grid = el('div', { class: 'grid' },
       el('div', {}, el('h3', {}, 'by the phase it was allocated in, and kind'),
         table(['', 'allocated in', 'kind', 'count', 'bytes', 'share'], phaseRows, { id: 'live-by-phase' })),
       a.lifetime ? el('div', {}, el('h3', {}, 'by lifetime class'),
-        table(['class', 'count', 'bytes'], originRows(groups.lifetime, 'data-class'), { id: 'live-by-lifetime' }))
+        table(['class', 'count', 'bytes'], originRows(groups.lifetime, 'data-class', (n) => CLASS_LABELS[n] || n), { id: 'live-by-lifetime' }))
         : el('div', {}, el('h3', {}, 'by lifetime class'),
           el('p', { class: 'muted' }, 'not in this file (the analysis kept no lifetimes)')),
       el('div', {}, el('h3', {}, 'by API'),
@@ -988,7 +991,7 @@
           { id: 'live-by-library' })));
     live.sort((x, y) => a.bytes[y] - a.bytes[x] || a.birth[x] - a.birth[y]);
     const rowText = (i) => [phaseLabel(p, a.phase[i]), KINDS[a.kind[i]],
-      a.lifetime ? (classNames[a.lifetime[i]] || '(unknown)') : '',
+      a.lifetime ? (CLASS_LABELS[classNames[a.lifetime[i]]] || classNames[a.lifetime[i]] || '(unknown)') : '',
       p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)'];
     const LARGEST = 25;
     const filter = el('input', { id: 'live-filter', type: 'search', size: '38',
@@ -1071,15 +1074,17 @@
       'entry; net = exit − entry, summed over the phase\'s occurrences in the iteration.'));
   }
 
-  // The lifetime classes of what was live at each peak. "activation" is one figure, the
-  // class: bytes born in forward and freed in backward. Without training iterations there
-  // are no classes to give, and no activation figure is shown.
+  // The lifetime classes of what was live at each peak, and the one activation figure:
+  // activation memory = peak − persistent. The class the engine calls "activation" is shown
+  // by its definition (born in forward, freed in backward) so that no two figures are both
+  // called activation. Without training iterations there are no classes to give, and no
+  // activation figure is shown.
   function buildLifetimeTable(p) {
     const host = document.getElementById('lifetimes');
     host.replaceChildren(el('h2', {}, 'Lifetime classes at the peak'));
     if (!p.iterations || !p.iterations.count) {
       host.append(el('p', { class: 'muted', id: 'lifetime-none' }, 'No training iterations were found, so ' +
-        'no lifetime classes (persistent, activation, gradient) and no activation figure are given: ' +
+        'no lifetime classes (persistent, gradient, …) and no activation memory figure are given: ' +
         'they are defined by forward and backward phases inside iterations (docs/phases.md).'));
       return;
     }
@@ -1092,13 +1097,13 @@
         const bytes = l.bytes_by_class[c] || 0;
         rows.push({
           attrs: { 'data-device': d.index, 'data-class': c, 'data-bytes': bytes },
-          cells: [`GPU ${d.index}`, c, num(fmtBytes(bytes), bytes), num(fmtInt(bytes), bytes),
+          cells: [`GPU ${d.index}`, CLASS_LABELS[c] || c, num(fmtBytes(bytes), bytes), num(fmtInt(bytes), bytes),
             num((d.peak_bytes ? (100 * bytes / d.peak_bytes).toFixed(1) : '0') + ' %', bytes)],
         });
       }
       rows.push({
-        attrs: { 'data-device': d.index, 'data-class': 'not persistent', 'data-bytes': l.activation_memory_bytes },
-        cells: [`GPU ${d.index}`, el('i', {}, 'not persistent (peak − persistent)'),
+        attrs: { 'data-device': d.index, 'data-class': 'activation memory', 'data-bytes': l.activation_memory_bytes },
+        cells: [`GPU ${d.index}`, el('b', {}, 'activation memory (peak − persistent)'),
           num(fmtBytes(l.activation_memory_bytes), l.activation_memory_bytes),
           num(fmtInt(l.activation_memory_bytes), l.activation_memory_bytes),
           num((d.peak_bytes ? (100 * l.activation_memory_bytes / d.peak_bytes).toFixed(1) : '0') + ' %', l.activation_memory_bytes)],
@@ -1110,10 +1115,10 @@
     }
     host.append(table(['device', 'class', 'bytes', 'exact', 'of the peak'], rows, { id: 'lifetime-table' }),
       el('p', { class: 'muted hint' }, 'persistent: alive at the start of an iteration it was not born in ' +
-        '(weights, optimizer state); activation: born in forward, freed in backward (the one activation ' +
-        'figure); gradient: born in backward, alive at the optimizer; temporary: born and freed in one ' +
-        'phase occurrence; not persistent: everything else live at the peak, the sum of the classes ' +
-        'below persistent. docs/phases.md.'));
+        '(weights, optimizer state); born in forward, freed in backward (the class named "activation" ' +
+        'in summary.json); gradient: born in backward, alive at the optimizer; temporary: born and freed ' +
+        'in one phase occurrence; activation memory = peak − persistent: everything live at the peak ' +
+        'that does not persist across iterations, the one activation figure. docs/phases.md.'));
   }
 
   // The legend: one entry per phase, coloured as its bands and layers; a click hides or
@@ -1444,10 +1449,10 @@
     const rows = [
       metric('peak', (r) => r.peak_bytes),
       metric('persistent at peak', (r) => (hasIterations(r) ? cls('persistent')(r) : null)),
-      metric('activation at peak', (r) => (hasIterations(r) ? cls('activation')(r) : null)),
+      metric('born in forward, freed in backward, at peak', (r) => (hasIterations(r) ? cls('activation')(r) : null)),
       metric('gradient at peak', (r) => (hasIterations(r) ? cls('gradient')(r) : null)),
       metric('temporary at peak', (r) => (hasIterations(r) ? cls('temporary')(r) : null)),
-      metric('not persistent at peak (peak − persistent)', (r) => (hasIterations(r) ? r.lifetime_at_peak.activation_memory_bytes : null)),
+      metric('activation memory (peak − persistent)', (r) => (hasIterations(r) ? r.lifetime_at_peak.activation_memory_bytes : null)),
       metric('iterations', (r) => r.iterations.count, fmtInt, signedInt),
       metric('iteration time (median, 2..N)', (r) => (r.iterations.duration_ns.count ? r.iterations.duration_ns.median : null), fmtTime, signedTime),
     ];
@@ -1465,8 +1470,8 @@
     host.replaceChildren(el('h2', {}, 'Side by side'),
       table(['', ...runs.map((r) => r.label), ...runs.slice(1).map((r) => `${r.label} − ${base.label}`)], rows, { id: 'compare-table' }),
       el('p', { class: 'muted hint' }, 'Lifetime classes need training iterations: "–" for a run without. ' +
-        'activation: born in forward, freed in backward; not persistent: everything live at the peak but ' +
-        'the persistent bytes.'));
+        'activation memory = peak − persistent: everything live at the peak that does not persist across ' +
+        'iterations.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
 
     api.compare = () => runs.map((r) => ({
@@ -1510,7 +1515,7 @@
     const METRICS = [
       { key: 'peak_bytes', title: 'peak' },
       { key: 'persistent_bytes', title: 'persistent at the peak' },
-      { key: 'activation_memory_bytes', title: 'not persistent at the peak (peak − persistent)' },
+      { key: 'activation_memory_bytes', title: 'activation memory (peak − persistent)' },
     ];
     const parameter = data.parameter;
     document.getElementById('title').textContent = `· sweep of ${parameter}`;
@@ -1593,9 +1598,9 @@
         p.page ? el('a', { href: p.page, class: 'run-link' }, 'report') : '–'],
     }));
     document.getElementById('phases').replaceChildren(el('h2', {}, 'Points'),
-      table(['label', parameter, 'exit', 'peak', 'persistent', 'not persistent', 'iterations', 'run'], rows, { id: 'sweep-table' }),
+      table(['label', parameter, 'exit', 'peak', 'persistent', 'activation memory', 'iterations', 'run'], rows, { id: 'sweep-table' }),
       el('p', { class: 'muted hint' }, 'persistent: live at the peak and alive across iterations (weights, ' +
-        'optimizer state); not persistent = peak − persistent (activations, gradients, temporaries). Each ' +
+        'optimizer state); activation memory = peak − persistent (activations, gradients, temporaries). Each ' +
         'point is the traced process and device with the highest peak of its run; click a point to open its run.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
     api.sweep = () => ({

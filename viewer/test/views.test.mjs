@@ -75,8 +75,8 @@ test('lifetime classes at the peak: the table and the click on the peak agree wi
   const table = await page.$$eval('#lifetime-table tbody tr', (trs) => Object.fromEntries(
     trs.map((tr) => [tr.dataset.class, Number(tr.dataset.bytes)])));
   for (const [c, bytes] of Object.entries(device.lifetime_at_peak.bytes_by_class)) assert.equal(table[c], bytes, c);
-  assert.equal(table['not persistent'], device.lifetime_at_peak.activation_memory_bytes);
-  assert.equal(table['not persistent'], device.peak.bytes - (device.lifetime_at_peak.bytes_by_class.persistent || 0));
+  assert.equal(table['activation memory'], device.lifetime_at_peak.activation_memory_bytes);
+  assert.equal(table['activation memory'], device.peak.bytes - (device.lifetime_at_peak.bytes_by_class.persistent || 0));
 
   const point = await page.evaluate(() => window.cumemtraceViewer.peakPoint(0));
   await page.mouse.click(point.x, point.y);
