@@ -10,6 +10,11 @@
 //   inside them, so the trace has segment_alloc/segment_free only and each segment's one block
 //   is "inactive" (its use is unknown, not claimed).
 // Every entry has `category`: the phase of origin of its allocation, "unknown" without one.
+// When every allocation has a phase, one `snapshot` entry (the end of the trace) carries
+// "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
+// field (`snapshot.categores.push`), and stops with a TypeError before drawing anything.
+// `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
+// handshake's clock pair is known), as PyTorch writes it; from 0 the page showed 1970.
 #include <algorithm>
 #include <map>
 
@@ -29,7 +34,7 @@ std::string Category(const ProcessTimeline& t, int32_t phase) {
 }
 
 void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes,
-           uint64_t time_ns, const std::string& category) {
+           uint64_t time_abs_ns, const std::string& category) {
   w.BeginDict();
   w.Str("action");
   w.Str(action);
@@ -40,7 +45,7 @@ void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes
   w.Str("stream");
   w.Int(0);  // CUPTI's memory records do not say which stream an allocation is ordered on
   w.Str("time_us");
-  w.UInt(time_ns / 1000);
+  w.UInt(time_abs_ns / 1000);
   w.Str("frames");
   w.BeginList();
   w.EndList();
@@ -132,6 +137,13 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   // One trace per device ordinal, from 0 to the highest seen (PyTorch indexes it by ordinal).
   uint32_t max_device = 0;
   for (const DeviceTimeline& d : t.devices) max_device = std::max(max_device, d.index);
+  const uint64_t origin = p.first_timestamp_abs_ns;  // relative time 0, absolute
+  bool unknown_written = false;
+  uint64_t last_ns = 0;
+  auto category_of = [&unknown_written](const std::string& category) -> const std::string& {
+    unknown_written |= category == "unknown";
+    return category;
+  };
   w.Str("device_traces");
   w.BeginList();
   for (uint32_t ordinal = 0; ordinal <= max_device && !t.devices.empty(); ++ordinal) {
@@ -160,23 +172,29 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
              ++next_failure) {
           const FailedAllocationReport& f = *failures[next_failure];
           // PyTorch's OOM entry carries the device's free bytes in `addr`.
-          Entry(w, "oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
-                f.phase.empty() ? "unknown" : f.phase);
+          Entry(w, "oom", f.device_free_bytes, f.requested_bytes, origin + f.time_ns,
+                category_of(f.phase.empty() ? "unknown" : f.phase));
+          last_ns = std::max(last_ns, f.time_ns);
         }
         if (step == step_owner.size()) break;
         const TimelineAllocation& a = t.allocations[step_owner[step].first];
-        const std::string category = Category(t, a.phase);
+        const std::string category = category_of(Category(t, a.phase));
+        const uint64_t at = origin + now;
+        last_ns = std::max(last_ns, now);
         if (step_owner[step].second) {
-          Entry(w, "segment_alloc", a.address, a.bytes, now, category);
-          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, now, category);
+          Entry(w, "segment_alloc", a.address, a.bytes, at, category);
+          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, at, category);
         } else {
           if (blocks_known) {
-            Entry(w, "free_requested", a.address, a.bytes, now, category);
-            Entry(w, "free_completed", a.address, a.bytes, now, category);
+            Entry(w, "free_requested", a.address, a.bytes, at, category);
+            Entry(w, "free_completed", a.address, a.bytes, at, category);
           }
-          Entry(w, "segment_free", a.address, a.bytes, now, category);
+          Entry(w, "segment_free", a.address, a.bytes, at, category);
         }
       }
+    }
+    if (ordinal == max_device && !unknown_written) {
+      Entry(w, "snapshot", 0, 0, origin + last_ns, "unknown");  // see the top of this file
     }
     w.EndList();
   }

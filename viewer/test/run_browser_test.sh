@@ -3,7 +3,8 @@
 # the real `cumemtrace export` (one trace, and two runs compared), a sweep.html with the real
 # `cumemtrace sweep` over the fake tracer (a synthetic sweep: its peaks are known exactly),
 # then runs viewer/test/*.test.mjs (node --test) against them in Debian's chromium through
-# playwright-core. Exit 77 (CTest: skipped) only when node, npm or chromium is missing;
+# playwright-core, and PyTorch's memory_viz page (MemoryViz.js, vendored) on memory_viz
+# exports of the same traces. Exit 77 (CTest: skipped) only when node, npm or chromium is missing;
 # tools/setup.sh installs them, so CI never skips.
 #   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB
 set -euo pipefail
@@ -21,6 +22,8 @@ rm -rf "$work" && mkdir -p "$work"
 for name in torch_async cuda_phases torch_native; do
   "$cumemtrace" export --format html -o "$work/$name.html" "$golden/$name.cmtrace"
   "$cumemtrace" report --json "$golden/$name.cmtrace" > "$work/$name.summary.json"
+  # For PyTorch's own memory_viz page (memory_viz.test.mjs).
+  "$cumemtrace" export --format memory-viz -o "$work/$name.memory_viz.pickle" "$golden/$name.cmtrace"
 done
 "$cumemtrace" export --format html -o "$work/compare.html" \
   "async=$golden/torch_async.cmtrace" "native=$golden/torch_native.cmtrace"

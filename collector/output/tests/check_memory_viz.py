@@ -9,7 +9,9 @@ summary of the same trace, reading it with Python's own pickle (as PyTorch's too
   address twice, and ends with exactly the segments (and active blocks) of the snapshot;
 - in async mode the highest sum of live `alloc`s is the summary's device peak, in native mode
   the highest sum of live segments is;
-- categories are the summary's phase names or "unknown"; times never go back.
+- categories are the summary's phase names or "unknown", and "unknown" is among them (the
+  page itself adds it through a misspelled field and stops otherwise); times never go back
+  and are wall-clock microseconds: from the process's first timestamp on.
 """
 import json
 import pickle
@@ -44,6 +46,12 @@ def main(snapshot_path, summary_path):
     phases = {p["name"] for p in process["phases"]} | {"unknown"}
     peaks = {d["index"]: d["peak"]["bytes"] for d in process["devices"]}
 
+    origin_us = process["first_timestamp_abs_ns"] // 1000
+    if origin_us < 1577836800 * 10**6:  # 2020-01-01: the golden traces are all later
+        fail("the process's origin %d us is not on the wall clock" % origin_us)
+    categories = {e["category"] for t in snap["device_traces"] for e in t if "category" in e}
+    if categories and "unknown" not in categories:
+        fail("categories %s without 'unknown': MemoryViz.js stops on it" % sorted(categories))
     for device, trace in enumerate(snap["device_traces"]):
         segments, blocks = {}, {}
         live = peak = 0
@@ -55,6 +63,9 @@ def main(snapshot_path, summary_path):
             if entry["time_us"] < last_time:
                 fail("time goes back on device %d" % device)
             last_time = entry["time_us"]
+            if last_time < origin_us:
+                fail("time_us %d before the process started (%d): not wall-clock" %
+                     (last_time, origin_us))
             if action == "segment_alloc":
                 if addr in segments:
                     fail("segment %#x allocated twice" % addr)
@@ -78,7 +89,7 @@ def main(snapshot_path, summary_path):
                 if blocks.pop(addr, None) != size:
                     fail("free_completed of %#x that is not allocated" % addr)
                 live -= size
-            elif action != "oom":
+            elif action not in ("oom", "snapshot"):
                 fail("unknown action %r" % action)
             peak = max(peak, live)
         if device in peaks and peak != peaks[device]:
