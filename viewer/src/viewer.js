@@ -346,7 +346,8 @@
     ctx.clip();
   }
   // Byte gridlines on the left and time labels below, for a time chart of [t0, t1].
-  function drawAxes(ctx, g, yMax, t0, t1) {
+  // `markRows`: rows of iteration marks under the axis, which the time labels go below.
+  function drawAxes(ctx, g, yMax, t0, t1, markRows = 1) {
     const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
     const x = (t) => PAD.left + (t - t0) / (t1 - t0) * g.plotW;
     ctx.fillStyle = '#555';
@@ -358,7 +359,8 @@
     const label = axisFormatter(Math.max(Math.abs(t0), Math.abs(t1)), timeStep, TIME_UNITS);
     for (let k = Math.ceil(t0 / timeStep); k * timeStep <= t1; k++) {
       const t = k * timeStep, text = label(t), tw = ctx.measureText(text).width;
-      ctx.fillText(text, Math.max(2, Math.min(x(t) - tw / 2, g.cssW - tw - 2)), PAD.top + g.plotH + g.strip + 16);
+      ctx.fillText(text, Math.max(2, Math.min(x(t) - tw / 2, g.cssW - tw - 2)),
+        PAD.top + g.plotH + g.strip + 7 * markRows + 11);
       ctx.fillRect(x(t), PAD.top + g.plotH, 1, 4);
     }
   }
@@ -635,9 +637,9 @@
   // ---- memory by the phase it was allocated in ---------------------------------------------
   // Each allocation adds its bytes to its phase at its birth step and takes them away at its
   // death step. Events are grouped by step (a counting sort), and every LAYER_CHECKPOINT
-  // steps the running bytes per phase are kept, so the bytes per phase at any step cost at
-  // most LAYER_CHECKPOINT steps of events. Slot 0 is "(no phase)", slot k + 1 phase k.
-  const LAYER_CHECKPOINT = 2048;
+  // steps the running bytes per phase are kept (phases x steps / 64 numbers), so the bytes
+  // per phase at any step cost at most LAYER_CHECKPOINT steps of events. Slot 0 is "(no phase)", slot k + 1 phase k.
+  const LAYER_CHECKPOINT = 64;
   function phaseLayers(p, d) {
     if (d.layers) return d.layers;
     const a = allocationsOf(d), n = d.time.length, slots = p.phase_names.length + 1;
@@ -681,24 +683,42 @@
     }
   }
   // Per pixel column, the bytes per slot at the column's highest step (so the stack reaches
-  // the drawn maximum and a peak shows what it was made of).
+  // the drawn maximum and a peak shows what it was made of). The highest step comes from the
+  // pyramid's 16-step blocks, and the bytes per slot there from the nearest checkpoint: a
+  // frame costs about steps/16 + 64 per column, not every step in view.
   function layerColumns(p, d, t0, t1, w) {
     const L = phaseLayers(p, d), a = allocationsOf(d), time = d.time, bytes = d.series.bytes;
-    const cols = new Float64Array(w * L.slots);
+    const base = d.series.pyramid.length ? d.series.pyramid[0] : null;
+    const cols = new Float64Array(w * L.slots), v = new Float64Array(L.slots);
     const colStep = (t1 - t0) / w;
-    let i = lowerBound(time, t0);
-    const v = slotsAt(L, a, i - 1);
+    let i = lowerBound(time, t0), carried = -2;
     for (let c = 0; c < w; c++) {
       const end = c === w - 1 ? upperBound(time, t1, i) : lowerBound(time, t0 + (c + 1) * colStep, i);
-      let best = -Infinity;
-      const at = c * L.slots;
-      cols.set(v, at);  // carried in from the left
-      for (; i < end; i++) {
-        applyStep(L, a, i, v);
-        if (bytes[i] > best) { best = bytes[i]; cols.set(v, at); }
+      if (end > i) {
+        slotsAt(L, a, argMaxIn(bytes, base, i, end), v);
+        carried = -2;
+        i = end;
+      } else if (carried !== i - 1) {  // nothing set inside: what was carried in from the left
+        slotsAt(L, a, i - 1, v);
+        carried = i - 1;
       }
+      cols.set(v, c * L.slots);
     }
     return { cols, slots: L.slots };
+  }
+  // The index of the highest value of values[i0..i1) (the first of equals).
+  function argMaxIn(values, base, i0, i1) {
+    let best = i0, top = -Infinity;
+    const scan = (lo, hi) => { for (let k = lo; k < hi; k++) if (values[k] > top) { top = values[k]; best = k; } };
+    if (!base) { scan(i0, i1); return best; }
+    const a = Math.min(i1, Math.ceil(i0 / PYRAMID_BASE) * PYRAMID_BASE);
+    const b = Math.max(a, Math.floor(i1 / PYRAMID_BASE) * PYRAMID_BASE);
+    scan(i0, a);
+    let block = -1, blockTop = top;
+    for (let k = a / PYRAMID_BASE; k < b / PYRAMID_BASE; k++) if (base.max[k] > blockTop) { blockTop = base.max[k]; block = k; }
+    if (block >= 0) scan(block * PYRAMID_BASE, (block + 1) * PYRAMID_BASE);
+    scan(b, i1);
+    return best;
   }
 
   function buildCharts() {
@@ -810,6 +830,9 @@
       ctx.fill();
       for (let c = 0; c < w; c++) base[c] += Math.max(0, cols[c * slots + s]);
     }
+    let top = 0;
+    for (let c = 0; c < w; c++) if (base[c] > top) top = base[c];
+    return top;  // the highest stack drawn
   }
 
   function drawReportChart(chart) {
@@ -823,10 +846,10 @@
 
     clipToPlot(ctx, g);
     drawPhaseBands(ctx, g, p, t0, t1, layered);
-    if (layered) drawLayers(ctx, g, p, d, t0, t1, yMax);
+    const layersMax = layered ? drawLayers(ctx, g, p, d, t0, t1, yMax) : null;
     // Memory in use: per device pixel column, the lowest and highest value.
     chart.drawn = { max: drawSeries(ctx, g, d.series, t0, t1, yMax, 'rgb(29, 78, 216)',
-      layered ? null : 'rgba(37, 99, 235, 0.25)') };
+      layered ? null : 'rgba(37, 99, 235, 0.25)'), layersMax };
     ctx.restore();
     drawAxes(ctx, g, yMax, t0, t1);
     drawIterationMarks(ctx, g, p.iterationStarts, t0, t1, '#7c3aed', 0);
@@ -1398,7 +1421,7 @@
       chart.drawn = runs.map((r) => (r.found && !r.hidden
         ? { label: r.label, max: drawSeries(ctx, g, r.series, t0, t1, yMax, r.color, null) } : null));
       ctx.restore();
-      drawAxes(ctx, g, yMax, t0, t1);
+      drawAxes(ctx, g, yMax, t0, t1, shown.length);
       shown.forEach((r, row) => { if (!r.hidden) drawIterationMarks(ctx, g, r.iterationStarts, t0, t1, r.color, row); });
       ctx.font = '11px system-ui, sans-serif';
       const placed = [];  // label boxes drawn so far: a label that would overlap one moves down

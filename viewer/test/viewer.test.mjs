@@ -144,6 +144,10 @@ test('on load the peak is selected: what was live there by allocating phase, wit
   const byPhase = {};
   for (const g of want) byPhase[g.phase] = (byPhase[g.phase] || 0) + g.bytes;
   assert.deepEqual(layers, byPhase);
+  // Over the whole run, the stacked layers reach the peak exactly, in the peak's column.
+  await page.click('#reset-zoom');
+  await page.waitForFunction(([a]) => window.cumemtraceViewer.view().t0 <= a, [0]);
+  await page.waitForFunction((peak) => window.cumemtraceViewer.drawn()[0].layersMax === peak, device.peak.bytes);
   // The header says what the run was.
   const p = summary.processes[0];
   assert.equal(await page.locator('#run-command').textContent(), p.command_line.join(' '));
