@@ -7,7 +7,9 @@ in two steps like gpu_suite.py:
 
 - one-step EP and its backprop twin (build, one step, exit) at three depths: persistent at
   the peak >= weights + optimizer buffers + cuBLAS's own memory live at the peak, in both;
-  and in `cumemtrace sweep` over the same runs, activation = peak - persistent to the byte.
+  and in `cumemtrace sweep` over the same runs, activation = peak - persistent to the byte;
+- `run --phase` on a module the program imports late (sys.path.insert, then an import inside
+  a function): every phase recorded, in every iteration, and no --phase warning.
 """
 import json
 import os
@@ -20,6 +22,8 @@ sys.path.insert(0, HERE)
 from gpu_suite import Table, load, suite_main  # noqa: E402
 
 DEPTHS = ["10", "100", "1000"]
+EP_METHODS = {"settling/free": "settle_free", "settling/nudged": "settle_nudged",
+              "energy": "energy", "contrast": "contrast", "update": "update"}
 
 
 def cases(cm, programs, r):
@@ -32,6 +36,12 @@ def cases(cm, programs, r):
             name = f"onestep_{mode}_{depth}"
             c[name] = [cm, "run", "-o", out(name), "--", py, ep, *extra, "--depth", depth,
                        "--iterations", "1", "--momentum", "--verify", out(name + ".verify.json")]
+    phase_flags = []
+    for phase, method in EP_METHODS.items():
+        phase_flags += ["--phase", f"{phase}=ep_train:EPTrainer.{method}"]
+    c["late_import"] = [cm, "run", "-o", out("late_import"), *phase_flags, "--", py,
+                        os.path.join(HERE, "late_import", "run_ep.py"), "--no-nvtx",
+                        "--depth", "50", "--iterations", "4"]
     one_step = "--iterations 1 --momentum"
     c["onestep_sweep"] = [cm, "sweep", "-o", out("onestep_sweep"), "--param",
                           "depth=" + ",".join(DEPTHS),
@@ -108,11 +118,24 @@ def check_one_step(t, r, runs):
                     persistent >= floor)
 
 
+def check_late_import(t, r, runs):
+    case = "late_import"
+    t.check(case, "exit status", 0, runs[case]["status"])
+    if runs[case]["status"] != 0:
+        return
+    process = main_process(r, case)
+    occurrences = {p["name"]: p["occurrences"] for p in process["phases"]}
+    t.check(case, "phases, each in every iteration", {p: 4 for p in EP_METHODS}, occurrences)
+    warnings = [l for l in runs[case]["stderr"].splitlines() if "--phase" in l]
+    t.check(case, "no --phase warnings", [], warnings)
+
+
 def check(args):
     r = args.results
     runs = load(os.path.join(r, "fidelity_runs.json"))
     t = Table()
     check_one_step(t, r, runs)
+    check_late_import(t, r, runs)
     failed = t.print()
     print("\none-step memory vs depth (cumemtrace sweep):\n" + runs["onestep_sweep"]["stdout"])
     with open(os.path.join(r, "fidelity_suite.json"), "w") as f:

@@ -12,8 +12,11 @@ How the functions are found:
 - Older Pythons: class methods are wrapped as their class is created (a builtins.__build_class__
   hook) and module functions as their module finishes importing (an import hook). A plain
   function of the __main__ script cannot be reached that way: it gets a warning.
-Names that cannot be resolved get one warning at start (module not found) or at exit
-(function never seen), and the program runs on.
+A target's module is resolved when it is imported, at any time: research scripts put their
+library on sys.path themselves (sys.path.insert) and import it after start, or import it
+lazily inside a function. Nothing is looked up at start (looking up a.b imports package a,
+before the program has run a line). A name that was never resolved gets one warning at exit
+(module never imported, or function never called), and the program runs on.
 """
 import atexit
 import ctypes
@@ -71,23 +74,18 @@ def install(spec):
         _warn("the cumemtrace tracer is not loaded in this process; phases not recorded")
         return
     main_names = _main_module_names()
-    import importlib.util
     seen = set()
-    for phase, module, qualname in targets:
-        if module in main_names:
-            continue
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            _warn(f"{phase}={module}:{qualname}: no module '{module}' can be imported; ignored")
-            seen.add((module, qualname))  # said once is enough
 
     def report_unseen():
         for phase, module, qualname in targets:
-            if (module, qualname) not in seen:
-                _warn(f"{phase}={module}:{qualname} was never called (or never found)")
+            if (module, qualname) in seen:
+                continue
+            if module in main_names or module in sys.modules:
+                _warn(f"{phase}={module}:{qualname} was never called (or '{qualname}' is not "
+                      f"in {module}); no phase recorded")
+            else:
+                _warn(f"{phase}={module}:{qualname}: module '{module}' was never imported; "
+                      f"no phase recorded")
     atexit.register(report_unseen)
 
     if sys.version_info >= (3, 12):
