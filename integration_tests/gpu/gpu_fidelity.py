@@ -8,6 +8,12 @@ in two steps like gpu_suite.py:
 - one-step EP and its backprop twin (build, one step, exit) at three depths: persistent at
   the peak >= weights + optimizer buffers + cuBLAS's own memory live at the peak, in both;
   and in `cumemtrace sweep` over the same runs, activation = peak - persistent to the byte;
+- a GPT-2-like model with an embedding (gpt_train.py): CUB's ranges (NVTX domain CCCL) fold
+  into backward and stay out of the phases and the iteration pattern; the runtime's retried
+  cuMemAllocAsync (CUDA_ERROR_INVALID_CONTEXT, one per autograd thread) is a driver retry, not
+  a failed allocation; its memory_viz export passes check_memory_viz.py;
+- expandable_segments:True: PyTorch's cuMemCreate probe (CUDA_ERROR_NOT_PERMITTED) is a
+  driver retry, and nothing is a failed allocation;
 - `run --phase` on a module the program imports late (sys.path.insert, then an import inside
   a function): every phase recorded, in every iteration, and no --phase warning.
 """
@@ -39,6 +45,19 @@ def cases(cm, programs, r):
     phase_flags = []
     for phase, method in EP_METHODS.items():
         phase_flags += ["--phase", f"{phase}=ep_train:EPTrainer.{method}"]
+    gpt = out("gpt_async")
+    c["gpt_async"] = [cm, "run", "-o", gpt, "--", py, os.path.join(HERE, "gpt_train.py"),
+                      "--stats", out("gpt_async.stats.json")]
+    check_viz = os.path.join(HERE, "..", "..", "collector", "output", "tests",
+                             "check_memory_viz.py")
+    c["gpt_memory_viz"] = ["bash", "-c",
+                           f"'{cm}' export --format memory-viz -o '{gpt}.pickle' "
+                           f"'{gpt}/trace.cmtrace' && "
+                           f"'{cm}' report --json '{gpt}/trace.cmtrace' > '{gpt}.summary.json' && "
+                           f"'{py}' '{check_viz}' '{gpt}.pickle' '{gpt}.summary.json'"]
+    c["expandable"] = ([cm, "run", "-o", out("expandable"), "--", py,
+                        os.path.join(HERE, "torch_train.py"), "--steps", "3"],
+                       {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     c["late_import"] = [cm, "run", "-o", out("late_import"), *phase_flags, "--", py,
                         os.path.join(HERE, "late_import", "run_ep.py"), "--no-nvtx",
                         "--depth", "50", "--iterations", "4"]
@@ -55,8 +74,10 @@ def run(args):
     os.makedirs(args.results, exist_ok=True)
     records = {}
     for name, argv in cases(args.cumemtrace, args.programs, args.results).items():
+        argv, env = argv if isinstance(argv, tuple) else (argv, {})
         started = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, timeout=560)
+        proc = subprocess.run(argv, capture_output=True, timeout=560,
+                              env={**os.environ, **env})
         records[name] = {"argv": argv, "status": proc.returncode,
                          "seconds": round(time.monotonic() - started, 2),
                          "stdout": proc.stdout.decode(errors="replace"),
@@ -118,6 +139,54 @@ def check_one_step(t, r, runs):
                     persistent >= floor)
 
 
+LIBRARY_DOMAINS = ("CCCL", "NCCL", "NVSHMEM", "cuDNN", "cuBLAS", "cuFFT", "cuSPARSE", "cuSOLVER",
+                   "cuRAND", "cuTENSOR", "nvJPEG", "NPP")
+
+
+def check_gpt(t, r, runs):
+    case = "gpt_async"
+    t.check(case, "exit status", 0, runs[case]["status"])
+    if runs[case]["status"] != 0:
+        return
+    process = main_process(r, case)
+    names = [p["name"] for p in process["phases"]]
+    t.check(case, "phases (library ranges rolled up)", ["forward", "backward", "optimizer"], names)
+    t.check(case, "no library domain among the phases", [],
+            [n for n in names if n.split(":")[0] in LIBRARY_DOMAINS])
+    t.check(case, "iteration pattern", "forward > backward > optimizer",
+            process["iterations"]["range"])
+    t.check(case, f"library ranges folded into their phase ({process['rolled_up_ranges']})", True,
+            process["rolled_up_ranges"] > 0)
+    t.check(case, "failed allocations", [], [(f["api"], f["error_name"])
+                                             for f in process["failed_allocations"]])
+    t.check(case, "phase table: failed", 0, sum(d["failed_allocations"] for p in process["phases"]
+                                                 for d in p["devices"]))
+    retries = [(f["api"], f["error_name"]) for f in process["driver_retries"]]
+    t.check(case, f"driver retries {sorted(set(retries))} (x{len(retries)}), none out-of-memory",
+            True, len(retries) > 0 and all("OUT_OF_MEMORY" not in e for _, e in retries))
+    stats = load(os.path.join(r, "gpt_async.stats.json"))
+    async_api = [v["peak_bytes"] for k, v in device0(process)["by_api"].items()
+                 if "MemAllocAsync" in k or "MallocAsync" in k]
+    t.check(case, "stream-ordered allocations' own peak = torch.cuda.max_memory_allocated()",
+            stats["max_memory_allocated"], max(async_api or [None]))
+    viz = runs["gpt_memory_viz"]
+    t.check("gpt_memory_viz", "check_memory_viz.py", 0, viz["status"],
+            viz["status"] == 0 and "ok:" in viz["stdout"])
+
+    case = "expandable"
+    t.check(case, "exit status", 0, runs[case]["status"])
+    if runs[case]["status"] != 0:
+        return
+    process = main_process(r, case)
+    t.check(case, "failed allocations", [], [(f["api"], f["error_name"])
+                                             for f in process["failed_allocations"]])
+    t.check(case, "phase table: failed", 0, sum(d["failed_allocations"] for p in process["phases"]
+                                                 for d in p["devices"]))
+    retries = sorted({(f["api"], f["error_name"]) for f in process["driver_retries"]})
+    t.check(case, f"driver retries {retries} include the cuMemCreate probe", True,
+            any(api.startswith("cuMemCreate") for api, _ in retries))
+
+
 def check_late_import(t, r, runs):
     case = "late_import"
     t.check(case, "exit status", 0, runs[case]["status"])
@@ -135,6 +204,7 @@ def check(args):
     runs = load(os.path.join(r, "fidelity_runs.json"))
     t = Table()
     check_one_step(t, r, runs)
+    check_gpt(t, r, runs)
     check_late_import(t, r, runs)
     failed = t.print()
     print("\none-step memory vs depth (cumemtrace sweep):\n" + runs["onestep_sweep"]["stdout"])
