@@ -19,23 +19,6 @@ uint64_t Key(uint32_t slot, uint64_t address) {
   return address ^ (static_cast<uint64_t>(slot) << 56);
 }
 
-const char* ClockName(int clock) {
-  switch (clock) {
-    case v1::TIMESTAMP_CLOCK_MONOTONIC: return "monotonic";
-    case v1::TIMESTAMP_CLOCK_REALTIME: return "realtime";
-    default: return "unspecified";
-  }
-}
-
-const char* InjectionName(int mode) {
-  switch (mode) {
-    case v1::INJECTION_MODE_LD_PRELOAD: return "ld_preload";
-    case v1::INJECTION_MODE_CUDA_INJECTION: return "cuda_injection";
-    case v1::INJECTION_MODE_NVTX_INJECTION: return "nvtx_injection";
-    default: return "unspecified";
-  }
-}
-
 const char* DropSourceName(int source) {
   switch (source) {
     case v1::DROP_SOURCE_CUPTI: return "cupti";
@@ -44,29 +27,10 @@ const char* DropSourceName(int source) {
   }
 }
 
-// What the stream said about itself: handshake, exit, close, gaps, damage.
+// What the stream said about itself (StreamFacts), and how it ended.
 void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
-  p->stream_id = s.stream_id;
-  p->has_handshake = s.has_handshake;
-  p->pid = s.has_handshake ? s.pid : s.peer_pid;
-  p->ppid = s.ppid;
-  p->command_line = s.command_line;
-  p->hostname = s.hostname;
-  p->tracer_version = s.tracer_version;
-  p->timestamp_clock = ClockName(s.timestamp_clock);
-  p->allocator_mode = s.allocator_mode;
-  p->pytorch_alloc_conf = s.pytorch_alloc_conf;
-  p->injection_mode = InjectionName(s.injection_mode);
-  p->kernels_enabled = s.kernels_enabled;
-  p->rank = s.rank;
-  p->local_rank = s.local_rank;
-  p->world_size = s.world_size;
-  p->notices = s.notices;
-  p->thread_names = s.thread_names;
-  p->sequence_gaps = s.gaps;
-  for (const SequenceGap& g : s.gaps) p->lost_batches += g.missing;
-  p->batches = s.batches;
-  p->damage = s.damage;
+  static_cast<StreamFacts&>(*p) = s;
+  for (const SequenceGap& g : s.sequence_gaps) p->lost_batches += g.missing;
   p->damaged = !s.damage.empty();
 
   // The launcher saw the real end (signals included); the tracer's record is second best.

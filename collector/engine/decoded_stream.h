@@ -81,23 +81,10 @@ struct TracerMemoryRecord {
 };
 
 // Everything one stream (one traced process) delivered.
-struct DecodedStream {
-  uint32_t stream_id = 0;
-  bool has_handshake = false;
-  uint32_t pid = 0;
-  uint32_t ppid = 0;
-  std::vector<std::string> command_line;
-  std::string hostname;
-  std::string tracer_version;
-  int timestamp_clock = 0;
-  std::string allocator_mode;
-  std::string pytorch_alloc_conf;
-  int injection_mode = 0;
-  bool kernels_enabled = false;
+struct DecodedStream : StreamFacts {
+  DecodedStream() { timestamp_clock = injection_mode = "unspecified"; }  // until a handshake
+
   uint64_t trace_start_ns = 0;
-  int32_t rank = -1;        // rank in a distributed job, -1 when not in one
-  int32_t local_rank = -1;
-  int32_t world_size = 0;
   // Added to this stream's timestamps to put them on CLOCK_REALTIME (multi-host jobs);
   // 0 when unknown.
   int64_t realtime_offset_ns = 0;
@@ -106,14 +93,10 @@ struct DecodedStream {
   std::unordered_map<uint32_t, std::string> strings;
   std::map<uint32_t, DeviceInfoRecord> device_info;
   std::map<uint32_t, TracerMemoryRecord> tracer_memory;
-  std::map<uint32_t, std::string> thread_names;
-  std::vector<Notice> notices;
   std::vector<DropRecord> drops;
 
-  uint64_t batches = 0;
   bool saw_batch = false;
   uint64_t next_sequence = 0;
-  std::vector<SequenceGap> gaps;
 
   std::optional<int32_t> process_exit_code;
   uint64_t process_exit_ns = 0;
@@ -121,9 +104,6 @@ struct DecodedStream {
   bool closed = false;
   int close_reason = 0;
   std::string close_error;
-  uint32_t peer_pid = 0;
-
-  std::vector<std::string> damage;  // frames skipped and why
 
   // "" for id 0; an id that was never defined shows as "#<id>" rather than vanishing.
   std::string Resolve(uint32_t id) const {

@@ -257,10 +257,12 @@ struct AllocationLifetime {
   std::string lifetime_class;
 };
 
-struct ProcessReport {
+// What a stream (one traced process) said about itself, as the decoder reads it
+// (decoded_stream.h) and the report lists it: one struct from the handshake to summary.json.
+struct StreamFacts {
   uint32_t stream_id = 0;
   bool has_handshake = false;
-  uint32_t pid = 0;
+  uint32_t pid = 0;  // the handshake's; without one, the peer the collector saw connect
   uint32_t ppid = 0;
   std::vector<std::string> command_line;
   std::string hostname;
@@ -268,21 +270,26 @@ struct ProcessReport {
   std::string timestamp_clock;  // "monotonic", "realtime", "unspecified"
   std::string allocator_mode;
   std::string pytorch_alloc_conf;
-  std::string injection_mode;  // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
+  // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
+  std::string injection_mode;
   bool kernels_enabled = false;
   int32_t rank = -1;        // rank in a distributed job (RANK / SLURM_PROCID), -1: none
   int32_t local_rank = -1;  // rank on its host, -1: unknown
   int32_t world_size = 0;   // ranks in the job, 0: unknown
+  std::vector<std::string> damage;  // frames skipped and why
+  std::vector<Notice> notices;
+  std::vector<SequenceGap> sequence_gaps;
+  uint64_t batches = 0;
+  std::map<uint32_t, std::string> thread_names;
+};
+
+struct ProcessReport : StreamFacts {
   ExitStatus exit;
   bool complete = false;  // an exit record (tracer or launcher) was seen
   std::vector<std::string> incomplete_reasons;
   bool damaged = false;  // some wire frames could not be parsed and were skipped
-  std::vector<std::string> damage;
-  std::vector<Notice> notices;
   std::vector<DropSummary> dropped;
-  std::vector<SequenceGap> sequence_gaps;
   uint64_t lost_batches = 0;
-  uint64_t batches = 0;
   uint64_t events = 0;
   // Events that arrived after the analysis had swept past their time (more than the
   // reorder window late): applied where they arrived, out of time order (design.md).
@@ -290,7 +297,6 @@ struct ProcessReport {
   uint64_t first_timestamp_abs_ns = 0;
   uint64_t last_timestamp_abs_ns = 0;
   uint64_t duration_ns = 0;
-  std::map<uint32_t, std::string> thread_names;
   std::vector<DeviceReport> devices;  // by index
   std::vector<PhaseReport> phases;    // by first opening
   uint64_t nvtx_marks = 0;

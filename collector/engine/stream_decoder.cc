@@ -13,6 +13,23 @@
 
 namespace cumemtrace::internal {
 namespace {
+const char* ClockName(int clock) {
+  switch (clock) {
+    case v1::TIMESTAMP_CLOCK_MONOTONIC: return "monotonic";
+    case v1::TIMESTAMP_CLOCK_REALTIME: return "realtime";
+    default: return "unspecified";
+  }
+}
+
+const char* InjectionName(int mode) {
+  switch (mode) {
+    case v1::INJECTION_MODE_LD_PRELOAD: return "ld_preload";
+    case v1::INJECTION_MODE_CUDA_INJECTION: return "cuda_injection";
+    case v1::INJECTION_MODE_NVTX_INJECTION: return "nvtx_injection";
+    default: return "unspecified";
+  }
+}
+
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
 
 // The fields of the three hot payloads, as protobuf's accessors return them. Both decoding
@@ -433,10 +450,10 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
   stream.command_line.assign(handshake.command_line().begin(), handshake.command_line().end());
   stream.hostname = handshake.hostname();
   stream.tracer_version = handshake.tracer_version();
-  stream.timestamp_clock = handshake.timestamp_clock();
+  stream.timestamp_clock = ClockName(handshake.timestamp_clock());
   stream.allocator_mode = handshake.allocator_mode();
   stream.pytorch_alloc_conf = handshake.pytorch_alloc_conf();
-  stream.injection_mode = handshake.injection_mode();
+  stream.injection_mode = InjectionName(handshake.injection_mode());
   stream.kernels_enabled = handshake.kernels_enabled();
   stream.trace_start_ns = handshake.trace_start_ns();
   stream.rank = handshake.has_rank() ? handshake.rank() : -1;
@@ -464,7 +481,7 @@ void StreamDecoder::BeginBatch(DecodedStream& stream, uint64_t sequence) {
     gap.after_sequence = stream.saw_batch ? stream.next_sequence - 1 : 0;
     gap.next_sequence = sequence;
     gap.missing = sequence > stream.next_sequence ? sequence - stream.next_sequence : 0;
-    stream.gaps.push_back(gap);
+    stream.sequence_gaps.push_back(gap);
   }
   stream.saw_batch = true;
   stream.next_sequence = sequence + 1;
@@ -581,7 +598,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
 void StreamDecoder::AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record) {
   switch (record.kind_case()) {
     case v1::CollectorRecord::kOpened:
-      stream.peer_pid = record.opened().peer_pid();
+      if (!stream.has_handshake) stream.pid = record.opened().peer_pid();
       break;
     case v1::CollectorRecord::kClosed:
       stream.closed = true;
