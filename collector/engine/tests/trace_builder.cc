@@ -1,6 +1,7 @@
 #include "collector/engine/tests/trace_builder.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -287,7 +288,8 @@ std::string FileBytes(const std::vector<v1::TraceChunk>& chunks) {
 }
 
 std::string WriteTempFile(const std::string& name, const std::string& bytes) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  // TempDir() is shared by every test process on the machine: the pid keeps them apart.
+  const std::string path = ::testing::TempDir() + "/" + std::to_string(getpid()) + "." + name;
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(),
                                                                 static_cast<std::streamsize>(bytes.size()));
   return path;
