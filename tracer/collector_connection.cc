@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -20,6 +23,28 @@ int64_t NowMs() {
 }
 
 }  // namespace
+
+int MoveToHighDescriptor(int fd) {
+  // Three quarters of the way to the soft limit (768 under the usual 1024): far above what
+  // programs open, and still below the limit a program may lower it to later.
+  rlimit limit{};
+  rlim_t floor = 768;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    floor = std::min<rlim_t>(floor, limit.rlim_cur / 4 * 3);
+  }
+  if (floor <= static_cast<rlim_t>(fd)) return fd;
+  const int high = fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(floor));
+  if (high < 0) return fd;  // nothing free up there: keep the low number, still checked
+  close(fd);
+  return high;
+}
+
+bool SameDescriptor(int fd, dev_t dev, ino_t ino) {
+  struct stat st {};
+  return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+bool CollectorConnection::StillOurs() const { return SameDescriptor(fd_, dev_, ino_); }
 
 bool CollectorConnection::Connect(const std::string& path, std::string* error) {
   sockaddr_un address{};
@@ -44,13 +69,29 @@ bool CollectorConnection::Connect(const std::string& path, std::string* error) {
     close(fd);
     return false;
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  fd_ = fd;
+  const int moved = MoveToHighDescriptor(fd);
+  fcntl(moved, F_SETFL, fcntl(moved, F_GETFL) | O_NONBLOCK);
+  struct stat st {};
+  if (fstat(moved, &st) != 0) {
+    *error = std::string("fstat of the collector socket: ") + strerror(errno);
+    close(moved);
+    return false;
+  }
+  fd_ = moved;
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
   return true;
 }
 
 CollectorConnection::SendResult CollectorConnection::Send(std::string* outbox, int timeout_ms) {
   if (fd_ < 0) return SendResult::kClosed;
+  // Checked before every send: between two sends the program may have closed the number
+  // and opened its own file or socket there. A close and reopen inside this very call
+  // would still escape the check; no portable call sends to "this socket only".
+  if (!StillOurs()) {
+    fd_ = -1;  // not ours: neither written nor closed
+    return SendResult::kTaken;
+  }
   const int64_t deadline = NowMs() + timeout_ms;
   size_t sent = 0;
   SendResult result = SendResult::kAllSent;
@@ -71,9 +112,15 @@ CollectorConnection::SendResult CollectorConnection::Send(std::string* outbox, i
       poll(&p, 1, static_cast<int>(left));
       continue;
     }
-    // EPIPE, ECONNRESET, ...: the collector is gone.
-    Close();
-    result = SendResult::kClosed;
+    // EPIPE, ECONNRESET, ...: the collector is gone. EBADF, ENOTSOCK: the number was
+    // taken since the check.
+    if (!StillOurs()) {
+      fd_ = -1;
+      result = SendResult::kTaken;
+    } else {
+      Close();
+      result = SendResult::kClosed;
+    }
     break;
   }
   outbox->erase(0, sent);
@@ -82,12 +129,11 @@ CollectorConnection::SendResult CollectorConnection::Send(std::string* outbox, i
 
 void CollectorConnection::AbandonAfterFork() {
   // The child shares the parent's socket; closing our copy does not end the parent's stream.
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
+  Close();
 }
 
 void CollectorConnection::Close() {
-  if (fd_ >= 0) close(fd_);
+  if (StillOurs()) close(fd_);
   fd_ = -1;
 }
 

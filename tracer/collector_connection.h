@@ -1,6 +1,14 @@
 // The tracer's end of the Unix socket. Only the sender thread uses it. Never raises SIGPIPE
 // (MSG_NOSIGNAL) and never blocks longer than the caller allows.
+//
+// The descriptor lives in the program's table, where the program may close it (daemons,
+// shells, close_range, subprocess helpers) and get the same number for its own file or
+// socket. So it sits at a high number (MoveToHighDescriptor), close-on-exec, and its identity
+// (st_dev, st_ino) is checked before each send: once the number is no longer our socket the
+// connection is given up without touching that number again (kTaken).
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 
@@ -8,7 +16,12 @@ namespace cumemtrace::tracer {
 
 class CollectorConnection {
  public:
-  enum class SendResult { kAllSent, kPending, kClosed };
+  enum class SendResult {
+    kAllSent,
+    kPending,
+    kClosed,  // the collector went away
+    kTaken,   // the program closed or replaced our descriptor: never touched again
+  };
 
   // Connects (blocking; a local socket answers at once or not at all), then switches the
   // socket to non-blocking. False with *error on failure.
@@ -17,11 +30,24 @@ class CollectorConnection {
   SendResult Send(std::string* outbox, int timeout_ms);
   // In a forked child: forget the parent's socket without touching the parent's stream.
   void AbandonAfterFork();
+  // Closes the socket, unless the number no longer is ours.
   void Close();
   bool connected() const { return fd_ >= 0; }
+  // True while fd_ still is the socket we connected (same st_dev and st_ino).
+  bool StillOurs() const;
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
+
+// Moves `fd` to a high descriptor number, close-on-exec, out of the range a program's own
+// open() calls reach, and returns it (or `fd` itself when no high number is free). Programs
+// open their files at the lowest free number; the tracer's must not be the one they get.
+int MoveToHighDescriptor(int fd);
+// True when `fd` is open and is the file (st_dev, st_ino).
+bool SameDescriptor(int fd, dev_t dev, ino_t ino);
 
 }  // namespace cumemtrace::tracer

@@ -65,7 +65,15 @@ inline Child SpawnChild(const std::vector<std::string>& args, std::vector<std::s
   if (child.pid == 0) {
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
-    for (const auto& [ours, theirs] : fds) dup2(ours, theirs);  // dup2 clears CLOEXEC
+    for (const auto& [ours, theirs] : fds) {
+      // dup2 clears CLOEXEC, except onto itself: then the descriptor would vanish at exec and
+      // the child's first open (the tracer's socket) would take its number.
+      if (ours == theirs) {
+        fcntl(ours, F_SETFD, 0);
+      } else {
+        dup2(ours, theirs);
+      }
+    }
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(120);
     execve(argv[0], argv.data(), envp.data());
     _exit(121);

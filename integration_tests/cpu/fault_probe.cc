@@ -20,13 +20,23 @@
 //               [--die=kill|segv|abort]      die that way after the work
 //               [--death-fd=F]               before dying, read F to EOF
 //               [--exit=CODE]
+//               [--hijack=file:PATH|socketpair]  after the first range, close every fd the
+//                                            program did not open (as daemons and
+//                                            subprocess helpers do), put its own file or
+//                                            socketpair on each of those numbers, and
+//                                            between the ranges write 20 lines to the file
+//                                            or 20 pings through the socketpair
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <nvtx3/nvToolsExt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +65,7 @@ struct Options {
   std::string die;
   int death_fd = -1;
   int exit_code = 0;
+  std::string hijack;
 };
 
 uint64_t NowNs() {
@@ -100,12 +111,72 @@ Options Parse(int argc, char** argv) {
     else if (const char* v12 = value("--exit=")) o.exit_code = atoi(v12);
     else if (const char* v13 = value("--death-fd=")) o.death_fd = atoi(v13);
     else if (const char* v14 = value("--duration-ms=")) o.duration_ms = atol(v14);
+    else if (const char* v15 = value("--hijack=")) o.hijack = v15;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
       exit(2);
     }
   }
   return o;
+}
+
+// Descriptors >= 3 this program did not open itself (not named by an option).
+std::vector<int> ForeignFds(const Options& o) {
+  std::vector<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return fds;
+  const int own_dir = dirfd(dir);
+  while (dirent* entry = readdir(dir)) {
+    const int fd = atoi(entry->d_name);
+    if (entry->d_name[0] == '.' || fd < 3 || fd == own_dir) continue;
+    if (fd == o.ready_fd || fd == o.go_fd || fd == o.done_fd || fd == o.stats_fd ||
+        fd == o.death_fd) {
+      continue;
+    }
+    fds.push_back(fd);
+  }
+  closedir(dir);
+  return fds;
+}
+
+// What a daemon or a subprocess helper does: close what it did not open, then open its own
+// file or socketpair, which lands on the numbers just freed. Returns the program's fd for
+// lines (file) or its two socket ends (socketpair) in *ends.
+bool Hijack(const Options& o, int ends[2]) {
+  const std::vector<int> foreign = ForeignFds(o);
+  for (int fd : foreign) close(fd);
+  if (o.hijack.rfind("file:", 0) == 0) {
+    ends[0] = open(o.hijack.c_str() + 5, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+    ends[1] = -1;
+  } else if (o.hijack == "socketpair") {
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, ends) != 0) return false;
+  } else {
+    return false;
+  }
+  if (ends[0] < 0) return false;
+  for (int fd : foreign) {
+    if (fd != ends[0] && fd != ends[1]) dup2(ends[0], fd);
+  }
+  return true;
+}
+
+// One line into the file, or one ping through the socketpair read back intact.
+bool UseHijackedFd(const int ends[2], int i) {
+  const std::string line = "line " + std::to_string(i) + "\n";
+  if (write(ends[0], line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    return false;
+  }
+  if (ends[1] < 0) return true;
+  std::string echo;
+  while (echo.size() < line.size()) {
+    pollfd p{ends[1], POLLIN, 0};
+    char buffer[256];
+    if (poll(&p, 1, 5000) != 1) return false;
+    const ssize_t n = read(ends[1], buffer, std::min(sizeof(buffer), line.size() - echo.size()));
+    if (n <= 0) return false;
+    echo.append(buffer, static_cast<size_t>(n));
+  }
+  return echo == line;
 }
 
 }  // namespace
@@ -119,6 +190,21 @@ int main(int argc, char** argv) {
     close(o.ready_fd);
   }
   if (o.go_fd >= 0) ReadToEof(o.go_fd);
+  if (!o.hijack.empty()) {
+    int ends[2] = {-1, -1};
+    if (!Hijack(o, ends)) return 93;
+    int failures = 0;
+    for (int i = 0; i < 20; ++i) {
+      for (long r = 0; r < o.ranges; ++r) {
+        nvtxRangePushA("step");
+        nvtxRangePop();
+      }
+      usleep(20000);  // time for a tracer to send what the ranges queued
+      if (!UseHijackedFd(ends, i)) ++failures;
+    }
+    printf("fault_probe: %d of 20 uses of its own fd failed\n", failures);
+    return failures == 0 ? o.exit_code : 92;
+  }
 
   const uint64_t work_start = NowNs();
   const uint64_t deadline = work_start + static_cast<uint64_t>(o.duration_ms) * 1000000;

@@ -387,6 +387,68 @@ TEST_F(TracerFaults, StoppedCollectorNeitherBlocksThreadsNorGrowsMemoryAndDropsA
          static_cast<unsigned long long>(produced), s.drops.size(), e.usage.ru_maxrss);
 }
 
+// --- the program takes the tracer's descriptor -------------------------------------------
+
+// A program that closes every descriptor it did not open (daemons, shells, close_range,
+// subprocess helpers) and then opens its own file or socketpair gets the tracer's numbers.
+// The tracer must notice that the descriptor is no longer its connection, stop with one
+// notice, and never write to (or close) the program's file or socket. The probe's own pipes
+// sit at 50 and 51, so the lowest free numbers (3, 4) are the tracer's unless it moved.
+TEST_F(TracerFaults, ProgramReusingTheTracersDescriptorForAFileKeepsItsFile) {
+  StartDaemon();
+  const std::string file = tmp_ + "/program-file.txt";
+  Pipe ready;
+  Pipe go;
+  const Child traced = Spawn({kProbe, "--ranges=200", "--ready-fd=50", "--go-fd=51",
+                              "--hijack=file:" + file},
+                             TracedEnv(), {{ready.fds[1], 50}, {go.fds[0], 51}});
+  ready.CloseWrite();
+  go.CloseRead();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");  // connected: the tracer holds its descriptor now
+  go.CloseWrite();
+  const Exit e = Finish(traced, 30);
+  ASSERT_TRUE(WIFEXITED(e.status)) << "killed by signal " << WTERMSIG(e.status);
+  EXPECT_EQ(WEXITSTATUS(e.status), 0) << e.out << e.err;
+  EXPECT_EQ(e.out, "fault_probe: 0 of 20 uses of its own fd failed\n");
+  std::ifstream in(file, std::ios::binary);
+  std::string expected;
+  for (int i = 0; i < 20; ++i) expected += "line " + std::to_string(i) + "\n";
+  const std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, expected) << "the tracer wrote into the program's file";
+  EXPECT_EQ(CountLines(e.err, "cumemtrace:"), 1) << e.err;
+  EXPECT_NE(e.err.find("reused its descriptor; tracing stopped, the program continues"),
+            std::string::npos)
+      << e.err;
+  StopDaemon();
+  std::map<uint32_t, StreamFacts> streams = DaemonStreams();
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(traced.pid)), 1u);
+  EXPECT_EQ(streams.at(static_cast<uint32_t>(traced.pid)).pushes.at("startup"), 1);
+}
+
+TEST_F(TracerFaults, ProgramReusingTheTracersDescriptorForASocketpairNeverBlocks) {
+  StartDaemon();
+  Pipe ready;
+  Pipe go;
+  const Child traced =
+      Spawn({kProbe, "--ranges=200", "--ready-fd=50", "--go-fd=51", "--hijack=socketpair"},
+            TracedEnv(), {{ready.fds[1], 50}, {go.fds[0], 51}});
+  ready.CloseWrite();
+  go.CloseRead();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");
+  go.CloseWrite();
+  // A tracer writing into the program's socket corrupts its pings or blocks both ends; each
+  // read waits at most 5 s in the probe, so a corrupted or blocked run ends with status 92.
+  const Exit e = Finish(traced, 60);
+  ASSERT_TRUE(WIFEXITED(e.status)) << "killed by signal " << WTERMSIG(e.status);
+  EXPECT_EQ(WEXITSTATUS(e.status), 0) << e.out << e.err;
+  EXPECT_EQ(e.out, "fault_probe: 0 of 20 uses of its own fd failed\n");
+  EXPECT_EQ(CountLines(e.err, "cumemtrace:"), 1) << e.err;
+  EXPECT_NE(e.err.find("tracing stopped, the program continues"), std::string::npos) << e.err;
+  StopDaemon();
+}
+
 // --- the program dies ---------------------------------------------------------------------
 
 TEST_F(TracerFaults, ProgramKilledBySignalKeepsEverythingSent) {

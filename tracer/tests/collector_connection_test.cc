@@ -1,6 +1,8 @@
 #include "tracer/collector_connection.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -65,6 +67,39 @@ TEST_F(ConnectionTest, StalledPeerCostsAtMostTheTimeout) {
   EXPECT_LT(outbox.size(), size_t{64} << 20);  // what was sent is gone from the outbox
   EXPECT_GT(outbox.size(), 0u);
   close(peer);
+}
+
+TEST_F(ConnectionTest, SitsAtAHighCloseOnExecDescriptor) {
+  CollectorConnection connection;
+  std::string error;
+  ASSERT_TRUE(connection.Connect(path_, &error)) << error;
+  EXPECT_GE(connection.fd(), 100);
+  EXPECT_NE(fcntl(connection.fd(), F_GETFD) & FD_CLOEXEC, 0);
+  close(accept(listener_, nullptr, nullptr));
+}
+
+TEST_F(ConnectionTest, ADescriptorTheProgramReusedIsNeitherWrittenNorClosed) {
+  CollectorConnection connection;
+  std::string error;
+  ASSERT_TRUE(connection.Connect(path_, &error)) << error;
+  const int peer = accept(listener_, nullptr, nullptr);
+  // The program closes the number and its own file lands there.
+  const std::string file = dir_ + "/program.txt";
+  const int program_fd = open(file.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(program_fd, 0);
+  const int number = connection.fd();
+  ASSERT_EQ(dup2(program_fd, number), number);
+  std::string outbox = "frame bytes";
+  EXPECT_EQ(connection.Send(&outbox, 100), CollectorConnection::SendResult::kTaken);
+  EXPECT_FALSE(connection.connected());
+  connection.Close();
+  struct stat st {};
+  ASSERT_EQ(fstat(number, &st), 0) << "the tracer closed the program's descriptor";
+  EXPECT_EQ(st.st_size, 0) << "the tracer wrote into the program's file";
+  close(number);
+  close(program_fd);
+  close(peer);
+  unlink(file.c_str());
 }
 
 TEST_F(ConnectionTest, ConnectFailureExplainsItself) {
