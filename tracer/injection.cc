@@ -104,6 +104,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 // includes the header-only NVTX has its own).
 extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
+  // Fork waits while this runs: a child forked now would spin in the NVTX header forever.
+  const cumemtrace::tracer::InitScope init;
   TracerRuntime::Get().Start(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
 }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <new>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -189,6 +190,13 @@ void Patch(NvtxFunctionTable table, unsigned int size, unsigned int id, F functi
 }
 
 }  // namespace
+
+// Domain registration's mutex is held across fork, so a child never inherits it held.
+void LockNvtxBeforeFork() { g_domains_mutex.lock(); }
+void UnlockNvtxInParentAfterFork() { g_domains_mutex.unlock(); }
+void ResetNvtxInChildAfterFork() {
+  new (&g_domains_mutex) std::mutex();  // held by the forking thread, the child's only one
+}
 
 int PatchNvtxTables(NvtxGetExportTableFunc_t get_export_table) {
   if (get_export_table == nullptr) return 0;

@@ -135,7 +135,30 @@ struct SenderState {
 
 SenderState* g_sender = nullptr;
 
+// Threads inside the tracer's initialization right now.
+std::atomic<int> g_inits_in_progress{0};
+
+// The NVTX header initializes each instance once: the first caller marks it "started", loads
+// the injection, calls InitializeInjectionNvtx2, and marks it "complete"; other threads spin
+// meanwhile. A fork between the two marks copies "started" into a child with no thread to
+// finish it, and the child's first NVTX call spins forever (a race in the header, untraced
+// too). The tracer must not widen that window, nor leave a child half its own init: fork
+// waits until no thread is inside it.
+void WaitForInitsBeforeFork() {
+  bool waited = false;
+  // Bounded (1 s): a thread blocked inside the init must never hang the program's fork.
+  for (int i = 0; i < 20000 && g_inits_in_progress.load() > 0; ++i) {
+    waited = true;
+    usleep(50);
+  }
+  // The header marks the instance complete right after InitializeInjectionNvtx2 returns.
+  if (waited) usleep(200);
+}
+
 }  // namespace
+
+InitScope::InitScope() { g_inits_in_progress.fetch_add(1); }
+InitScope::~InitScope() { g_inits_in_progress.fetch_sub(1); }
 
 TracerRuntime& TracerRuntime::Get() {
   static TracerRuntime* runtime = new TracerRuntime();
@@ -164,6 +187,7 @@ void TracerRuntime::Notice(v1::NoticeLevel level, const std::string& code,
 }
 
 void TracerRuntime::Start(v1::InjectionMode mode) {
+  const InitScope init;
   if (started_.exchange(true)) return;
   pid_ = getpid();
   mode_ = mode;
@@ -302,9 +326,16 @@ void TracerRuntime::OnExit(int status, void* arg) {
   self.recording_.store(false);
 }
 
-void TracerRuntime::AtForkPrepare() { Get().queue_.LockBeforeFork(); }
+void TracerRuntime::AtForkPrepare() {
+  WaitForInitsBeforeFork();
+  LockNvtxBeforeFork();
+  Get().queue_.LockBeforeFork();
+}
 
-void TracerRuntime::AtForkParent() { Get().queue_.UnlockInParentAfterFork(); }
+void TracerRuntime::AtForkParent() {
+  Get().queue_.UnlockInParentAfterFork();
+  UnlockNvtxInParentAfterFork();
+}
 
 void TracerRuntime::AtForkChild() {
   // The sender thread does not exist in the child and the parent's stream is not ours.
@@ -317,6 +348,8 @@ void TracerRuntime::AtForkChild() {
   const bool parent_was_recording = self.recording_.load();
   self.recording_.store(false);
   self.queue_.ResetInChildAfterFork();
+  ResetNvtxInChildAfterFork();
+  g_inits_in_progress.store(0);
   // Rebuilt, never destroyed: another parent thread may have held them, and the parent's
   // sender was waiting on the condition variable (a copied waiter can block notify).
   new (&self.wake_mutex_) std::mutex();
@@ -419,11 +452,17 @@ void TracerRuntime::SenderMain() {
     // while the collector did not read must not be the next thing thrown away.
     const bool alive = DrainOnce(&outbox, /*final=*/stopping);
     if (alive && !outbox.empty()) {
-      if (s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0) ==
-          CollectorConnection::SendResult::kClosed) {
+      const CollectorConnection::SendResult sent =
+          s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0);
+      if (sent == CollectorConnection::SendResult::kClosed) {
         recording_.store(false);
         Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
                "the collector went away; tracing stopped, the program continues");
+      } else if (sent == CollectorConnection::SendResult::kTaken) {
+        recording_.store(false);
+        Notice(v1::NOTICE_LEVEL_WARNING, "connection_taken",
+               "the program closed the tracer's connection and reused its descriptor; "
+               "tracing stopped, the program continues");
       }
     }
     if (stopping || !s.connection.connected()) {

@@ -17,6 +17,21 @@
 
 namespace cumemtrace::tracer {
 
+// Marks a thread as inside the tracer's initialization (Start, InitializeInjectionNvtx2)
+// for its lifetime; fork waits for such threads (see WaitForInitsBeforeFork).
+class InitScope {
+ public:
+  InitScope();
+  ~InitScope();
+  InitScope(const InitScope&) = delete;
+  InitScope& operator=(const InitScope&) = delete;
+};
+
+// Around fork (tracer_runtime.cc's pthread_atfork handlers): the NVTX domain mutex.
+void LockNvtxBeforeFork();
+void UnlockNvtxInParentAfterFork();
+void ResetNvtxInChildAfterFork();
+
 class TracerRuntime {
  public:
   static TracerRuntime& Get();
