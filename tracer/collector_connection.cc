@@ -46,7 +46,7 @@ bool SameDescriptor(int fd, dev_t dev, ino_t ino) {
 
 bool CollectorConnection::StillOurs() const { return SameDescriptor(fd_, dev_, ino_); }
 
-bool CollectorConnection::Connect(const std::string& path, std::string* error) {
+bool CollectorConnection::Connect(const std::string& path, std::string* error, bool wait) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (path.size() >= sizeof(address.sun_path)) {
@@ -55,7 +55,7 @@ bool CollectorConnection::Connect(const std::string& path, std::string* error) {
   }
   memcpy(address.sun_path, path.c_str(), path.size() + 1);
   // CLOEXEC: an exec'ed image loads the tracer again and opens its own stream.
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (wait ? 0 : SOCK_NONBLOCK), 0);
   if (fd < 0) {
     *error = std::string("socket: ") + strerror(errno);
     return false;
@@ -125,6 +125,29 @@ CollectorConnection::SendResult CollectorConnection::Send(std::string* outbox, i
   }
   outbox->erase(0, sent);
   return result;
+}
+
+bool CollectorConnection::SendWithDescriptor(std::string* outbox, int passed_fd) {
+  if (fd_ < 0 || outbox->empty() || !StillOurs()) return false;
+  iovec data{outbox->data(), outbox->size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(header), &passed_fd, sizeof(int));
+  ssize_t n;
+  do {
+    n = sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;  // the caller sends the bytes without it
+  outbox->erase(0, static_cast<size_t>(n));
+  return true;
 }
 
 void CollectorConnection::AbandonAfterFork() {

@@ -23,9 +23,13 @@ class CollectorConnection {
     kTaken,   // the program closed or replaced our descriptor: never touched again
   };
 
-  // Connects (blocking; a local socket answers at once or not at all), then switches the
-  // socket to non-blocking. False with *error on failure.
-  bool Connect(const std::string& path, std::string* error);
+  // Connects, then switches the socket to non-blocking. False with *error on failure. With
+  // `wait` false the connect itself does not block either: a collector whose backlog is full
+  // (stopped, or flooded) fails it, so a program thread never waits on it.
+  bool Connect(const std::string& path, std::string* error, bool wait = true);
+  // Sends the front of *outbox with `passed_fd` attached (SCM_RIGHTS), without blocking, and
+  // erases what was sent. True once the descriptor went with some bytes.
+  bool SendWithDescriptor(std::string* outbox, int passed_fd);
   // Sends from the front of *outbox for at most timeout_ms, erasing what was sent.
   SendResult Send(std::string* outbox, int timeout_ms);
   // In a forked child: forget the parent's socket without touching the parent's stream.

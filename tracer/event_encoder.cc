@@ -41,6 +41,8 @@ size_t EventEncoder::FlushBatch(std::string* out) {
   if (n == 0) return 0;
   v1::StreamMessage message;
   batch_.set_sequence(next_sequence_++);
+  batch_.set_ring_position(ring_position_);
+  batch_.set_ring_dropped(ring_dropped_);
   message.mutable_batch()->Swap(&batch_);
   AppendFramedMessage(message, out);
   batch_.Clear();

@@ -37,11 +37,19 @@ class EventEncoder {
   size_t DiscardBatch(uint64_t* first_ns = nullptr, uint64_t* last_ns = nullptr);
 
   uint64_t next_sequence() const { return next_sequence_; }
+  // Copied into each batch flushed from now on (EventBatch.ring_position, ring_dropped): how
+  // far in the shared ring the events added so far reach.
+  void set_ring_cursor(uint64_t position, uint64_t dropped) {
+    ring_position_ = position;
+    ring_dropped_ = dropped;
+  }
 
  private:
   size_t max_events_per_batch_;
   v1::EventBatch batch_;
   uint64_t next_sequence_ = 0;
+  uint64_t ring_position_ = 0;
+  uint64_t ring_dropped_ = 0;
   uint32_t next_string_id_ = 1;
   std::unordered_map<std::string, uint32_t> string_ids_;
 };

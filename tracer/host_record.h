@@ -1,5 +1,7 @@
 // What program threads hand to the sender thread. Filled in hooks, so it is cheap to build:
 // plain fields, and a std::string that stays in its small-string buffer for short names.
+// It travels through the shared ring (record_queue.cc, proto/cumemtrace/v1/shared_ring.h),
+// which the collector reads after a crash: a new field or type goes into both.
 #pragma once
 
 #include <cstdint>

@@ -1,41 +1,245 @@
 #include "tracer/record_queue.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <new>
 
-namespace cumemtrace::tracer {
+#include "tracer/collector_connection.h"
+#include "tracer/nvtx_domain.h"
 
-bool RecordQueue::Push(HostRecord&& record) {
+namespace cumemtrace::tracer {
+namespace {
+
+namespace ring = v1::ring;
+
+// Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
+// shared_ring.h, which the collector reads: a new field must be added to all three.
+static_assert(sizeof(HostRecord) == 160, "HostRecord changed: carry the field through the ring");
+static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
+                  static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
+                  static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
+                  static_cast<uint8_t>(HostRecord::Type::kFailedAllocation) ==
+                      ring::kFailedAllocation &&
+                  static_cast<uint8_t>(HostRecord::Type::kThreadName) == ring::kThreadName &&
+                  static_cast<uint8_t>(HostRecord::Type::kDeviceSeen) == ring::kDeviceSeen &&
+                  static_cast<uint8_t>(HostRecord::Type::kProcessExit) == ring::kProcessExit,
+              "HostRecord types and ring record types differ");
+
+constexpr uint64_t kAlign = 8;
+// Kept free for PushPastCapacity (the exit record) and the padding before it.
+constexpr uint64_t kExitReserve = 2 * sizeof(ring::Record) + 4096;
+
+uint64_t Padded(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+uint64_t Load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void Store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+}  // namespace
+
+uint64_t RecordQueue::RingBytesFor(size_t capacity_events) {
+  const uint64_t wanted = std::clamp<uint64_t>(uint64_t{capacity_events} * 128, 64u << 10,
+                                               32u << 20);
+  uint64_t bytes = 64u << 10;
+  while (bytes < wanted) bytes <<= 1;
+  return bytes;
+}
+
+RecordQueue::RecordQueue(size_t capacity_events)
+    : capacity_events_(capacity_events),
+      ring_bytes_(RingBytesFor(capacity_events)),
+      // A record never takes more than an eighth of the ring (a 40,000-character NVTX
+      // message still fits whole in the default 32 MiB ring).
+      max_text_bytes_(ring_bytes_ / 8 - sizeof(ring::Record)) {}
+
+int RecordQueue::Create() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (records_.size() >= capacity_) {
-    if (drops_.count == 0) drops_.first_ns = record.timestamp_ns;
-    drops_.last_ns = record.timestamp_ns;
-    ++drops_.count;
-    return false;
+  if (header_ != nullptr) return -1;
+  mapping_bytes_ = ring::kHeaderBytes + ring_bytes_;
+  void* memory = MAP_FAILED;
+  int fd = memfd_create("cumemtrace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd >= 0) {
+    fd = MoveToHighDescriptor(fd);
+    // Sealed against shrinking: a collector that maps it can never be handed a SIGBUS.
+    if (ftruncate(fd, static_cast<off_t>(mapping_bytes_)) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+      memory = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (memory == MAP_FAILED) {
+      close(fd);
+      fd = -1;
+    }
   }
-  records_.push_back(std::move(record));
+  if (memory == MAP_FAILED) {
+    memory = mmap(nullptr, mapping_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
+    if (memory == MAP_FAILED) return -1;  // nothing is recorded then (Push refuses)
+  }
+  shared_ = fd >= 0;
+  header_ = new (memory) ring::Header{};
+  header_->magic = ring::kMagic;
+  header_->layout_version = ring::kLayoutVersion;
+  header_->capacity = ring_bytes_;
+  data_ = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
+  read_position_ = 0;
+  drops_taken_ = 0;
+  return fd;
+}
+
+void RecordQueue::CountDropLocked(uint64_t timestamp_ns) {
+  if (header_->dropped_first_ns == 0) header_->dropped_first_ns = timestamp_ns;
+  header_->dropped_last_ns = timestamp_ns;
+  Store(&header_->dropped_total, header_->dropped_total + 1);
+}
+
+bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
+  const uint64_t text = std::min<uint64_t>(record.text.size(), max_text_bytes_);
+  const uint64_t caller = std::min<uint64_t>(record.caller.size(), 1024);
+  const uint64_t domain =
+      record.domain != nullptr ? std::min<uint64_t>(record.domain->name.size(), 1024) : 0;
+  const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain);
+  const uint64_t write = header_->write_position;
+  const uint64_t offset = write % ring_bytes_;
+  // A record never wraps: the end of the area is padded and it starts again at 0.
+  const uint64_t padding = offset + size > ring_bytes_ ? ring_bytes_ - offset : 0;
+  const uint64_t used = write - Load(&header_->freed_position);
+  if (used + padding + size + reserve > ring_bytes_) return false;
+  if (padding > 0) {
+    auto* pad = reinterpret_cast<ring::Record*>(data_ + offset);
+    pad->size = static_cast<uint32_t>(padding);
+    pad->type = ring::kPadding;
+  }
+  unsigned char* at = data_ + (write + padding) % ring_bytes_;
+  ring::Record r{};
+  r.size = static_cast<uint32_t>(size);
+  r.type = static_cast<uint8_t>(record.type);
+  r.nvtx_operation = record.nvtx_operation;
+  r.api = record.api;
+  r.thread_id = record.thread_id;
+  r.correlation_id = record.correlation_id;
+  r.timestamp_ns = record.timestamp_ns;
+  r.device = record.device;
+  r.category = record.category;
+  r.color = record.color;
+  r.stream_id = record.stream_id;
+  r.range_id = record.range_id;
+  r.address = record.address;
+  r.bytes = record.bytes;
+  r.device_free_bytes = record.device_free_bytes;
+  r.device_total_bytes = record.device_total_bytes;
+  r.domain_handle = reinterpret_cast<uintptr_t>(record.domain);
+  r.error_code = record.error_code;
+  r.release = record.release ? 1 : 0;
+  r.is_async = record.is_async ? 1 : 0;
+  r.memory_kind = record.memory_kind;
+  r.text_bytes = static_cast<uint32_t>(text);
+  r.caller_bytes = static_cast<uint32_t>(caller);
+  r.domain_bytes = static_cast<uint32_t>(domain);
+  memcpy(at, &r, sizeof(r));
+  unsigned char* strings = at + sizeof(r);
+  memcpy(strings, record.text.data(), text);
+  memcpy(strings + text, record.caller.data(), caller);
+  if (domain > 0) memcpy(strings + text + caller, record.domain->name.data(), domain);
+  // Published last: the collector never reads a record that is not whole.
+  Store(&header_->write_position, write + padding + size);
   return true;
 }
 
-void RecordQueue::PushPastCapacity(HostRecord&& record) {
+bool RecordQueue::Push(const HostRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
-  records_.push_back(std::move(record));
+  if (header_ == nullptr) return false;
+  if (WriteLocked(record, kExitReserve)) return true;
+  CountDropLocked(record.timestamp_ns);
+  return false;
 }
 
-DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out) {
-  out->clear();
+void RecordQueue::PushPastCapacity(const HostRecord& record) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // The swap hands the sender's emptied vector back, so its allocation is reused.
-  out->swap(records_);
-  DropWindow drops = drops_;
-  drops_ = DropWindow{};
+  if (header_ == nullptr) return;
+  if (!WriteLocked(record, 0)) CountDropLocked(record.timestamp_ns);
+}
+
+DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends,
+                                uint64_t* dropped_total) {
+  out->clear();
+  if (ends != nullptr) ends->clear();
+  DropWindow drops;
+  uint64_t write = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (header_ == nullptr) return drops;
+    write = Load(&header_->write_position);
+    const uint64_t total = header_->dropped_total;
+    drops.count = total - drops_taken_;
+    drops.first_ns = header_->dropped_first_ns;
+    drops.last_ns = header_->dropped_last_ns;
+    header_->dropped_first_ns = 0;
+    header_->dropped_last_ns = 0;
+    drops_taken_ = total;
+  }
+  if (dropped_total != nullptr) *dropped_total = drops_taken_;
+  // Only this thread reads, and writers never touch [read_position_, write): no lock.
+  while (read_position_ < write) {
+    const unsigned char* at = data_ + read_position_ % ring_bytes_;
+    uint32_t size = 0;
+    memcpy(&size, at, sizeof(size));
+    if (at[offsetof(ring::Record, type)] == ring::kPadding) {  // may be all that is left
+      read_position_ += size;
+      continue;
+    }
+    ring::Record r;
+    memcpy(&r, at, sizeof(r));
+    read_position_ += r.size;
+    HostRecord& record = out->emplace_back();
+    record.type = static_cast<HostRecord::Type>(r.type);
+    record.nvtx_operation = r.nvtx_operation;
+    record.api = r.api;
+    record.thread_id = r.thread_id;
+    record.correlation_id = r.correlation_id;
+    record.timestamp_ns = r.timestamp_ns;
+    record.device = r.device;
+    record.category = r.category;
+    record.color = r.color;
+    record.stream_id = r.stream_id;
+    record.range_id = r.range_id;
+    record.address = r.address;
+    record.bytes = r.bytes;
+    record.device_free_bytes = r.device_free_bytes;
+    record.device_total_bytes = r.device_total_bytes;
+    record.domain = reinterpret_cast<const NvtxDomain*>(static_cast<uintptr_t>(r.domain_handle));
+    record.error_code = r.error_code;
+    record.release = r.release != 0;
+    record.is_async = r.is_async != 0;
+    record.memory_kind = r.memory_kind;
+    const char* strings = reinterpret_cast<const char*>(at + sizeof(r));
+    record.text.assign(strings, r.text_bytes);
+    record.caller.assign(strings + r.text_bytes, r.caller_bytes);
+    if (ends != nullptr) ends->push_back(read_position_);
+  }
   return drops;
+}
+
+void RecordQueue::Free(uint64_t position) {
+  if (header_ == nullptr) return;
+  if (position > Load(&header_->freed_position) && position <= read_position_) {
+    Store(&header_->freed_position, position);
+  }
 }
 
 void RecordQueue::ResetInChildAfterFork() {
   // Held by the forking thread (LockBeforeFork), which is the child's only thread.
   new (&mutex_) std::mutex();
-  records_.clear();
-  drops_ = DropWindow{};
+  // Unmapped without a write: the parent's ring and its positions stay the parent's.
+  if (header_ != nullptr) munmap(header_, mapping_bytes_);
+  header_ = nullptr;
+  data_ = nullptr;
+  shared_ = false;
+  read_position_ = 0;
+  drops_taken_ = 0;
 }
 
 }  // namespace cumemtrace::tracer

@@ -1,6 +1,10 @@
-// Bounded hand-off from program threads to the sender thread. Push never blocks on the
-// collector: when the queue is full the record is dropped and counted, and the sender
-// reports the loss as a DroppedRecords event (an explicit gap, never invented data).
+// Bounded hand-off from program threads to the sender thread, in a shared-memory ring that
+// the collector can read (proto/cumemtrace/v1/shared_ring.h). Push never blocks on the
+// collector: when the ring is full the record is dropped and counted, and the sender reports
+// the loss as a DroppedRecords event (an explicit gap, never invented data). A record's space
+// is reused only once the frame that carries it has been handed to the kernel (Free), so a
+// record that is in the ring is either on its way to the collector or still in the ring
+// when the process dies, where the collector reads it.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/host_record.h"
 
 namespace cumemtrace::tracer {
@@ -20,29 +25,61 @@ struct DropWindow {
 
 class RecordQueue {
  public:
-  explicit RecordQueue(size_t capacity) : capacity_(capacity) {}
+  // `capacity_events` (CUMEMTRACE_QUEUE_EVENTS) sizes the ring: RingBytesFor.
+  explicit RecordQueue(size_t capacity_events);
 
-  // Returns false (and counts a drop) when the queue is full.
-  bool Push(HostRecord&& record);
-  // For the one record that must never be lost to a full queue, the process exit: one
-  // record past the bound, once per process.
-  void PushPastCapacity(HostRecord&& record);
-  // Moves all queued records into *out (cleared first) and returns the drops since the
-  // last call.
-  DropWindow TakeAll(std::vector<HostRecord>* out);
+  // Data bytes of the ring for a bound in events: 128 B per event, a power of two within
+  // [64 KiB, 32 MiB].
+  static uint64_t RingBytesFor(size_t capacity_events);
+
+  // Makes the ring. Shared (a sealed memfd) when the kernel allows it: returns its
+  // descriptor (close-on-exec, at a high number) for the handshake, and the caller closes it
+  // once sent. Otherwise private memory and -1: the tracer works as before, without what the
+  // collector could read after a crash. Before this, Push drops nothing and keeps nothing.
+  int Create();
+  bool created() const { return header_ != nullptr; }
+  bool shared() const { return shared_; }
+  uint64_t ring_bytes() const { return ring_bytes_; }
+  // The header page, for the API table (written once, before the ring is handed over).
+  v1::ring::Header* header() { return header_; }
+
+  // Returns false (and counts a drop) when the ring is full.
+  bool Push(const HostRecord& record);
+  // For the one record that must never be lost to a full ring, the process exit: written
+  // into a reserve the other records never use.
+  void PushPastCapacity(const HostRecord& record);
+  // Sender only: appends the records written since the last call to *out (cleared first),
+  // with the ring position after each in *ends, and returns the drops since the last call;
+  // *dropped_total is the running total of drops.
+  DropWindow TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends = nullptr,
+                     uint64_t* dropped_total = nullptr);
+  // Sender only: every record below `position` has reached the kernel's socket buffer.
+  void Free(uint64_t position);
+
   // Around fork (pthread_atfork): the forking thread holds the lock across fork(), so the
-  // child never inherits a vector another thread was in the middle of changing.
+  // child never inherits a record half written.
   void LockBeforeFork() { mutex_.lock(); }
   void UnlockInParentAfterFork() { mutex_.unlock(); }
-  // In the child: the parent's records are the parent's stream, not the child's.
+  // In the child: the parent's ring is the parent's stream. The child lets go of it without
+  // writing to it and makes its own (Create) when its stream starts.
   void ResetInChildAfterFork();
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const { return capacity_events_; }
 
  private:
-  size_t capacity_;
+  // Writes one record at the write position (the caller holds mutex_ and checked room).
+  bool WriteLocked(const HostRecord& record, uint64_t reserve);
+  void CountDropLocked(uint64_t timestamp_ns);
+
+  size_t capacity_events_;
+  uint64_t ring_bytes_;
+  uint64_t max_text_bytes_;
   std::mutex mutex_;
-  std::vector<HostRecord> records_;
-  DropWindow drops_;
+  v1::ring::Header* header_ = nullptr;
+  unsigned char* data_ = nullptr;
+  size_t mapping_bytes_ = 0;
+  bool shared_ = false;
+  uint64_t read_position_ = 0;  // the sender's
+  uint64_t drops_taken_ = 0;    // the sender's
 };
 
 }  // namespace cumemtrace::tracer

@@ -6,8 +6,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <fstream>
 #include <new>
@@ -114,9 +117,24 @@ void FillDeviceInfo(uint32_t index, v1::DeviceInfo* info) {
   info->set_compute_capability_minor(static_cast<uint32_t>(minor));
 }
 
-// What only the sender thread touches.
+// What only the sender thread touches (after Start, which fills it on the program's thread).
 struct SenderState {
   CollectorConnection connection;
+  // The ring's descriptor until it went to the collector with the handshake's bytes.
+  int ring_fd = -1;
+  dev_t ring_dev = 0;
+  ino_t ring_ino = 0;
+  // Encoded frames not yet handed to the kernel; outbox_consumed counts the bytes sent from
+  // its front so far, and `frames` says up to which ring position each frame's end carries
+  // records: once sent, their space in the ring is freed.
+  std::string outbox;
+  uint64_t outbox_consumed = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> frames;
+  uint64_t ring_cursor = 0;
+  std::vector<uint64_t> record_ends;
+  // Ring drops taken from the ring and not yet in a DroppedRecords event; those reported.
+  uint64_t ring_drops_taken = 0;
+  uint64_t ring_drops_reported = 0;
   EventEncoder encoder;
   CorrelationTable correlations;
   DriverErrorNamer error_namer;
@@ -213,6 +231,35 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   // guard forever, and AtForkChild needs the session (seen: fork_probe children hung in
   // __cxa_guard_acquire under CuptiSession::Get).
   CuptiSession::Get();
+  // Leaked with the runtime (see the class comment).
+  g_sender = new SenderState();
+  SenderState& s = *g_sender;
+  s.ring_fd = queue_.Create();
+  if (s.ring_fd >= 0) {
+    struct stat st {};
+    fstat(s.ring_fd, &st);
+    s.ring_dev = st.st_dev;
+    s.ring_ino = st.st_ino;
+  }
+  if (queue_.created()) {
+    v1::ring::Header* header = queue_.header();
+    uint16_t count = 0;
+    const ApiInfo* apis = ApiCatalog(&count);
+    auto* table = reinterpret_cast<v1::ring::ApiEntry*>(reinterpret_cast<char*>(header) +
+                                                        v1::ring::kApiTableOffset);
+    header->api_count = std::min<uint32_t>(count, v1::ring::kMaxApis);
+    for (uint32_t i = 0; i < header->api_count; ++i) {
+      snprintf(table[i].name, sizeof(table[i].name), "%s", apis[i].name);
+      table[i].kind = static_cast<uint8_t>(apis[i].kind);
+      table[i].mapping = apis[i].mapping ? 1 : 0;
+    }
+  }
+  AppendHandshake(&s.outbox, s.ring_fd >= 0 ? queue_.ring_bytes() : 0);
+  // Connected here, on the program's thread, when the collector answers at once (never
+  // waiting): a program that dies in its first milliseconds still leaves the collector its
+  // stream and its ring. Otherwise the sender thread connects.
+  std::string ignored;
+  if (s.connection.Connect(socket_path_, &ignored, /*wait=*/false)) SendHandshake();
   recording_.store(true);
   // The sender starts with every signal blocked so the program's signals never land on it.
   sigset_t all;
@@ -359,7 +406,13 @@ void TracerRuntime::AtForkChild() {
   self.wake_requested_ = false;
   self.stop_requested_ = false;
   self.sender_done_ = false;
-  if (g_sender != nullptr) g_sender->connection.AbandonAfterFork();
+  if (g_sender != nullptr) {
+    g_sender->connection.AbandonAfterFork();
+    if (g_sender->ring_fd >= 0 &&
+        SameDescriptor(g_sender->ring_fd, g_sender->ring_dev, g_sender->ring_ino)) {
+      close(g_sender->ring_fd);  // the child's copy; the parent still sends its own
+    }
+  }
   g_sender = nullptr;  // the parent's, leaked
   CuptiSession::Get().ForgetInChildAfterFork();
   TorchBridge::Get().StopInForkedChild();
@@ -376,24 +429,7 @@ void TracerRuntime::RestartInForkedChild() {
   Start(mode_);
 }
 
-void TracerRuntime::SenderMain() {
-  pthread_setname_np(pthread_self(), "cumemtrace-tx");
-  // Leaked with the runtime (see the class comment).
-  g_sender = new SenderState();
-  SenderState& s = *g_sender;
-
-  std::string error;
-  if (!s.connection.Connect(socket_path_, &error)) {
-    recording_.store(false);
-    Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
-           "not tracing: " + error +
-               " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
-    std::lock_guard<std::mutex> lock(wake_mutex_);
-    sender_done_ = true;
-    wake_.notify_all();
-    return;
-  }
-
+void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) {
   v1::StreamMessage hello;
   v1::Handshake* handshake = hello.mutable_handshake();
   handshake->set_magic(v1::HANDSHAKE_MAGIC);
@@ -431,8 +467,43 @@ void TracerRuntime::SenderMain() {
   if (env_int("RANK", "SLURM_PROCID", &value)) handshake->set_rank(value);
   if (env_int("LOCAL_RANK", "SLURM_LOCALID", &value)) handshake->set_local_rank(value);
   if (env_int("WORLD_SIZE", "SLURM_NTASKS", &value)) handshake->set_world_size(value);
-  std::string outbox;
-  AppendFramedMessage(hello, &outbox);
+  if (ring_capacity > 0) {
+    handshake->mutable_shared_ring()->set_layout_version(v1::ring::kLayoutVersion);
+    handshake->mutable_shared_ring()->set_capacity(ring_capacity);
+  }
+  AppendFramedMessage(hello, frame);
+
+}
+
+void TracerRuntime::SendHandshake() {
+  SenderState& s = *g_sender;
+  // The ring's descriptor rides on the handshake's first bytes; then it is the collector's
+  // to keep and ours to close.
+  if (s.ring_fd >= 0 && s.connection.SendWithDescriptor(&s.outbox, s.ring_fd)) {
+    if (SameDescriptor(s.ring_fd, s.ring_dev, s.ring_ino)) close(s.ring_fd);
+    s.ring_fd = -1;
+  }
+  // What is left of the handshake goes with the first drain.
+}
+
+void TracerRuntime::SenderMain() {
+  pthread_setname_np(pthread_self(), "cumemtrace-tx");
+  SenderState& s = *g_sender;
+  std::string& outbox = s.outbox;
+
+  std::string error;
+  if (!s.connection.connected()) s.connection.Connect(socket_path_, &error);
+  if (s.connection.connected() && s.ring_fd >= 0) SendHandshake();
+  if (!s.connection.connected()) {
+    recording_.store(false);
+    Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
+           "not tracing: " + error +
+               " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    sender_done_ = true;
+    wake_.notify_all();
+    return;
+  }
 
   for (;;) {
     bool stopping;
@@ -452,8 +523,10 @@ void TracerRuntime::SenderMain() {
     // while the collector did not read must not be the next thing thrown away.
     const bool alive = DrainOnce(&outbox, /*final=*/stopping);
     if (alive && !outbox.empty()) {
+      const size_t before = outbox.size();
       const CollectorConnection::SendResult sent =
           s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0);
+      s.outbox_consumed += before - outbox.size();
       if (sent == CollectorConnection::SendResult::kClosed) {
         recording_.store(false);
         Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
@@ -464,6 +537,11 @@ void TracerRuntime::SenderMain() {
                "the program closed the tracer's connection and reused its descriptor; "
                "tracing stopped, the program continues");
       }
+    }
+    // Records whose frames are in the kernel's hands now may be overwritten.
+    while (!s.frames.empty() && s.frames.front().first <= s.outbox_consumed) {
+      queue_.Free(s.frames.front().second);
+      s.frames.pop_front();
     }
     if (stopping || !s.connection.connected()) {
       s.connection.Close();
@@ -484,7 +562,19 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   // Settles the size of a tensor allocated last (bridge_core.h). Not at exit: torch's
   // allocator may be gone by then.
   if (!final) TorchBridge::Get().Poll();
-  const DropWindow queue_drops = queue_.TakeAll(&s.host_records);
+  // At exit the outbox may exceed its bound by what the ring held (itself bounded).
+  const size_t outbox_bound = final ? SIZE_MAX : max_outbox_bytes_;
+  // Past the bound the collector is not reading: the records wait in the ring (where the
+  // collector finds them if the process dies) and the ring, once full, counts drops.
+  DropWindow queue_drops;
+  if (outbox->size() <= outbox_bound) {
+    uint64_t dropped_total = 0;
+    queue_drops = queue_.TakeAll(&s.host_records, &s.record_ends, &dropped_total);
+    s.ring_drops_taken = dropped_total;
+  } else {
+    s.host_records.clear();
+    s.record_ends.clear();
+  }
 
   // The collector is not reading and the outbox is at its bound: drop the batch, remember
   // how many events and which time span, so the report shows the gap.
@@ -501,14 +591,19 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     const size_t count = s.encoder.DiscardBatch(&first, &last);
     note_dropped(count, first, last);
   };
-  // At exit the outbox may exceed its bound by what the queue held (itself bounded).
-  const size_t outbox_bound = final ? SIZE_MAX : max_outbox_bytes_;
-  auto flush_if_full = [&] {
+  auto flush = [&] {
+    if (s.encoder.FlushBatch(outbox) > 0) {
+      s.frames.emplace_back(s.outbox_consumed + outbox->size(), s.ring_cursor);
+    }
+  };
+  // Batches of ring records always go out: the ring bounds them, and a record taken from the
+  // ring must reach the collector or stay in the ring.
+  auto flush_if_full = [&](bool from_ring) {
     if (!s.encoder.batch_full()) return;
-    if (outbox->size() > outbox_bound) {
+    if (!from_ring && outbox->size() > outbox_bound) {
       discard_batch();
     } else {
-      s.encoder.FlushBatch(outbox);
+      flush();
     }
   };
 
@@ -536,13 +631,17 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
       }
     }
     s.translator.AddHostRecord(record);
-    flush_if_full();
+    s.ring_cursor = s.record_ends[static_cast<size_t>(&record - s.host_records.data())];
+    s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
+    flush_if_full(/*from_ring=*/true);
   }
+  // The CUPTI records below may be discarded with their batch: flush the ring's first.
+  flush();
   for (const CompletedBuffer& buffer : s.buffers) {
     s.translator.set_cupti_clock(cupti.ClockMapFor(buffer));
     cupti.ForEachRecord(buffer, [&](const CUpti_Activity* record) {
       s.translator.AddActivity(record);
-      flush_if_full();
+      flush_if_full(/*from_ring=*/false);
     });
     cupti.RecycleBuffer(buffer.data);
   }
@@ -562,6 +661,8 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     s.dropped_while_full = 0;
     s.dropped_first_ns = 0;
     s.dropped_last_ns = 0;
+    s.ring_drops_reported = s.ring_drops_taken;
+    s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
   }
   if (const uint64_t cupti_drops = cupti.TakeDroppedRecords(); cupti_drops > 0) {
     v1::DroppedRecords* dropped = s.encoder.AddEvent(now)->mutable_dropped();
@@ -578,7 +679,11 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   if (outbox->size() > outbox_bound) {
     discard_batch();
   } else {
-    s.encoder.FlushBatch(outbox);
+    flush();
+  }
+  // Records that made no event (correlations) are freed with the frames before them.
+  if (s.frames.empty() || s.frames.back().second < s.ring_cursor) {
+    s.frames.emplace_back(s.outbox_consumed + outbox->size(), s.ring_cursor);
   }
   return s.connection.connected();
 }

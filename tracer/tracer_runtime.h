@@ -68,6 +68,10 @@ class TracerRuntime {
  private:
   TracerRuntime();
   void SenderMain();
+  // The first frame, with the ring's description when ring_capacity > 0.
+  void AppendHandshake(std::string* out, uint64_t ring_capacity);
+  // Sends the handshake's first bytes with the ring's descriptor attached.
+  void SendHandshake();
   // Moves queued records and CUPTI buffers into *outbox as framed batches. Past the outbox
   // bound, batches are dropped and counted, except in the final drain at exit.
   bool DrainOnce(std::string* outbox, bool final);

@@ -9,10 +9,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "collector/cli/log.h"
+#include "collector/cli/shared_ring_reader.h"
 #include "collector/format/framing.h"
 #include "collector/format/trace_file.h"
 #include "collector/format/wire_validator.h"
@@ -36,6 +38,9 @@ const char* CloseReasonName(v1::CloseReason reason) {
 
 struct CollectorServer::Connection {
   explicit Connection(int socket_fd) : fd(socket_fd), decoder(v1::MAX_WIRE_FRAME_BYTES) {}
+  ~Connection() {
+    if (ring_fd >= 0) close(ring_fd);
+  }
 
   int fd;
   uint32_t stream_id = 0;
@@ -49,7 +54,46 @@ struct CollectorServer::Connection {
   bool file_failed = false;     // the policy could not give the stream a file
   uint64_t bytes_received = 0;
   WireStreamValidator validator;
+  // The tracer's shared ring: its descriptor as it arrived (before the handshake), then the
+  // reader; and how far the received batches reach into it.
+  int ring_fd = -1;
+  SharedRingReader ring;
+  uint64_t ring_position = 0;
+  uint64_t ring_dropped = 0;
+  uint64_t next_sequence = 0;
 };
+
+namespace {
+
+// One read that also takes descriptors passed with the bytes (SCM_RIGHTS): the first one,
+// before the handshake is complete, is the tracer's ring; any other is closed at once.
+ssize_t ReadWithDescriptors(int fd, char* buffer, size_t size, int* ring_fd, bool accept_fd) {
+  iovec data{buffer, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+  msghdr message{};
+  message.msg_iov = &data;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int passed = -1;
+      memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (accept_fd && *ring_fd < 0) {
+        *ring_fd = passed;
+      } else {
+        close(passed);
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace
 
 int ListenOnUnixSocket(const std::string& path, std::string* error) {
   sockaddr_un addr{};
@@ -182,7 +226,8 @@ bool CollectorServer::Write(Connection* c, std::string_view bytes) {
 bool CollectorServer::ReadFrom(Connection* c, bool drain) {
   read_buffer_.resize(kReadBlock);
   do {
-    const ssize_t n = read(c->fd, read_buffer_.data(), read_buffer_.size());
+    const ssize_t n = ReadWithDescriptors(c->fd, read_buffer_.data(), read_buffer_.size(),
+                                          &c->ring_fd, !c->handshake_done);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -236,8 +281,21 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
                                   std::string* error) {
   const WireStreamValidator::Verdict verdict = c->validator.Check(frame, error);
   if (verdict == WireStreamValidator::Verdict::kRefused) return false;
+  if (verdict == WireStreamValidator::Verdict::kBatch) {
+    const v1::EventBatch& batch = c->validator.message().batch();
+    c->ring_position = std::max(c->ring_position, batch.ring_position());
+    c->ring_dropped = std::max(c->ring_dropped, batch.ring_dropped());
+    c->next_sequence = batch.sequence() + 1;
+  }
   if (verdict == WireStreamValidator::Verdict::kHandshake) {
     const v1::Handshake& handshake = c->validator.message().handshake();
+    if (c->ring_fd >= 0 && handshake.has_shared_ring()) {
+      std::string ring_error;
+      if (!c->ring.Adopt(c->ring_fd, handshake.shared_ring(), &ring_error)) {
+        LogLine(Describe(*c) + ": " + ring_error);
+      }
+      c->ring_fd = -1;  // the reader's now (or closed)
+    }
     c->handshake_done = true;
     c->handshake_pid = handshake.pid();
     if (handshake.command_line_size() > 0) c->program = handshake.command_line(0);
@@ -267,10 +325,26 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
   connections_.erase(it);
   close(fd);
 
+  SharedRingReader::Recovered recovered;
+  if (c->file != nullptr && c->ring.adopted() && reason != v1::CLOSE_REASON_PROTOCOL_ERROR) {
+    // The stream is over: whatever the process wrote into its ring and no frame carried
+    // (it died, or left with _exit, before its sender sent it) is read from the ring now.
+    std::vector<std::string> frames;
+    recovered = c->ring.Recover(c->ring_position, c->ring_dropped, c->next_sequence, &frames);
+    std::string bytes;
+    for (const std::string& frame : frames) AppendWireFrameChunk(c->stream_id, frame, &bytes);
+    if (!bytes.empty()) Write(c.get(), bytes);
+    if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
+      LogLine(Describe(*c) + ": " + std::to_string(recovered.records) +
+              " records recovered from its shared ring");
+    }
+  }
   if (c->file != nullptr) {
     v1::TraceChunk closed;
     closed.set_stream_id(c->stream_id);
     v1::StreamClosed* record = closed.mutable_collector()->mutable_closed();
+    record->set_ring_records_recovered(recovered.records);
+    record->set_ring_drops_recovered(recovered.drops);
     record->set_reason(reason);
     record->set_error(error);
     record->set_bytes_received(c->bytes_received);

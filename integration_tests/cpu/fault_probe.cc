@@ -17,7 +17,10 @@
 //                                            range each
 //               [--dlopen=PATH] [--dlopen-times=K]  dlopen PATH, call its plugin_work()
 //                                            (one "plugin" range), dlclose; K times
-//               [--die=kill|segv|abort]      die that way after the work
+//               [--die=kill|segv|abort|_exit]  die that way after the work (_exit: leave
+//                                            without exit handlers, as multiprocessing
+//                                            workers do)
+//               [--child-exit=_exit]         children leave with _exit(0) instead of exit(0)
 //               [--death-fd=F]               before dying, read F to EOF
 //               [--exit=CODE]
 //               [--hijack=file:PATH|socketpair]  after the first range, close every fd the
@@ -66,6 +69,7 @@ struct Options {
   int death_fd = -1;
   int exit_code = 0;
   std::string hijack;
+  bool child_quick_exit = false;
 };
 
 uint64_t NowNs() {
@@ -112,6 +116,7 @@ Options Parse(int argc, char** argv) {
     else if (const char* v13 = value("--death-fd=")) o.death_fd = atoi(v13);
     else if (const char* v14 = value("--duration-ms=")) o.duration_ms = atol(v14);
     else if (const char* v15 = value("--hijack=")) o.hijack = v15;
+    else if (const char* v16 = value("--child-exit=")) o.child_quick_exit = strcmp(v16, "_exit") == 0;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
       exit(2);
@@ -239,6 +244,7 @@ int main(int argc, char** argv) {
         nvtxRangePushA("child");
         nvtxRangePop();
       }
+      if (o.child_quick_exit) _exit(0);
       exit(0);
     }
     children.push_back(pid);
@@ -290,5 +296,6 @@ int main(int argc, char** argv) {
   if (o.die == "kill") raise(SIGKILL);
   if (o.die == "segv") raise(SIGSEGV);
   if (o.die == "abort") abort();
+  if (o.die == "_exit") _exit(o.exit_code);
   return o.exit_code;
 }

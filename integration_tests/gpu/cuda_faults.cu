@@ -7,7 +7,8 @@
 //   cuda_faults die SIGNAL STATS.json [MS]
 //       "steady": one 1 MiB cudaMalloc per millisecond for MS ms (default 2000), each kept;
 //       writes the CLOCK_MONOTONIC time of every allocation to STATS.json, then raises
-//       SIGNAL (KILL, SEGV or ABRT).
+//       SIGNAL (KILL, SEGV or ABRT), or with EXIT leaves at once through _exit(0) (no exit
+//       handlers, as Python multiprocessing workers leave).
 //   cuda_faults steady STATS.json [MS]
 //       the same work, then exit 0 (for the collector-killed case).
 #include <cuda_runtime.h>
@@ -83,6 +84,7 @@ int Steady(const char* stats, long ms, int signal_number) {
                         "], \"death_ns\": " + std::to_string(NowNs()) + "}\n");
   printf("cuda_faults: %zu allocations\n", kept.size());
   fflush(stdout);
+  if (signal_number == -1) _exit(0);
   if (signal_number != 0) raise(signal_number);
   return 0;
 }
@@ -97,9 +99,10 @@ int main(int argc, char** argv) {
   if (argc >= 4 && strcmp(argv[1], "die") == 0) {
     const int sig = strcmp(argv[2], "KILL") == 0   ? SIGKILL
                     : strcmp(argv[2], "SEGV") == 0 ? SIGSEGV
+                    : strcmp(argv[2], "EXIT") == 0 ? -1
                                                    : SIGABRT;
     return Steady(argv[3], argc > 4 ? atol(argv[4]) : 2000, sig);
   }
-  fprintf(stderr, "usage: cuda_faults oom STATS | die KILL|SEGV|ABRT STATS [MS] | steady STATS [MS]\n");
+  fprintf(stderr, "usage: cuda_faults oom STATS | die KILL|SEGV|ABRT|EXIT STATS [MS] | steady STATS [MS]\n");
   return 2;
 }

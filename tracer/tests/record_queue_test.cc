@@ -1,40 +1,113 @@
 #include "tracer/record_queue.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <thread>
 
 namespace cumemtrace::tracer {
 namespace {
 
-HostRecord At(uint64_t t) {
+namespace ring = v1::ring;
+
+HostRecord At(uint64_t t, std::string text = "") {
   HostRecord r;
+  r.type = HostRecord::Type::kNvtx;
   r.timestamp_ns = t;
+  r.text = std::move(text);
   return r;
 }
 
 TEST(RecordQueue, DropsAndCountsWhenFullWithTheTimeWindow) {
-  RecordQueue queue(2);
-  EXPECT_TRUE(queue.Push(At(1)));
-  EXPECT_TRUE(queue.Push(At(2)));
-  EXPECT_FALSE(queue.Push(At(3)));
-  EXPECT_FALSE(queue.Push(At(4)));
+  RecordQueue queue(2);  // the smallest ring, 64 KiB
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  uint64_t pushed = 0;
+  while (queue.Push(At(pushed + 1))) ++pushed;  // the first failure is drop 1, at pushed+1
+  EXPECT_GT(pushed, 400u);
+  EXPECT_FALSE(queue.Push(At(100000)));
   std::vector<HostRecord> out;
-  DropWindow drops = queue.TakeAll(&out);
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[1].timestamp_ns, 2u);
+  std::vector<uint64_t> ends;
+  uint64_t dropped_total = 0;
+  DropWindow drops = queue.TakeAll(&out, &ends, &dropped_total);
+  ASSERT_EQ(out.size(), pushed);
+  EXPECT_EQ(out.back().timestamp_ns, pushed);
   EXPECT_EQ(drops.count, 2u);
-  EXPECT_EQ(drops.first_ns, 3u);
-  EXPECT_EQ(drops.last_ns, 4u);
-  // Room again, and the drop counter restarts.
-  EXPECT_TRUE(queue.Push(At(5)));
-  drops = queue.TakeAll(&out);
-  EXPECT_EQ(out.size(), 1u);
-  EXPECT_EQ(drops.count, 0u);
+  EXPECT_EQ(drops.first_ns, pushed + 1);
+  EXPECT_EQ(drops.last_ns, 100000u);
+  EXPECT_EQ(dropped_total, 2u);
+  // Taken but not yet sent: the space is still held.
+  EXPECT_FALSE(queue.Push(At(7)));
+  queue.Free(ends.back());
+  EXPECT_TRUE(queue.Push(At(8)));
+  drops = queue.TakeAll(&out, &ends, &dropped_total);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].timestamp_ns, 8u);
+  EXPECT_EQ(drops.count, 1u);  // the one at 7
+  EXPECT_EQ(dropped_total, 3u);
+}
+
+TEST(RecordQueue, WrapsAroundAndKeepsEveryFieldAndString) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  std::vector<HostRecord> out;
+  std::vector<uint64_t> ends;
+  uint64_t next = 0;
+  for (int round = 0; round < 200; ++round) {  // about 20 times around the ring
+    for (int i = 0; i < 37; ++i, ++next) {
+      HostRecord r = At(next, std::string(next % 300, static_cast<char>('a' + next % 26)));
+      r.address = next * 3;
+      r.caller = next % 2 ? "libtorch_cuda.so" : "";
+      r.release = next % 3 == 0;
+      ASSERT_TRUE(queue.Push(r)) << next;
+    }
+    queue.TakeAll(&out, &ends);
+    ASSERT_EQ(out.size(), 37u);
+    for (const HostRecord& r : out) {
+      const uint64_t n = r.timestamp_ns;
+      EXPECT_EQ(r.text, std::string(n % 300, static_cast<char>('a' + n % 26)));
+      EXPECT_EQ(r.address, n * 3);
+      EXPECT_EQ(r.caller, n % 2 ? "libtorch_cuda.so" : "");
+      EXPECT_EQ(r.release, n % 3 == 0);
+    }
+    queue.Free(ends.back());
+  }
+}
+
+TEST(RecordQueue, ARecordIsInTheSharedMemoryTheMomentPushReturns) {
+  RecordQueue queue(1024);
+  const int fd = queue.Create();
+  ASSERT_GE(fd, 0) << "no memfd here";
+  EXPECT_GE(fd, 100);  // out of the program's way, like the connection
+  // What the collector maps: a second, read-only view of the same memory.
+  const size_t bytes = ring::kHeaderBytes + queue.ring_bytes();
+  void* view = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  close(fd);
+  const auto* header = static_cast<const ring::Header*>(view);
+  EXPECT_EQ(header->magic, ring::kMagic);
+  EXPECT_EQ(header->capacity, queue.ring_bytes());
+  EXPECT_EQ(header->write_position, 0u);
+  ASSERT_TRUE(queue.Push(At(42, "forward")));
+  ASSERT_GT(header->write_position, 0u);
+  ring::Record record;
+  memcpy(&record, static_cast<const char*>(view) + ring::kHeaderBytes, sizeof(record));
+  EXPECT_EQ(record.type, ring::kNvtx);
+  EXPECT_EQ(record.timestamp_ns, 42u);
+  ASSERT_EQ(record.text_bytes, 7u);
+  EXPECT_EQ(std::string(static_cast<const char*>(view) + ring::kHeaderBytes + sizeof(record), 7),
+            "forward");
+  EXPECT_EQ(record.size, header->write_position);
+  munmap(view, bytes);
 }
 
 TEST(RecordQueue, ConcurrentProducersLoseNothingBelowCapacity) {
   RecordQueue queue(1 << 20);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&queue] {
@@ -43,9 +116,11 @@ TEST(RecordQueue, ConcurrentProducersLoseNothingBelowCapacity) {
   }
   size_t total = 0;
   std::vector<HostRecord> out;
+  std::vector<uint64_t> ends;
   for (int round = 0; round < 50; ++round) {
-    queue.TakeAll(&out);
+    queue.TakeAll(&out, &ends);
     total += out.size();
+    if (!ends.empty()) queue.Free(ends.back());
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(queue.TakeAll(&out).count, 0u);

@@ -1,0 +1,44 @@
+// The collector's side of a traced process's shared ring (proto/cumemtrace/v1/shared_ring.h):
+// the descriptor received with the handshake, kept until the stream ends, then read once for
+// the records no frame carried. Everything in the ring was written by the traced process, so
+// every offset, size and count is checked against the mapping before it is used; the memfd
+// must be sealed against shrinking, so reading it can never raise SIGBUS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace {
+
+class SharedRingReader {
+ public:
+  SharedRingReader() = default;
+  ~SharedRingReader();
+  SharedRingReader(const SharedRingReader&) = delete;
+  SharedRingReader& operator=(const SharedRingReader&) = delete;
+
+  // Takes ownership of `fd` (closed on failure). False with *error when it is not a ring this
+  // collector can read as announced.
+  bool Adopt(int fd, const v1::SharedRing& announced, std::string* error);
+  bool adopted() const { return fd_ >= 0; }
+
+  struct Recovered {
+    uint64_t records = 0;  // host records turned into events
+    uint64_t drops = 0;    // ring drops no frame had reported
+  };
+  // Reads the records from `position` (the last EventBatch.ring_position received) to the
+  // ring's write position, and the drops past `reported_drops` (the last ring_dropped), as
+  // EventBatch frames (serialized StreamMessages) numbered from `sequence`, appended to
+  // *frames. Strings get ids from 2^31, never used by the tracer.
+  Recovered Recover(uint64_t position, uint64_t reported_drops, uint64_t sequence,
+                    std::vector<std::string>* frames);
+
+ private:
+  int fd_ = -1;
+  uint64_t capacity_ = 0;
+};
+
+}  // namespace cumemtrace

@@ -1,0 +1,103 @@
+// The layout of the shared-memory ring between the tracer and the collector: the one piece of
+// the interface that is memory, not messages (as heapprofd's client and daemon share only
+// wire_protocol.h). Plain structs, no code, so that tracer/ and collector/ still share nothing
+// but this directory.
+//
+// The tracer creates the ring (a sealed memfd), hands it to the collector with the handshake
+// (SCM_RIGHTS on the handshake's bytes, described by Handshake.shared_ring), and writes every
+// host record into it before the record is anything else: program threads append records,
+// the tracer's sender thread reads them, encodes them and sends them on the socket as before,
+// and frees their space only once their frame has been handed to the kernel. Each EventBatch
+// says how far in the ring it reaches (EventBatch.ring_position). So when the stream ends
+// (the process exited, called _exit, was killed, crashed), every record the collector did not
+// receive is still in the ring, between the last ring_position it saw and write_position, and
+// the collector reads it from there: a record is the collector's the moment it is written.
+//
+// Every field is written by the traced process and is untrusted input to the collector: it
+// checks each offset and size against the mapping before using it.
+#pragma once
+
+#include <cstdint>
+
+namespace cumemtrace::v1::ring {
+
+constexpr uint32_t kMagic = 0x47524d43;  // "CMRG" in memory order
+constexpr uint32_t kLayoutVersion = 1;
+// The header page: the header, then the API name table.
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kApiTableOffset = 256;
+constexpr uint32_t kApiNameBytes = 56;
+struct ApiEntry {
+  char name[kApiNameBytes];  // NUL-terminated driver call name ("cuMemAlloc_v2")
+  uint8_t kind;              // v1::MemoryKind made by an allocation call
+  uint8_t mapping;           // 1 for cuMemMap / cuMemUnmap
+  uint8_t reserved[6];
+};
+constexpr uint32_t kMaxApis = static_cast<uint32_t>((kHeaderBytes - kApiTableOffset) / sizeof(ApiEntry));
+// Largest data area a collector maps (the tracer's default is far below).
+constexpr uint64_t kMaxCapacity = uint64_t{1} << 30;
+
+// Positions count bytes ever written (they never wrap); the byte of position p is at
+// data[p % capacity]. Written with release stores, read with acquire loads.
+struct Header {
+  uint32_t magic;
+  uint32_t layout_version;
+  uint64_t capacity;        // bytes of the data area, a power of two; data at kHeaderBytes
+  uint64_t write_position;  // end of the last whole record
+  uint64_t freed_position;  // the tracer's sender may overwrite below this
+  // Records the program threads could not write because the ring was full (the collector
+  // or the sender not keeping up): a running total, and the time span of those not yet
+  // reported in a DroppedRecords event (0 when none).
+  uint64_t dropped_total;
+  uint64_t dropped_first_ns;
+  uint64_t dropped_last_ns;
+  uint32_t api_count;  // entries of the API table
+  uint32_t reserved;
+};
+static_assert(sizeof(Header) <= kApiTableOffset, "the header overlaps the API table");
+
+// One record, 8-byte aligned; `size` covers the record and its strings, padded to 8. A record
+// never wraps: a padding record fills the end of the data area instead.
+enum RecordType : uint8_t {
+  // 0..6: the tracer's host record types (tracer/host_record.h)
+  kCorrelation = 0,
+  kMemory = 1,
+  kNvtx = 2,
+  kFailedAllocation = 3,
+  kThreadName = 4,
+  kDeviceSeen = 5,
+  kProcessExit = 6,
+  kPadding = 255,
+};
+struct Record {
+  uint32_t size;
+  uint8_t type;  // RecordType
+  uint8_t nvtx_operation;
+  uint16_t api;  // index into the API table
+  uint32_t thread_id;
+  uint32_t correlation_id;
+  uint64_t timestamp_ns;
+  uint32_t device;
+  uint32_t category;
+  uint32_t color;
+  uint32_t stream_id;
+  uint64_t range_id;
+  uint64_t address;
+  uint64_t bytes;
+  uint64_t device_free_bytes;
+  uint64_t device_total_bytes;
+  uint64_t domain_handle;  // the tracer's own (meaningful only to the tracer)
+  int32_t error_code;
+  uint8_t release;
+  uint8_t is_async;
+  uint8_t memory_kind;
+  uint8_t reserved;
+  // Then text (NVTX message, thread name), caller module, NVTX domain name, unterminated.
+  uint32_t text_bytes;
+  uint32_t caller_bytes;
+  uint32_t domain_bytes;
+  uint32_t reserved2;
+};
+static_assert(sizeof(Record) == 112, "the ring record layout changed: bump kLayoutVersion");
+
+}  // namespace cumemtrace::v1::ring
