@@ -1,6 +1,6 @@
 // What the tracer costs per event, in nanoseconds (docs/benchmarks.md has the figures):
 //   Hook/*   - on a program thread: build the HostRecord as the hook does (clock, thread id,
-//              fields) and push it onto the bounded queue. This is all the traced program
+//              fields) and write it into the shared ring (RecordQueue::Push). This is all the traced program
 //              pays for an NVTX call or a CUDA API call's entry callback.
 //   Encode/* - on the sender thread: translate one record (RecordTranslator), add it to the
 //              batch (EventEncoder, interning) and frame full batches for the socket.
@@ -8,7 +8,10 @@
 
 #include <cupti_activity.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,19 +37,26 @@ uint16_t ApiRow(const char* name) {
   return 0;
 }
 
-// The queue is emptied by the sender thread in the tracer; here it is emptied outside the
-// timed region whenever it fills, so every timed push is an accepted one.
-// With several threads, each drains after its share of the capacity, so the queue never
-// holds more than the capacity and no push is a drop.
+// The ring is emptied (and its space freed) by the sender thread in the tracer; here it is
+// emptied outside the timed region before it can fill, so every timed push is an accepted
+// one. With several threads, each drains after its share of the ring (at least 256 bytes
+// per record, over twice what these records take), one thread at a time as in the tracer.
+std::mutex g_drain_mutex;
+
 template <typename MakeRecord>
 void PushLoop(benchmark::State& state, RecordQueue& queue, MakeRecord make_record) {
   std::vector<HostRecord> taken;
-  const size_t share = kQueueCapacity / static_cast<size_t>(state.threads());
+  std::vector<uint64_t> ends;
+  const size_t share = queue.ring_bytes() / 256 / static_cast<size_t>(state.threads());
   size_t pushed = 0;
   for (auto _ : state) {
     if (pushed == share) {
       state.PauseTiming();
-      queue.TakeAll(&taken);
+      {
+        std::lock_guard<std::mutex> lock(g_drain_mutex);
+        queue.TakeAll(&taken, &ends);
+        if (!ends.empty()) queue.Free(ends.back());
+      }
       taken.clear();
       pushed = 0;
       state.ResumeTiming();
@@ -57,13 +67,23 @@ void PushLoop(benchmark::State& state, RecordQueue& queue, MakeRecord make_recor
   state.SetItemsProcessed(state.iterations());
 }
 
+// The shared ring, made once (as in Start) and emptied before each run.
+void Reset(RecordQueue& queue) {
+  if (!queue.created()) {
+    const int fd = queue.Create();
+    if (fd >= 0) close(fd);
+  }
+  std::vector<HostRecord> drained;
+  std::vector<uint64_t> ends;
+  std::lock_guard<std::mutex> lock(g_drain_mutex);
+  queue.TakeAll(&drained, &ends);
+  if (!ends.empty()) queue.Free(ends.back());
+}
+
 // nvtxRangePushA("forward") as nvtx_injection.cc records it.
 void BM_Hook_NvtxPush(benchmark::State& state) {
   static RecordQueue queue(kQueueCapacity);
-  if (state.thread_index() == 0) {
-    std::vector<HostRecord> drained;
-    queue.TakeAll(&drained);
-  }
+  if (state.thread_index() == 0) Reset(queue);
   PushLoop(state, queue, [] {
     HostRecord record;
     record.type = HostRecord::Type::kNvtx;
@@ -79,10 +99,7 @@ BENCHMARK(BM_Hook_NvtxPush)->Name("Hook/NvtxPush")->Threads(1)->Threads(2)->UseR
 // A CUDA API call's entry callback (cupti_session.cc): correlation id -> thread, API.
 void BM_Hook_Correlation(benchmark::State& state) {
   static RecordQueue queue(kQueueCapacity);
-  if (state.thread_index() == 0) {
-    std::vector<HostRecord> drained;
-    queue.TakeAll(&drained);
-  }
+  if (state.thread_index() == 0) Reset(queue);
   const uint16_t api = ApiRow("cuLaunchKernel");
   uint32_t correlation = 0;
   PushLoop(state, queue, [&] {
@@ -99,10 +116,7 @@ BENCHMARK(BM_Hook_Correlation)->Name("Hook/Correlation")->Threads(1)->Threads(2)
 // An allocation call's exit callback (cupti_session.cc): what the call made.
 void BM_Hook_Memory(benchmark::State& state) {
   static RecordQueue queue(kQueueCapacity);
-  if (state.thread_index() == 0) {
-    std::vector<HostRecord> drained;
-    queue.TakeAll(&drained);
-  }
+  if (state.thread_index() == 0) Reset(queue);
   const uint16_t api = ApiRow("cuMemAllocAsync");
   uint64_t n = 0;
   PushLoop(state, queue, [&] {

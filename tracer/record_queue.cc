@@ -114,7 +114,8 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
     pad->type = ring::kPadding;
   }
   unsigned char* at = data_ + (write + padding) % ring_bytes_;
-  ring::Record r{};
+  // Written in place (8-aligned, never wrapping): one pass over the record's bytes.
+  auto& r = *reinterpret_cast<ring::Record*>(at);
   r.size = static_cast<uint32_t>(size);
   r.type = static_cast<uint8_t>(record.type);
   r.nvtx_operation = record.nvtx_operation;
@@ -136,11 +137,12 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   r.release = record.release ? 1 : 0;
   r.is_async = record.is_async ? 1 : 0;
   r.memory_kind = record.memory_kind;
+  r.reserved = 0;
   r.text_bytes = static_cast<uint32_t>(text);
   r.caller_bytes = static_cast<uint32_t>(caller);
   r.domain_bytes = static_cast<uint32_t>(domain);
-  memcpy(at, &r, sizeof(r));
-  unsigned char* strings = at + sizeof(r);
+  r.reserved2 = 0;
+  unsigned char* strings = at + sizeof(ring::Record);
   memcpy(strings, record.text.data(), text);
   memcpy(strings + text, record.caller.data(), caller);
   if (domain > 0) memcpy(strings + text + caller, record.domain->name.data(), domain);

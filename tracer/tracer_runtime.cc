@@ -4,14 +4,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <new>
 #include <unordered_set>
@@ -472,7 +471,6 @@ void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) 
     handshake->mutable_shared_ring()->set_capacity(ring_capacity);
   }
   AppendFramedMessage(hello, frame);
-
 }
 
 void TracerRuntime::SendHandshake() {

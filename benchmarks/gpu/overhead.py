@@ -6,6 +6,11 @@ round so that drift of the machine falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
+              [--baseline-cumemtrace BIN]
+
+--baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
+the same runs with another build (the one before a change), interleaved with the rest, so
+that the cost of a change is measured in one run.
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
@@ -43,7 +48,16 @@ def cpu_plan():
 MAIN_CPU, OTHER_CPUS = cpu_plan()
 
 
-def python_configs(cumemtrace, scratch, only=None):
+def baseline_configs(baseline, scratch, argv):
+    if not baseline:
+        return {}
+    run = lambda name, *flags: [baseline, "run", "-o", os.path.join(scratch, name), "--quiet",
+                                *flags, "--", *argv]
+    return {"baseline: cumemtrace --no-kernels": (run("base-nokernels", "--no-kernels"), {}),
+            "baseline: cumemtrace": (run("base-default"), {})}
+
+
+def python_configs(cumemtrace, scratch, only=None, baseline=None):
     workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU)]
     if only:
         workloads += ["--only", only]
@@ -61,10 +75,11 @@ def python_configs(cumemtrace, scratch, only=None):
         "cumemtrace (MEMORY2 records)": (run("memory2"), {"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
+        **baseline_configs(baseline, scratch, workloads),
     }
 
 
-def libtorch_configs(cumemtrace, program, scratch):
+def libtorch_configs(cumemtrace, program, scratch, baseline=None):
     argv = [program, "--steps", "40", "--timing", "-", "--pin", str(MAIN_CPU)]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *argv]
@@ -76,6 +91,7 @@ def libtorch_configs(cumemtrace, program, scratch):
         # Diagnostic: what is left with no per-call callbacks at all (no memory then).
         "cumemtrace --no-kernels (API callbacks off)":
             (run("lt-nocallbacks", "--no-kernels"), {"CUMEMTRACE_API_CALLBACKS": "0"}),
+        **baseline_configs(baseline, scratch, argv),
     }
 
 
@@ -102,6 +118,7 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--workloads", help="comma list: mlp, launch, alloc, libtorch (default all)")
     parser.add_argument("--configs", help="'|'-separated configuration names to run (default all)")
+    parser.add_argument("--baseline-cumemtrace", help="another build's cumemtrace, run beside")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
@@ -109,9 +126,11 @@ def main():
     python_only = ",".join(w for w in wanted if w != "libtorch")
     suites = []
     if python_only:
-        suites.append(python_configs(args.cumemtrace, scratch, python_only))
+        suites.append(python_configs(args.cumemtrace, scratch, python_only,
+                                     args.baseline_cumemtrace))
     if "libtorch" in wanted:
-        suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch))
+        suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch,
+                                       args.baseline_cumemtrace))
     if args.configs:
         keep = set(args.configs.split("|"))
         suites = [{k: v for k, v in s.items() if k in keep} for s in suites]
@@ -149,7 +168,8 @@ def main():
         for name, value in rows.items():
             ratio = value / base if base else float("nan")
             extra = ""
-            if name.startswith("cumemtrace") and "native" not in name and base_async:
+            traced = name.startswith("cumemtrace") or name.startswith("baseline")
+            if traced and "native" not in name and base_async:
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,

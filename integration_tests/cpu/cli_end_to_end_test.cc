@@ -261,6 +261,38 @@ TEST_F(CliEndToEnd, ProtocolViolationsCloseTheConnectionWithAReason) {
   }
 }
 
+// The shared ring's descriptor comes from the traced process: a collector must refuse one it
+// could not read safely (a memfd that may shrink would SIGBUS it), and read a lying one
+// without crashing, keeping the stream either way.
+TEST_F(CliEndToEnd, AHostileSharedRingNeverHarmsTheCollector) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"unsealed", "not sealed against shrinking"},
+      {"pipe", "not a memory file"},
+      {"lying", ""},
+      {"three", ""},
+  };
+  for (const auto& [kind, expected_log] : cases) {
+    const std::string out = tmp_ + "/ring-" + kind;
+    const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=3", "--ring=" + kind});
+    EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
+    if (!expected_log.empty()) {
+      EXPECT_NE(r.err.find("shared ring ignored: " + expected_log), std::string::npos)
+          << kind << ": " << r.err;
+    }
+    TraceContents t = ReadTrace(out + "/trace.cmtrace");
+    EXPECT_EQ(t.batches.at(1), kind == "lying" || kind == "three" ? 4 : 3) << kind;
+    ASSERT_EQ(t.closed.count(1), 1u) << kind;
+    EXPECT_EQ(t.closed.at(1).reason(), v1::CLOSE_REASON_EOF) << kind;
+    // The lying ring: its one whole record and its drop count, nothing past the damage.
+    EXPECT_EQ(t.closed.at(1).ring_records_recovered(), kind == "lying" || kind == "three" ? 1u : 0u)
+        << kind;
+    EXPECT_EQ(t.closed.at(1).ring_drops_recovered(), kind == "lying" || kind == "three" ? 7u : 0u)
+        << kind;
+    const Result report = RunCli({"report", out});
+    EXPECT_EQ(report.exit_code, 0) << kind << ": " << report.err;
+  }
+}
+
 TEST_F(CliEndToEnd, ConnectionEndingInsideAFrameKeepsTheWholeFrames) {
   const std::string out = tmp_ + "/out";
   const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=3", "--partial-frame"});

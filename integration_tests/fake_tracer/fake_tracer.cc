@@ -18,8 +18,15 @@
 //               [--print-lines=N]             print N numbered lines on stdout first
 //               [--print-env=VAR]             print VAR=value (or VAR unset) on stdout
 //               [--no-connect]                do not connect at all
+//               [--ring=KIND]                 announce a shared ring in the handshake and
+//                                             pass a descriptor with it: unsealed (a memfd
+//                                             that may shrink) | pipe | lying (sealed, with
+//                                             a header and records full of wrong sizes)
+//                                             | three (three descriptors at once)
 //               [--socket=PATH]
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +40,7 @@
 
 #include "collector/format/framing.h"
 #include "cumemtrace/v1/trace.pb.h"
+#include "proto/cumemtrace/v1/shared_ring.h"
 
 namespace {
 
@@ -54,6 +62,7 @@ struct Options {
   int print_lines = 0;
   std::vector<std::string> print_env;
   bool connect = true;
+  std::string ring;
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -154,6 +163,73 @@ void SendBadFirstFrame(int fd, const std::string& kind, int argc, char** argv) {
   SendMessage(fd, message);
 }
 
+// A descriptor of the kind --ring asks for; the ring announced is 64 KiB.
+constexpr uint64_t kRingCapacity = 64 << 10;
+int MakeRing(const std::string& kind) {
+  namespace ring = cumemtrace::v1::ring;
+  if (kind == "pipe") {
+    int fds[2];
+    if (pipe(fds) != 0) Fail("pipe");
+    return fds[0];
+  }
+  const int fd = memfd_create("fake-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, ring::kHeaderBytes + kRingCapacity) != 0) Fail("memfd");
+  if (kind == "unsealed") return fd;
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) Fail("seal");
+  void* memory = mmap(nullptr, ring::kHeaderBytes + kRingCapacity, PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd, 0);
+  if (memory == MAP_FAILED) Fail("mmap");
+  auto* header = static_cast<ring::Header*>(memory);
+  header->magic = ring::kMagic;
+  header->layout_version = ring::kLayoutVersion;
+  header->capacity = kRingCapacity;
+  header->api_count = 1000000;  // beyond the table
+  // Past a whole ring's worth of writes: the reader starts one ring back, at offset 0.
+  header->write_position = 3 * kRingCapacity;
+  header->dropped_total = 7;
+  auto* data = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
+  // One readable record (an allocation naming an API index past the table), then records
+  // with sizes past the end, zero sizes, and strings longer than themselves.
+  for (uint64_t at = 0; at + sizeof(ring::Record) <= kRingCapacity; at += 4096) {
+    ring::Record r{};
+    const uint64_t n = at / 4096;
+    r.size = static_cast<uint32_t>(n == 0 ? 4096 : n % 3 == 1 ? 0xfffffff8 : n % 3 == 2 ? 0 : 120);
+    r.type = n == 0 ? ring::kMemory : ring::kNvtx;
+    r.api = 60000;
+    r.address = 0x7f0000000000ull;
+    r.bytes = 1 << 20;
+    r.text_bytes = n == 0 ? 0 : 0xffffff00;
+    memcpy(data + at, &r, sizeof(r));
+  }
+  return fd;
+}
+
+// Sends the handshake with the ring's descriptor(s) attached.
+void SendHandshakeWithRing(int fd, v1::StreamMessage message, const std::string& kind) {
+  message.mutable_handshake()->mutable_shared_ring()->set_layout_version(
+      cumemtrace::v1::ring::kLayoutVersion);
+  message.mutable_handshake()->mutable_shared_ring()->set_capacity(kRingCapacity);
+  std::string frame;
+  cumemtrace::AppendFrame(message.SerializeAsString(), &frame);
+  int passed[3] = {MakeRing(kind == "three" ? "lying" : kind), MakeRing("pipe"), MakeRing("pipe")};
+  const size_t count = kind == "three" ? 3 : 1;
+  iovec data{frame.data(), frame.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  msghdr header{};
+  header.msg_iov = &data;
+  header.msg_iovlen = 1;
+  header.msg_control = control;
+  header.msg_controllen = CMSG_SPACE(count * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&header);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(count * sizeof(int));
+  memcpy(CMSG_DATA(c), passed, count * sizeof(int));
+  const ssize_t n = sendmsg(fd, &header, MSG_NOSIGNAL);
+  if (n < 0) Fail("sendmsg");
+  SendAll(fd, frame.substr(static_cast<size_t>(n)));
+}
+
 // Waits until the collector closes `fd` (it refused the connection).
 void WaitForClose(int fd) {
   char byte;
@@ -200,6 +276,8 @@ Options Parse(int argc, char** argv) {
       o.print_env.push_back(v7);
     } else if (arg == "--no-connect") {
       o.connect = false;
+    } else if (const char* v10 = value("--ring=")) {
+      o.ring = v10;
     } else if (const char* v8 = value("--socket=")) {
       o.socket_path = v8;
     } else {
@@ -236,7 +314,11 @@ int main(int argc, char** argv) {
     WaitForClose(fd);
     return o.exit_code;
   }
-  SendMessage(fd, Handshake(argc, argv));
+  if (o.ring.empty()) {
+    SendMessage(fd, Handshake(argc, argv));
+  } else {
+    SendHandshakeWithRing(fd, Handshake(argc, argv), o.ring);
+  }
   if (o.also_bad_connection) {
     const int bad = Connect(o.socket_path);
     SendBadFirstFrame(bad, "garbage", argc, argv);
