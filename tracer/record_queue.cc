@@ -1,5 +1,7 @@
 #include "tracer/record_queue.h"
 
+#include "cumemtrace/v1/trace.pb.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,7 +21,7 @@ namespace ring = v1::ring;
 
 // Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
 // shared_ring.h, which the collector reads: a new field must be added to all three.
-static_assert(sizeof(HostRecord) == 160, "HostRecord changed: carry the field through the ring");
+static_assert(sizeof(HostRecord) == 232, "HostRecord changed: carry the field through the ring");
 static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
                   static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
                   static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
@@ -27,7 +29,11 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                       ring::kFailedAllocation &&
                   static_cast<uint8_t>(HostRecord::Type::kThreadName) == ring::kThreadName &&
                   static_cast<uint8_t>(HostRecord::Type::kDeviceSeen) == ring::kDeviceSeen &&
-                  static_cast<uint8_t>(HostRecord::Type::kProcessExit) == ring::kProcessExit,
+                  static_cast<uint8_t>(HostRecord::Type::kProcessExit) == ring::kProcessExit &&
+                  static_cast<uint8_t>(HostRecord::Type::kTorchAllocator) ==
+                      ring::kTorchAllocator &&
+                  static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) ==
+                      ring::kTorchBridgeState,
               "HostRecord types and ring record types differ");
 
 constexpr uint64_t kAlign = 8;
@@ -101,7 +107,15 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   const uint64_t caller = std::min<uint64_t>(record.caller.size(), 1024);
   const uint64_t domain =
       record.domain != nullptr ? std::min<uint64_t>(record.domain->name.size(), 1024) : 0;
-  const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain);
+  // The bridge's state is sent once per process: serialized here, under the lock, is fine.
+  std::string bridge_state;
+  if (record.type == HostRecord::Type::kTorchBridgeState && record.torch_bridge_state != nullptr) {
+    bridge_state = record.torch_bridge_state->SerializeAsString();
+  }
+  const uint64_t payload = record.type == HostRecord::Type::kTorchAllocator
+                               ? sizeof(ring::TorchPayload)
+                               : std::min<uint64_t>(bridge_state.size(), max_text_bytes_);
+  const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain + payload);
   const uint64_t write = header_->write_position;
   const uint64_t offset = write % ring_bytes_;
   // A record never wraps: the end of the area is padded and it starts again at 0.
@@ -141,11 +155,26 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   r.text_bytes = static_cast<uint32_t>(text);
   r.caller_bytes = static_cast<uint32_t>(caller);
   r.domain_bytes = static_cast<uint32_t>(domain);
-  r.reserved2 = 0;
+  r.payload_bytes = static_cast<uint32_t>(payload);
   unsigned char* strings = at + sizeof(ring::Record);
   memcpy(strings, record.text.data(), text);
   memcpy(strings + text, record.caller.data(), caller);
   if (domain > 0) memcpy(strings + text + caller, record.domain->name.data(), domain);
+  unsigned char* payload_at = strings + text + caller + domain;
+  if (record.type == HostRecord::Type::kTorchAllocator) {
+    ring::TorchPayload torch{};
+    torch.stream = record.torch.stream;
+    torch.sequence = record.torch.sequence;
+    torch.allocated_total = record.torch.allocated_total;
+    torch.allocated_current = record.torch.allocated_current;
+    torch.reserved_current = record.torch.reserved_current;
+    torch.pool_first = record.torch.pool_first;
+    torch.pool_second = record.torch.pool_second;
+    torch.action = record.torch.action;
+    memcpy(payload_at, &torch, sizeof(torch));
+  } else if (payload > 0) {
+    memcpy(payload_at, bridge_state.data(), payload);
+  }
   // Published last: the collector never reads a record that is not whole.
   Store(&header_->write_position, write + padding + size);
   return true;
@@ -220,6 +249,23 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     const char* strings = reinterpret_cast<const char*>(at + sizeof(r));
     record.text.assign(strings, r.text_bytes);
     record.caller.assign(strings + r.text_bytes, r.caller_bytes);
+    const char* payload = strings + r.text_bytes + r.caller_bytes + r.domain_bytes;
+    if (record.type == HostRecord::Type::kTorchAllocator) {
+      ring::TorchPayload torch;
+      memcpy(&torch, payload, sizeof(torch));
+      record.torch.action = torch.action;
+      record.torch.stream = torch.stream;
+      record.torch.sequence = torch.sequence;
+      record.torch.allocated_total = torch.allocated_total;
+      record.torch.allocated_current = torch.allocated_current;
+      record.torch.reserved_current = torch.reserved_current;
+      record.torch.pool_first = torch.pool_first;
+      record.torch.pool_second = torch.pool_second;
+    } else if (record.type == HostRecord::Type::kTorchBridgeState) {
+      // A copy the translator owns and deletes, as it did the hook's.
+      record.torch_bridge_state = new v1::TorchBridgeState();
+      record.torch_bridge_state->ParseFromArray(payload, static_cast<int>(r.payload_bytes));
+    }
     if (ends != nullptr) ends->push_back(read_position_);
   }
   return drops;

@@ -48,7 +48,9 @@ class TracerRuntime {
   void Record(HostRecord&& record) {
     // A forked child's first event starts its own stream (see AtForkChild).
     if (restart_in_child_.load(std::memory_order_relaxed)) RestartInForkedChild();
-    queue_.Push(std::move(record));
+    queue_.Push(record);
+    // The ring holds a copy of the bridge's state (sent once per process).
+    delete record.torch_bridge_state;
   }
   // The program made its first CUPTI call that reaches the tracer (cupti_mux.h). Starts the
   // tracer's CUPTI session if it has not started yet; returns whether the program's calls

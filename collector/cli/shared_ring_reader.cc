@@ -153,12 +153,14 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
     if (size < sizeof(ring::Record)) break;
     ring::Record r;
     memcpy(&r, data + offset, sizeof(r));
-    const uint64_t strings = uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes;
+    const uint64_t strings =
+        uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes + r.payload_bytes;
     if (strings > size - sizeof(ring::Record)) break;
     const char* text_at = reinterpret_cast<const char*>(data + offset + sizeof(r));
     const std::string_view text(text_at, r.text_bytes);
     const std::string_view caller(text_at + r.text_bytes, r.caller_bytes);
     const std::string_view domain(text_at + r.text_bytes + r.caller_bytes, r.domain_bytes);
+    const char* payload = text_at + r.text_bytes + r.caller_bytes + r.domain_bytes;
     bool made_event = true;
     switch (r.type) {
       case ring::kNvtx: {
@@ -222,6 +224,32 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
       }
       case ring::kProcessExit:
         out.Add(r.timestamp_ns)->mutable_process_exit()->set_exit_code(r.error_code);
+        break;
+      case ring::kTorchAllocator: {
+        if (r.payload_bytes < sizeof(ring::TorchPayload)) {
+          made_event = false;
+          break;
+        }
+        ring::TorchPayload p;
+        memcpy(&p, payload, sizeof(p));
+        v1::TorchAllocatorEvent* torch = out.Add(r.timestamp_ns)->mutable_torch_allocator();
+        torch->set_action(static_cast<v1::TorchAllocatorAction>(p.action));
+        torch->set_device(r.device);
+        torch->set_address(r.address);
+        torch->set_requested_bytes(r.bytes);
+        torch->set_stream(p.stream);
+        torch->set_thread_id(r.thread_id);
+        torch->set_sequence(p.sequence);
+        torch->set_allocated_bytes_total(p.allocated_total);
+        torch->set_allocated_bytes_current(p.allocated_current);
+        torch->set_reserved_bytes_current(p.reserved_current);
+        torch->set_pool_id_first(p.pool_first);
+        torch->set_pool_id_second(p.pool_second);
+        break;
+      }
+      case ring::kTorchBridgeState:
+        made_event = out.Add(r.timestamp_ns)->mutable_torch_bridge()->ParseFromArray(
+            payload, static_cast<int>(r.payload_bytes));
         break;
       default:  // correlations and devices: only the live tracer can use them
         made_event = false;

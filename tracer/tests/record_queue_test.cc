@@ -1,5 +1,7 @@
 #include "tracer/record_queue.h"
 
+#include "cumemtrace/v1/trace.pb.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -75,6 +77,42 @@ TEST(RecordQueue, WrapsAroundAndKeepsEveryFieldAndString) {
     }
     queue.Free(ends.back());
   }
+}
+
+TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
+  RecordQueue queue(1024);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  HostRecord torch = At(5);
+  torch.type = HostRecord::Type::kTorchAllocator;
+  torch.address = 0x1000;
+  torch.bytes = 4096;
+  torch.torch.action = 1;
+  torch.torch.sequence = 17;
+  torch.torch.allocated_total = 1 << 20;
+  torch.torch.pool_second = 3;
+  ASSERT_TRUE(queue.Push(torch));
+  HostRecord state = At(6);
+  state.type = HostRecord::Type::kTorchBridgeState;
+  v1::TorchBridgeState bridge;
+  bridge.set_attached(true);
+  bridge.set_torch_version("2.11.0+cu130");
+  state.torch_bridge_state = &bridge;
+  ASSERT_TRUE(queue.Push(state));
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].type, HostRecord::Type::kTorchAllocator);
+  EXPECT_EQ(out[0].address, 0x1000u);
+  EXPECT_EQ(out[0].torch.action, 1);
+  EXPECT_EQ(out[0].torch.sequence, 17u);
+  EXPECT_EQ(out[0].torch.allocated_total, 1u << 20);
+  EXPECT_EQ(out[0].torch.pool_second, 3u);
+  ASSERT_NE(out[1].torch_bridge_state, nullptr);
+  EXPECT_NE(out[1].torch_bridge_state, &bridge);  // a copy, owned by whoever takes it
+  EXPECT_TRUE(out[1].torch_bridge_state->attached());
+  EXPECT_EQ(out[1].torch_bridge_state->torch_version(), "2.11.0+cu130");
+  delete out[1].torch_bridge_state;
 }
 
 TEST(RecordQueue, ARecordIsInTheSharedMemoryTheMomentPushReturns) {

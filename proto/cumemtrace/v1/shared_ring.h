@@ -59,7 +59,7 @@ static_assert(sizeof(Header) <= kApiTableOffset, "the header overlaps the API ta
 // One record, 8-byte aligned; `size` covers the record and its strings, padded to 8. A record
 // never wraps: a padding record fills the end of the data area instead.
 enum RecordType : uint8_t {
-  // 0..6: the tracer's host record types (tracer/host_record.h)
+  // 0..8: the tracer's host record types (tracer/host_record.h)
   kCorrelation = 0,
   kMemory = 1,
   kNvtx = 2,
@@ -67,8 +67,23 @@ enum RecordType : uint8_t {
   kThreadName = 4,
   kDeviceSeen = 5,
   kProcessExit = 6,
+  kTorchAllocator = 7,    // payload: TorchPayload
+  kTorchBridgeState = 8,  // payload: a serialized v1::TorchBridgeState
   kPadding = 255,
 };
+// The payload of a kTorchAllocator record (besides device, address and bytes).
+struct TorchPayload {
+  uint64_t stream;
+  uint64_t sequence;
+  uint64_t allocated_total;
+  uint64_t allocated_current;
+  uint64_t reserved_current;
+  uint64_t pool_first;
+  uint64_t pool_second;
+  uint8_t action;  // v1::TorchAllocatorAction
+  uint8_t reserved[7];
+};
+static_assert(sizeof(TorchPayload) == 64, "the torch payload layout changed");
 struct Record {
   uint32_t size;
   uint8_t type;  // RecordType
@@ -92,11 +107,12 @@ struct Record {
   uint8_t is_async;
   uint8_t memory_kind;
   uint8_t reserved;
-  // Then text (NVTX message, thread name), caller module, NVTX domain name, unterminated.
+  // Then text (NVTX message, thread name), caller module, NVTX domain name (unterminated),
+  // and the type's payload.
   uint32_t text_bytes;
   uint32_t caller_bytes;
   uint32_t domain_bytes;
-  uint32_t reserved2;
+  uint32_t payload_bytes;
 };
 static_assert(sizeof(Record) == 112, "the ring record layout changed: bump kLayoutVersion");
 
