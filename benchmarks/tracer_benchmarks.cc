@@ -1,7 +1,7 @@
 // What the tracer costs per event, in nanoseconds (docs/benchmarks.md has the figures):
 //   Hook/*   - on a program thread: build the HostRecord as the hook does (clock, thread id,
-//              fields) and write it into the shared ring (RecordQueue::Push). This is all the traced program
-//              pays for an NVTX call or a CUDA API call's entry callback.
+//              fields) and write it into the shared ring (RecordQueue::Push). This is all
+//              the traced program pays for an NVTX call or a CUDA API call's entry callback.
 //   Drain/*  - on the sender thread: take records out of the shared ring.
 //   Encode/* - on the sender thread: translate one record (RecordTranslator), add it to the
 //              batch (EventEncoder, interning) and frame full batches for the socket.

@@ -116,7 +116,8 @@ Options Parse(int argc, char** argv) {
     else if (const char* v13 = value("--death-fd=")) o.death_fd = atoi(v13);
     else if (const char* v14 = value("--duration-ms=")) o.duration_ms = atol(v14);
     else if (const char* v15 = value("--hijack=")) o.hijack = v15;
-    else if (const char* v16 = value("--child-exit=")) o.child_quick_exit = strcmp(v16, "_exit") == 0;
+    else if (const char* v16 = value("--child-exit="))
+      o.child_quick_exit = strcmp(v16, "_exit") == 0;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
       exit(2);

@@ -33,7 +33,8 @@ struct ApiEntry {
   uint8_t mapping;           // 1 for cuMemMap / cuMemUnmap
   uint8_t reserved[6];
 };
-constexpr uint32_t kMaxApis = static_cast<uint32_t>((kHeaderBytes - kApiTableOffset) / sizeof(ApiEntry));
+constexpr uint32_t kMaxApis =
+    static_cast<uint32_t>((kHeaderBytes - kApiTableOffset) / sizeof(ApiEntry));
 // Largest data area a collector maps (the tracer's default is far below).
 constexpr uint64_t kMaxCapacity = uint64_t{1} << 30;
 
