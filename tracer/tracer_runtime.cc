@@ -230,6 +230,9 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   // guard forever, and AtForkChild needs the session (seen: fork_probe children hung in
   // __cxa_guard_acquire under CuptiSession::Get).
   CuptiSession::Get();
+  // The same for the bridge: the sender's first Poll constructed it, and a child forked
+  // meanwhile hung in AtForkChild's TorchBridge::Get (seen in the fork test).
+  TorchBridge::Get();
   // Leaked with the runtime (see the class comment).
   g_sender = new SenderState();
   SenderState& s = *g_sender;
