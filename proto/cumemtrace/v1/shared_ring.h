@@ -35,8 +35,9 @@ struct ApiEntry {
 };
 constexpr uint32_t kMaxApis =
     static_cast<uint32_t>((kHeaderBytes - kApiTableOffset) / sizeof(ApiEntry));
-// Largest data area a collector maps (the tracer's default is far below).
-constexpr uint64_t kMaxCapacity = uint64_t{1} << 30;
+// Largest data area a collector maps, twice the tracer's largest (32 MiB): what a peer can
+// make the collector read and re-encode at the end of its stream stays bounded.
+constexpr uint64_t kMaxCapacity = uint64_t{64} << 20;
 
 // Positions count bytes ever written (they never wrap); the byte of position p is at
 // data[p % capacity]. Written with release stores, read with acquire loads.
