@@ -59,11 +59,26 @@ std::string DefaultSocketPath() {
   return "/tmp/cumemtrace-" + std::to_string(getuid()) + "/collector.sock";
 }
 
+// The handshake must fit in MAX_HANDSHAKE_FRAME_BYTES (1 MiB), and a command line can be
+// longer (ARG_MAX grows with the stack limit): keep its first 512 KiB and say what was left.
 std::vector<std::string> ReadCommandLine() {
+  constexpr size_t kMaxCommandLineBytes = 512 * 1024;
   std::vector<std::string> args;
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  size_t kept = 0;
+  size_t left_out = 0;
+  while (std::getline(in, arg, '\0')) {
+    if (left_out > 0 || kept + arg.size() > kMaxCommandLineBytes) {
+      left_out += arg.size() + 1;
+      continue;
+    }
+    kept += arg.size() + 1;
+    args.push_back(arg);
+  }
+  if (left_out > 0) {
+    args.push_back("[cumemtrace: " + std::to_string(left_out) + " more bytes left out]");
+  }
   return args;
 }
 
@@ -446,8 +461,14 @@ void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) 
   handshake->mutable_clock_pair()->set_monotonic_ns(MonotonicNs());
   handshake->set_timestamp_clock(v1::TIMESTAMP_CLOCK_MONOTONIC);
   handshake->set_tracer_version(kTracerVersion);
-  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) handshake->set_pytorch_alloc_conf(conf);
-  if (const char* mode = getenv("CUMEMTRACE_ALLOCATOR_MODE")) handshake->set_allocator_mode(mode);
+  // Environment values are bounded too (4 KiB each) to keep the handshake small.
+  auto env_text = [](const char* value) { return std::string(value).substr(0, 4096); };
+  if (const char* conf = getenv("PYTORCH_CUDA_ALLOC_CONF")) {
+    handshake->set_pytorch_alloc_conf(env_text(conf));
+  }
+  if (const char* mode = getenv("CUMEMTRACE_ALLOCATOR_MODE")) {
+    handshake->set_allocator_mode(env_text(mode));
+  }
   handshake->set_injection_mode(mode_);
   handshake->set_kernels_enabled(kernels_);
   handshake->set_trace_start_ns(start_ns_);

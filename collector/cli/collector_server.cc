@@ -7,9 +7,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +26,23 @@ namespace {
 
 constexpr size_t kReadBlock = 256 * 1024;
 
+// Out of descriptors (or kernel memory), accept() fails while the listening socket stays
+// readable: polling it again at once is a busy loop that once wrote a million log lines in
+// 3 s. The backlog keeps the waiting connections; try again after a pause that doubles up
+// to a second.
+constexpr int kAcceptPauseFirstMs = 50;
+constexpr int kAcceptPauseMaxMs = 1000;
+
+bool IsResourceShortage(int error) {
+  return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
+}
+
+int64_t MonotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 const char* CloseReasonName(v1::CloseReason reason) {
   switch (reason) {
     case v1::CLOSE_REASON_EOF: return "end of stream";
@@ -37,7 +56,9 @@ const char* CloseReasonName(v1::CloseReason reason) {
 }  // namespace
 
 struct CollectorServer::Connection {
-  explicit Connection(int socket_fd) : fd(socket_fd), decoder(v1::MAX_WIRE_FRAME_BYTES) {}
+  // Until its handshake, a connection may send one frame of at most
+  // MAX_HANDSHAKE_FRAME_BYTES; the full frame size is allowed after it.
+  explicit Connection(int socket_fd) : fd(socket_fd), decoder(v1::MAX_HANDSHAKE_FRAME_BYTES) {}
   ~Connection() {
     if (ring_fd >= 0) close(ring_fd);
   }
@@ -154,7 +175,12 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   std::vector<pollfd> fds;
   fds.reserve(connections_.size() + 2);
   fds.push_back({wake_fd, POLLIN, 0});
-  fds.push_back({listen_fd_, POLLIN, 0});
+  // While accepting is paused, the listening socket is left out (-1: poll ignores it) and
+  // the wait ends when the pause does.
+  const int64_t pause_left = accept_paused_until_ms_ - MonotonicMs();
+  const bool paused = accept_pause_ms_ > 0 && pause_left > 0;
+  fds.push_back({paused ? -1 : listen_fd_, POLLIN, 0});
+  if (paused && (timeout_ms < 0 || timeout_ms > pause_left)) timeout_ms = static_cast<int>(pause_left);
   for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
   const int ready = poll(fds.data(), fds.size(), timeout_ms);
   if (ready < 0) {
@@ -166,7 +192,7 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
     auto it = connections_.find(fds[i].fd);
     if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/false);
   }
-  if (fds[1].revents != 0) Accept();
+  if (fds[1].revents != 0 || (accept_pause_ms_ > 0 && !paused)) Accept();
   return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
 }
 
@@ -175,9 +201,25 @@ void CollectorServer::Accept() {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (IsResourceShortage(errno)) {
+        // One line per episode, however long it lasts; streams already open are served.
+        if (accept_pause_ms_ == 0) {
+          LogLine("cannot accept connections: " + ErrnoText() + " (" +
+                  std::to_string(connections_.size()) +
+                  " open); new connections wait in the backlog, retrying");
+          accept_pause_ms_ = kAcceptPauseFirstMs;
+        } else {
+          accept_pause_ms_ = std::min(2 * accept_pause_ms_, kAcceptPauseMaxMs);
+        }
+        ++accept_failures_;
+        accept_paused_until_ms_ = MonotonicMs() + accept_pause_ms_;
+        return;
+      }
       if (errno != EAGAIN && errno != EWOULDBLOCK) LogLine("accept failed: " + ErrnoText());
+      EndAcceptPause();
       return;
     }
+    EndAcceptPause();
     ucred cred{};
     socklen_t cred_size = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) != 0) {
@@ -209,6 +251,36 @@ void CollectorServer::Accept() {
     std::string bytes;
     AppendChunk(opened, &bytes);
     Write(c, bytes);
+  }
+}
+
+void CollectorServer::EndAcceptPause() {
+  if (accept_pause_ms_ == 0) return;
+  LogLine("accepting connections again (" + std::to_string(accept_failures_) +
+          " tries failed while out of resources)");
+  accept_pause_ms_ = 0;
+  accept_failures_ = 0;
+}
+
+bool CollectorServer::ShedBytesBeforeHandshakes(const Connection* reading) {
+  for (;;) {
+    size_t total = 0;
+    Connection* biggest = nullptr;
+    for (const auto& entry : connections_) {
+      Connection* other = entry.second.get();
+      if (other->handshake_done) continue;
+      total += other->decoder.pending_bytes();
+      if (biggest == nullptr || other->decoder.pending_bytes() > biggest->decoder.pending_bytes()) {
+        biggest = other;
+      }
+    }
+    if (total <= kMaxBytesBeforeHandshakes || biggest == nullptr) return true;
+    const bool self = biggest == reading;
+    Close(biggest->fd, v1::CLOSE_REASON_PROTOCOL_ERROR,
+          "no handshake after " + std::to_string(biggest->decoder.pending_bytes()) +
+              " bytes, while connections without one held more than " +
+              std::to_string(kMaxBytesBeforeHandshakes) + " bytes in all");
+    if (self) return false;
   }
 }
 
@@ -244,6 +316,11 @@ bool CollectorServer::ReadFrom(Connection* c, bool drain) {
     }
     c->bytes_received += static_cast<uint64_t>(n);
     c->decoder.Append(read_buffer_.data(), static_cast<size_t>(n));
+    // Connections that have not identified themselves share one small budget, so that many
+    // of them sending partial frames cannot take the collector's memory (40 took 692 MB).
+    // Over it, the one holding the most goes first: a real tracer's handshake is small and
+    // arrives at once, so it is never the one closed.
+    if (!c->handshake_done && !ShedBytesBeforeHandshakes(c)) return false;
 
     // Everything decoded from this read goes to the file in one write(2), before the next
     // read: nothing received is ever held back in memory.
@@ -297,6 +374,7 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
       c->ring_fd = -1;  // the reader's now (or closed)
     }
     c->handshake_done = true;
+    c->decoder.set_max_frame_bytes(v1::MAX_WIRE_FRAME_BYTES);
     c->handshake_pid = handshake.pid();
     if (handshake.command_line_size() > 0) c->program = handshake.command_line(0);
     stream_by_handshake_pid_.emplace(handshake.pid(), c->stream_id);

@@ -72,6 +72,9 @@ class CollectorServer {
   void Shutdown();
 
   size_t open_streams() const { return connections_.size(); }
+
+  // Bytes that connections without a handshake may hold, all together.
+  static constexpr size_t kMaxBytesBeforeHandshakes = 16u << 20;
   // The stream whose handshake named `pid` (the first one), or 0 when none did.
   uint32_t StreamIdForHandshakePid(uint32_t pid) const;
 
@@ -79,6 +82,11 @@ class CollectorServer {
   struct Connection;
 
   void Accept();
+  // Logs the end of an episode of failed accepts, if one was going on.
+  void EndAcceptPause();
+  // Closes connections without a handshake, the largest holder first, until together they
+  // hold at most kMaxBytesBeforeHandshakes. False when `reading` itself was closed.
+  bool ShedBytesBeforeHandshakes(const Connection* reading);
   // Reads once (or, when drain is set, until nothing is left). False when the connection
   // was closed.
   bool ReadFrom(Connection* c, bool drain);
@@ -98,6 +106,9 @@ class CollectorServer {
   std::map<int, std::unique_ptr<Connection>> connections_;  // by socket descriptor
   std::map<uint32_t, uint32_t> stream_by_handshake_pid_;
   std::string read_buffer_;
+  int accept_pause_ms_ = 0;  // > 0 while accept() fails for want of descriptors or memory
+  int64_t accept_paused_until_ms_ = 0;
+  uint64_t accept_failures_ = 0;
 };
 
 }  // namespace cumemtrace

@@ -24,6 +24,10 @@ class FrameDecoder {
 
   explicit FrameDecoder(size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {}
 
+  // A later frame may be larger or smaller than the first (the live wire allows a small
+  // handshake, then full-size batches).
+  void set_max_frame_bytes(size_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
+
   void Append(const char* data, size_t size);
   // Takes frames out of `bytes` (all the input there will be, kept alive by the caller)
   // instead of a copy of them; Append() is then not used.

@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* bytes = reinterpret_cast<const char*>(data + 1);
   const size_t length = size - 1;
 
-  FrameDecoder decoder(v1::MAX_WIRE_FRAME_BYTES);
+  // As the collector does: a small first frame (the handshake), then full-size frames.
+  FrameDecoder decoder(v1::MAX_HANDSHAKE_FRAME_BYTES);
   WireStreamValidator validator;
   std::string file;  // the chunks the collector would append for this stream
   std::vector<std::string> accepted;
@@ -53,10 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       std::string error;
-      if (validator.Check(frame, &error) == WireStreamValidator::Verdict::kRefused) {
+      const WireStreamValidator::Verdict verdict = validator.Check(frame, &error);
+      if (verdict == WireStreamValidator::Verdict::kRefused) {
         if (error.empty()) abort();
         closed = true;
         break;
+      }
+      if (verdict == WireStreamValidator::Verdict::kHandshake) {
+        decoder.set_max_frame_bytes(v1::MAX_WIRE_FRAME_BYTES);
       }
       AppendWireFrameChunk(kStreamId, frame, &file);
       accepted.emplace_back(frame);
