@@ -1,5 +1,8 @@
 #include "collector/engine/phase_rules.h"
 
+#include <re2/re2.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -42,22 +45,32 @@ std::string Trim(const std::string& s) {
 
 }  // namespace
 
-PhaseRules::Rule PhaseRules::MakeRule(const std::string& pattern, bool is_regex,
-                                      const std::string& target) {
-  Rule rule;
-  rule.pattern = pattern;
-  rule.is_regex = is_regex;
-  rule.target = target;
-  if (is_regex) {
-    rule.regex = std::make_shared<const std::regex>(
-        pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
+bool PhaseRules::MakeRule(const std::string& pattern, bool is_regex, const std::string& target,
+                          Rule* rule, std::string* error) {
+  rule->pattern = pattern;
+  rule->is_regex = is_regex;
+  rule->target = target;
+  if (!is_regex) return true;
+  RE2::Options options;
+  options.set_case_sensitive(false);
+  options.set_log_errors(false);
+  auto regex = std::make_shared<const RE2>(pattern, options);
+  if (!regex->ok()) {
+    *error = regex->error();
+    return false;
   }
-  return rule;
+  rule->regex = std::move(regex);
+  return true;
 }
 
 PhaseRules PhaseRules::Defaults() {
   PhaseRules rules;
-  for (const BuiltIn& b : kBuiltIns) rules.rules_.push_back(MakeRule(b.regex, true, b.target));
+  for (const BuiltIn& b : kBuiltIns) {
+    Rule rule;
+    std::string error;
+    if (!MakeRule(b.regex, true, b.target, &rule, &error)) abort();  // a bug in kBuiltIns
+    rules.rules_.push_back(std::move(rule));
+  }
   return rules;
 }
 
@@ -87,12 +100,14 @@ bool PhaseRules::AddFromText(const std::string& text, const std::string& origin,
     }
     const bool is_regex = pattern.size() >= 2 && pattern.front() == '/' && pattern.back() == '/';
     if (is_regex) pattern = pattern.substr(1, pattern.size() - 2);
-    try {
-      added.push_back(MakeRule(pattern, is_regex, target));
-    } catch (const std::regex_error& e) {
-      *error = where + ": bad regular expression /" + pattern + "/: " + e.what();
+    Rule rule;
+    std::string problem;
+    if (!MakeRule(pattern, is_regex, target, &rule, &problem)) {
+      *error = where + ": bad regular expression /" + pattern + "/: " + problem +
+               " (RE2 syntax: no backreferences or lookaround)";
       return false;
     }
+    added.push_back(std::move(rule));
   }
   rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(user_rules_.size()), added.begin(),
                 added.end());
@@ -114,9 +129,11 @@ bool PhaseRules::AddFromFile(const std::string& path, std::string* error) {
 PhaseRules::Mapping PhaseRules::Map(const std::string& range_name) const {
   Mapping m;
   m.phase = range_name;
+  const bool regex_allowed = range_name.size() <= kMaxRegexNameBytes;
   for (const Rule& rule : rules_) {
-    const bool hit = rule.is_regex ? std::regex_search(range_name, *rule.regex)
-                                   : range_name == rule.pattern;
+    const bool hit = rule.is_regex
+                         ? regex_allowed && RE2::PartialMatch(range_name, *rule.regex)
+                         : range_name == rule.pattern;
     if (!hit) continue;
     m.matched = true;
     if (rule.target == "@rollup") {

@@ -3,20 +3,30 @@
 // regular expression, and a target. User rules (a small file) come before the built-in ones;
 // a name that matches no rule keeps its own name.
 //
+// Regular expressions are RE2's (linear time, no recursion: std::regex overflowed the stack
+// on a 40,000-character name under /.*/), and only names of at most kMaxRegexNameBytes are
+// given to them; a longer name can still match an exact rule.
+//
 // Targets: a phase name; "@rollup" (per-op ranges such as emit_nvtx's "aten::mm, seq = 3":
 // their memory goes to the enclosing phase and they never appear in the table); or
 // "@iteration" (the range marks one training iteration and keeps its name).
 #pragma once
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
+
+namespace re2 {
+class RE2;
+}
 
 namespace cumemtrace {
 
 class PhaseRules {
  public:
+  // Longer names are matched by exact rules only.
+  static constexpr size_t kMaxRegexNameBytes = 4096;
+
   struct Mapping {
     std::string phase;       // canonical phase, or the range's own name when unmatched
     bool rollup = false;     // per-op range: attribute to the enclosing phase
@@ -38,10 +48,12 @@ class PhaseRules {
   struct Rule {
     std::string pattern;
     bool is_regex = false;
-    std::shared_ptr<const std::regex> regex;
+    std::shared_ptr<const re2::RE2> regex;
     std::string target;
   };
-  static Rule MakeRule(const std::string& pattern, bool is_regex, const std::string& target);
+  // False with *error when the regular expression does not compile.
+  static bool MakeRule(const std::string& pattern, bool is_regex, const std::string& target,
+                       Rule* rule, std::string* error);
   std::vector<Rule> user_rules_;
   std::vector<Rule> rules_;  // user rules first, then the built-in ones
 };

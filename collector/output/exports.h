@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,5 +54,9 @@ void WriteCompareViewerHtml(const std::vector<ViewerRun>& runs, std::ostream& ou
 // line per label, and the table (`cumemtrace sweep` writes it as sweep.html).
 void WriteSweepViewerHtml(const std::string& parameter, const std::vector<SweepPoint>& points,
                           std::ostream& out);
+
+// JSON text made safe to embed in an HTML <script> element: '<', '>', '&', U+2028 and
+// U+2029 as \u escapes (the same JSON). Every page above embeds its data this way.
+std::string EscapeJsonForScript(std::string_view json_text);
 
 }  // namespace cumemtrace

@@ -316,13 +316,41 @@ json SweepPointData(const SweepPoint& point) {
   return d;
 }
 
+}  // namespace
+
+std::string EscapeJsonForScript(std::string_view json_text) {
+  // Inside <script>, "</script", "<!--" (which makes a later "<script" swallow the page)
+  // and "-->" change how the HTML parser reads the element; JSON strings may spell "<" and
+  // ">" as \u003c and \u003e instead, and "&" as \u0026. U+2028 and U+2029 end a line in
+  // older JavaScript. These characters only occur inside JSON strings, so the escapes keep
+  // the same JSON.
+  std::string out;
+  out.reserve(json_text.size());
+  for (size_t i = 0; i < json_text.size(); ++i) {
+    const char ch = json_text[i];
+    if (ch == '<') {
+      out += "\\u003c";
+    } else if (ch == '>') {
+      out += "\\u003e";
+    } else if (ch == '&') {
+      out += "\\u0026";
+    } else if (ch == '\xe2' && i + 2 < json_text.size() && json_text[i + 1] == '\x80' &&
+               (json_text[i + 2] == '\xa8' || json_text[i + 2] == '\xa9')) {
+      out += json_text[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+namespace {
+
 // The viewer page with `data` in place of the template's {{CUMEMTRACE_DATA}} marker.
 void WriteViewerPage(const json& data, std::ostream& out) {
-  std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  // Inside <script>, "</" could end the element early; JSON allows "<\/" for it.
-  for (size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) {
-    text.replace(at, 2, "<\\/");
-  }
+  const std::string dumped = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string text = EscapeJsonForScript(dumped);
   const std::string_view html(internal::kViewerHtml, internal::kViewerHtmlSize);
   constexpr std::string_view kMarker = "{{CUMEMTRACE_DATA}}";
   const size_t at = html.find(kMarker);

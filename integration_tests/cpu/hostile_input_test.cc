@@ -240,5 +240,38 @@ TEST_F(HostileInput, DaemonBoundsWhatConnectionsWithoutAHandshakeHold) {
             << " of 40 one-megabyte strangers closed\n";
 }
 
+// A catch-all user rule and a 40,000-character range name overflowed the stack inside
+// std::regex: `run` exited 139 although the program exited 0, and wrote no summary.
+TEST_F(HostileInput, LongRangeNamesUnderACatchAllRuleNeverCrashACommand) {
+  const std::string rules = tmp_ + "/rules.txt";
+  {
+    std::ofstream out(rules);
+    out << "/.*/ = y\n";
+  }
+  const std::string run_dir = tmp_ + "/run";
+  const Result run = RunCli({"run", "-o", run_dir, "--phase-rules", rules, "--", kFake,
+                             "--long-range=40000", "--range=short", "--batches=4", "--exit=3"},
+                            tmp_);
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  ASSERT_TRUE(fs::exists(run_dir + "/summary.json")) << run.err;
+  ASSERT_TRUE(fs::exists(run_dir + "/report.html")) << run.err;
+  const std::string trace = run_dir + "/trace.cmtrace";
+  const Result report = RunCli({"report", "--phase-rules", rules, trace}, tmp_);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  // The short name went to y; the long one keeps its own name.
+  EXPECT_NE(report.out.find(" y "), std::string::npos) << report.out;
+  const Result json = RunCli({"report", "--json", "--phase-rules", rules, trace}, tmp_);
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find(std::string(40000, 'a')), std::string::npos);
+  const Result html = RunCli({"export", "--format", "html", "--phase-rules", rules, "-o",
+                              tmp_ + "/r.html", trace}, tmp_);
+  EXPECT_EQ(html.exit_code, 0) << html.err;
+  const Result chrome = RunCli({"export", "--format", "chrome", "--phase-rules", rules, "-o",
+                                tmp_ + "/r.json", trace}, tmp_);
+  EXPECT_EQ(chrome.exit_code, 0) << chrome.err;
+  const Result compare = RunCli({"compare", "--phase-rules", rules, trace, trace}, tmp_);
+  EXPECT_EQ(compare.exit_code, 0) << compare.err;
+}
+
 }  // namespace
 }  // namespace cumemtrace

@@ -24,6 +24,11 @@
 //                                             a header and records full of wrong sizes)
 //                                             | three (three descriptors at once)
 //               [--socket=PATH]
+//               [--range=NAME]...             wrap batch b in an NVTX range named the
+//                                             (b mod count)-th NAME
+//               [--long-range=N]              a range NAME of N letters 'a'
+//               [--keep-going]                when the collector goes away, stop sending
+//                                             and exit as asked (as the real tracer does)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -46,6 +51,9 @@ namespace {
 
 namespace v1 = cumemtrace::v1;
 
+bool keep_going = false;  // --keep-going
+bool collector_gone = false;
+
 struct Options {
   std::string socket_path;
   int batches = 3;
@@ -63,6 +71,7 @@ struct Options {
   std::vector<std::string> print_env;
   bool connect = true;
   std::string ring;
+  std::vector<std::string> ranges;
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -90,9 +99,13 @@ int Connect(const std::string& path) {
 
 void SendAll(int fd, const std::string& bytes) {
   size_t sent = 0;
-  while (sent < bytes.size()) {
+  while (sent < bytes.size() && !collector_gone) {
     const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && keep_going) {
+      collector_gone = true;
+      break;
+    }
     if (n < 0) Fail("send");
     sent += static_cast<size_t>(n);
   }
@@ -127,11 +140,29 @@ v1::StreamMessage Handshake(int argc, char** argv) {
   return message;
 }
 
-// A batch of `events` device allocations, each of 1 MiB at a distinct address.
-v1::StreamMessage Batch(uint64_t sequence, int events) {
+void AddNvtx(v1::EventBatch* batch, v1::NvtxOperation operation, uint32_t message_id) {
+  v1::Event* event = batch->add_events();
+  event->set_timestamp_ns(Now(CLOCK_MONOTONIC));
+  v1::Nvtx* nvtx = event->mutable_nvtx();
+  nvtx->set_operation(operation);
+  nvtx->set_thread_id(static_cast<uint32_t>(getpid()));
+  nvtx->set_message_id(message_id);
+}
+
+// A batch of `events` device allocations, each of 1 MiB at a distinct address, inside a
+// range named `range` when it is not empty.
+v1::StreamMessage Batch(uint64_t sequence, int events, const std::string& range = "") {
   v1::StreamMessage message;
   v1::EventBatch* batch = message.mutable_batch();
   batch->set_sequence(sequence);
+  const uint32_t range_id = static_cast<uint32_t>(sequence) + 1;
+  if (!range.empty()) {
+    v1::Event* event = batch->add_events();
+    event->set_timestamp_ns(Now(CLOCK_MONOTONIC));
+    event->mutable_interned_string()->set_id(range_id);
+    event->mutable_interned_string()->set_value(range);
+    AddNvtx(batch, v1::NVTX_OPERATION_PUSH, range_id);
+  }
   for (int i = 0; i < events; ++i) {
     v1::Event* event = batch->add_events();
     event->set_timestamp_ns(Now(CLOCK_MONOTONIC));
@@ -142,6 +173,7 @@ v1::StreamMessage Batch(uint64_t sequence, int events) {
     op->set_kind(v1::MEMORY_KIND_DEVICE);
     op->set_thread_id(static_cast<uint32_t>(getpid()));
   }
+  if (!range.empty()) AddNvtx(batch, v1::NVTX_OPERATION_POP, 0);
   return message;
 }
 
@@ -280,6 +312,12 @@ Options Parse(int argc, char** argv) {
       o.ring = v10;
     } else if (const char* v8 = value("--socket=")) {
       o.socket_path = v8;
+    } else if (const char* v12 = value("--range=")) {
+      o.ranges.push_back(v12);
+    } else if (arg == "--keep-going") {
+      keep_going = true;
+    } else if (const char* v11 = value("--long-range=")) {
+      o.ranges.push_back(std::string(static_cast<size_t>(atol(v11)), 'a'));
     } else {
       fprintf(stderr, "fake_tracer: unknown argument %s\n", arg.c_str());
       exit(98);
@@ -344,7 +382,10 @@ int main(int argc, char** argv) {
     WaitForClose(fd);
     return o.exit_code;
   }
-  for (int b = 0; b < o.batches; ++b) SendMessage(fd, Batch(static_cast<uint64_t>(b), o.events));
+  for (int b = 0; b < o.batches; ++b) {
+    const std::string range = o.ranges.empty() ? "" : o.ranges[static_cast<size_t>(b) % o.ranges.size()];
+    SendMessage(fd, Batch(static_cast<uint64_t>(b), o.events, range));
+  }
   if (o.partial_frame) {
     std::string frame;
     cumemtrace::AppendFrame(Batch(static_cast<uint64_t>(o.batches), o.events).SerializeAsString(),

@@ -32,5 +32,18 @@ done
 (unset CUMEMTRACE_SOCKET LD_PRELOAD CUDA_INJECTION64_PATH NVTX_INJECTION64_PATH
  CUMEMTRACE_TRACER_LIB=$preload_stub "$cumemtrace" sweep -o "$work/sweep" --param n=1,4,16 \
    --run "A=$fake_tracer --events={n}" --run "B=$fake_tracer --events={n} --batches=2" > /dev/null)
+# Range names made to break the page ("<!--<script>" once left report.html empty; no name
+# holds "-->", which would end that state and hide the bug): the page
+# `run` writes and the one `export` writes, each with the summary it is checked against.
+line_separator=$(printf 'line\342\200\250separator\342\200\251end')
+(unset CUMEMTRACE_SOCKET LD_PRELOAD CUDA_INJECTION64_PATH NVTX_INJECTION64_PATH
+ CUMEMTRACE_TRACER_LIB=$preload_stub "$cumemtrace" run -o "$work/hostile-run" -- "$fake_tracer" \
+   --batches=5 --range='<!--<script>' --range='</script><img src=x onerror="window.pwned=1">' \
+   --range='&lt;b&gt;' --range="$line_separator" --range='<script>window.pwned=2</script>' \
+   > /dev/null 2>&1)
+cp "$work/hostile-run/report.html" "$work/hostile_run.html"
+"$cumemtrace" report --json "$work/hostile-run/trace.cmtrace" > "$work/hostile_run.summary.json"
+"$cumemtrace" export --format html -o "$work/hostile_export.html" "$work/hostile-run/trace.cmtrace"
+cp "$work/hostile_run.summary.json" "$work/hostile_export.summary.json"
 export CUMEMTRACE_VIEWER_WORK=$work CUMEMTRACE_CHROMIUM=$chromium
 exec node --test "$viewer/test/"*.test.mjs

@@ -267,3 +267,22 @@ test('no sideways scrolling at 1280x800, and a screenshot for the README', async
     await page.close();
   }
 });
+
+// Names are data: a range named "<!--<script>" once made report.html render empty, because
+// inside <script> it makes the HTML parser read the rest of the page as script.
+for (const name of ['hostile_run', 'hostile_export']) {
+  test(`${name}: hostile range names show as text and never as markup`, async () => {
+    const { page, problems, summary } = await open(name);
+    const want = summary.processes[0].phases.map((p) => p.name);
+    assert.ok(want.includes('<!--<script>'), 'the summary has the hostile names');
+    assert.equal(want.length, 5);
+    const shown = await page.$$eval('#phase-table tbody tr', (trs) => trs.map((tr) => tr.cells[0].textContent));
+    assert.deepEqual([...new Set(shown)].sort(), [...want].sort());
+    assert.ok(await inkedPixels(page, 0) > 1000, 'the chart is drawn');
+    assert.equal(await page.evaluate(() => window.pwned), undefined, 'no name ran as script');
+    assert.equal(await page.locator('img').count(), 0, 'no name became an element');
+    assert.equal(await page.locator('script').count(), 2, 'the data and the viewer, nothing else');
+    assert.deepEqual(problems, []);
+    await page.close();
+  });
+}

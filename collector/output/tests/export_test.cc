@@ -571,6 +571,47 @@ TEST(InferredPhases, AreMarkedInTheChromeAndPerfettoCategories) {
   EXPECT_GT(nvtx, 0u);
 }
 
+// A range named "<!--<script>" once made report.html render empty: inside <script>, "<!--"
+// followed by "<script" makes the parser take the rest of the page as script text.
+TEST(ViewerExport, HostileNamesStayInsideTheDataScript) {
+  const std::string hostile[] = {"<!--<script>", "</script><b>x</b>", "a-->b",
+                                 "line\xe2\x80\xa8" "sep\xe2\x80\xa9" "end", "&amp;<\\/"};
+  StreamBuilder s(1, 4242);
+  s.Device(0, "GPU-A", 1000000);
+  uint32_t id = 1;
+  uint64_t ts = 100;
+  for (const std::string& name : hostile) {
+    s.String(id, name);
+    s.Push(ts, 11, id).Alloc(ts + 1, 0, 0x1000 * id, 100, kDevice, 11).Pop(ts + 2, 11);
+    ++id;
+    ts += 10;
+  }
+  s.Exit(ts, 0).LauncherExit(0, 0);
+  const std::string path = WriteTempFile("viewer_hostile." + std::to_string(getpid()) + ".cmtrace",
+                                         FileBytes(s.Chunks()));
+  std::unique_ptr<AnalyzedTrace> trace = Load(path);
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream page;
+  WriteViewerHtml(*trace, page);
+  const std::string html = page.str();
+  const std::string open = "<script id=\"cumemtrace-data\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  ASSERT_NE(begin, std::string::npos);
+  const size_t data_at = begin + open.size();
+  const size_t end = html.find("</script>", data_at);
+  ASSERT_NE(end, std::string::npos);
+  const std::string data = html.substr(data_at, end - data_at);
+  for (const char* bad : {"<", ">", "&", "\xe2\x80\xa8", "\xe2\x80\xa9"}) {
+    EXPECT_EQ(data.find(bad), std::string::npos) << bad;
+  }
+  // The same JSON: every name comes back as a phase.
+  const json parsed = json::parse(data);
+  std::set<std::string> phases;
+  for (const json& p : parsed["processes"][0]["phase_names"]) phases.insert(p.get<std::string>());
+  for (const std::string& name : hostile) EXPECT_EQ(phases.count(name), 1u) << name;
+  EXPECT_EQ(json::parse(EscapeJsonForScript(json(hostile[0]).dump())), hostile[0]);
+}
+
 }  // namespace
 }  // namespace cumemtrace::testing
 
