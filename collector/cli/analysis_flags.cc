@@ -59,9 +59,13 @@ void PrintHelpWithAnalysisOptions(const char* help) {
 bool ToAnalysisOptions(const AnalysisFlags& flags, AnalysisOptions* options, std::string* error) {
   options->iteration_range = flags.iteration;
   options->infer_phases = flags.infer;
-  if (!flags.phase_rules_file.empty()) {
+  if (flags.phase_rules_file.has_value()) {
+    if (flags.phase_rules_file->empty()) {
+      *error = "--phase-rules needs a file, not an empty string";
+      return false;
+    }
     auto rules = std::make_shared<PhaseRules>(PhaseRules::Defaults());
-    if (!rules->AddFromFile(flags.phase_rules_file, error)) return false;
+    if (!rules->AddFromFile(*flags.phase_rules_file, error)) return false;
     options->phase_rules = std::move(rules);
   }
   return true;

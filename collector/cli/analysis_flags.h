@@ -6,6 +6,7 @@
 
 #include <getopt.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,7 @@
 namespace cumemtrace {
 
 struct AnalysisFlags {
-  std::string phase_rules_file;
+  std::optional<std::string> phase_rules_file;  // set when --phase-rules was given
   std::string iteration;
   bool infer = true;
 };

@@ -4,8 +4,11 @@
 
 #include <signal.h>
 
+#include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <string>
+#include <string_view>
 
 namespace cumemtrace {
 
@@ -15,6 +18,8 @@ constexpr int kExitUsage = 2;
 // Logs "cumemtrace: <command>: <message> (see 'cumemtrace <command> --help')" and returns
 // kExitUsage.
 int UsageError(const std::string& command, const std::string& message);
+// UsageError for an option given an empty value: "-o ''" once meant the default folder.
+int EmptyValueError(const std::string& command, const std::string& option);
 
 // Directory of the running executable (/proc/self/exe), "" when unknown.
 std::string ExecutableDir();
@@ -44,7 +49,21 @@ std::string BaseName(const std::string& path);
 // True when `path` exists (any type, symlinks not followed).
 bool PathExists(const std::string& path);
 
-// Writes `content` to a new file (O_EXCL, mode 0600): never replaces an existing one.
+// True when both paths name one existing file (same device and inode, links followed).
+bool SameFile(const std::string& a, const std::string& b);
+
+// Every file cumemtrace writes is private to its owner (mode 0600; folders 0700) and appears
+// whole or not at all: it is written to a temporary beside `path`, synced, then renamed into
+// place. kNew fails rather than replace an existing file; kReplace replaces it atomically.
+// On failure (*error says why, e.g. "No space left on device") nothing is left behind.
+enum class Placement { kNew, kReplace };
+bool WriteOutputFile(const std::string& path, Placement placement,
+                     const std::function<void(std::ostream&)>& write_content, std::string* error);
+bool WriteOutputFile(const std::string& path, Placement placement, std::string_view content,
+                     std::string* error);
+// WriteOutputFile(path, Placement::kNew, content, error).
 bool WriteNewFile(const std::string& path, const std::string& content, std::string* error);
+// Creates folder `path` (mode 0700), or accepts an existing folder.
+bool MakeOutputDir(const std::string& path, std::string* error);
 
 }  // namespace cumemtrace

@@ -57,8 +57,14 @@ int CompareCommand(int argc, char** argv) {
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":h", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
-      case 'c': csv_path = optarg; break;
-      case 'H': html_path = optarg; break;
+      case 'c':
+        if (*optarg == '\0') return EmptyValueError("compare", "--csv");
+        csv_path = optarg;
+        break;
+      case 'H':
+        if (*optarg == '\0') return EmptyValueError("compare", "--html");
+        html_path = optarg;
+        break;
       case 'j': as_json = true; break;
       case 'h': PrintHelpWithAnalysisOptions(kCompareHelp); return 0;
       case ':': return UsageError("compare", std::string("option '") + argv[optind - 1] +

@@ -194,8 +194,14 @@ int DaemonCommand(int argc, char** argv) {
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":h", kOptions, nullptr)) != -1;) {
     switch (opt) {
-      case 's': socket_path = optarg; break;
-      case 'd': output_dir = optarg; break;
+      case 's':
+        if (*optarg == '\0') return EmptyValueError("daemon", "--socket");
+        socket_path = optarg;
+        break;
+      case 'd':
+        if (*optarg == '\0') return EmptyValueError("daemon", "--output-dir");
+        output_dir = optarg;
+        break;
       case 'e': print_env = true; break;
       case 'h': fputs(kDaemonHelp, stdout); return 0;
       case ':': return UsageError("daemon", std::string("option '") + argv[optind - 1] +

@@ -7,7 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +17,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/output_names.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/output/exports.h"
 #include "collector/engine/analyzed_trace.h"
@@ -88,36 +89,6 @@ bool IsDirectory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Writes a file through `write` into a temporary beside `path`, then puts it in place:
-// without `force` by link(), which fails rather than replace a file that appeared meanwhile.
-template <typename Write>
-bool WriteFileAtomically(const std::string& path, bool force, Write write, std::string* error) {
-  const std::string temporary = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      *error = "cannot create " + temporary + ": " + strerror(errno);
-      return false;
-    }
-    write(out);
-    out.flush();
-    if (!out) {
-      *error = "cannot write " + temporary + ": " + strerror(errno);
-      unlink(temporary.c_str());
-      return false;
-    }
-  }
-  const bool placed = force ? rename(temporary.c_str(), path.c_str()) == 0
-                            : link(temporary.c_str(), path.c_str()) == 0;
-  const int saved = errno;
-  unlink(temporary.c_str());
-  if (!placed) {
-    *error = "cannot create " + path + ": " + strerror(saved);
-    return false;
-  }
-  return true;
-}
-
 // The compare page of several runs (`export --format html RUN RUN...`).
 int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOptions& options,
                       std::string output, bool force) {
@@ -143,6 +114,14 @@ int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOption
     LogLine(output + " already exists (use --force to replace it)");
     return kExitUsage;
   }
+  for (const std::string& path : paths) {
+    if (SameFile(output, path)) {
+      LogLine(output + " is one of the traces being compared; choose another output (nothing " +
+              "was changed)");
+      return kExitUsage;
+    }
+  }
+  const Placement placement = force ? Placement::kReplace : Placement::kNew;
   std::vector<std::unique_ptr<AnalyzedTrace>> traces;
   std::vector<ViewerRun> runs;
   std::string error;
@@ -158,8 +137,8 @@ int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOption
     }
     runs.push_back(ViewerRun{labels[i], traces.back().get()});
   }
-  if (!WriteFileAtomically(
-          output, force, [&](std::ostream& out) { WriteCompareViewerHtml(runs, out); }, &error)) {
+  auto page = [&runs](std::ostream& out) { WriteCompareViewerHtml(runs, out); };
+  if (!WriteOutputFile(output, placement, page, &error)) {
     LogLine(error);
     return 1;
   }
@@ -186,14 +165,18 @@ int ExportCommand(int argc, char** argv) {
   for (int opt; (opt = getopt_long(argc, argv, ":F:o:fh", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'F': format_name = optarg; break;
-      case 'o': output = optarg; break;
+      case 'o':
+        if (*optarg == '\0') return EmptyValueError("export", "--output");
+        output = optarg;
+        break;
       case 'f': force = true; break;
       case 'p': {
-        char* end = nullptr;
-        pid = strtol(optarg, &end, 10);
-        if (end == optarg || *end != '\0' || pid < 0) {
-          return UsageError("export", std::string("--pid needs a process id, not '") + optarg + "'");
+        uint32_t parsed = 0;
+        if (!ParseProcessId(optarg, &parsed)) {
+          return UsageError("export", std::string("--pid needs a process id (1 to 4294967295), ") +
+                                          "not '" + optarg + "'");
         }
+        pid = parsed;
         break;
       }
       case 'h': PrintHelpWithAnalysisOptions(kExportHelp); return 0;
@@ -248,6 +231,10 @@ int ExportCommand(int argc, char** argv) {
     LogLine(output + " already exists (use --force to replace it)");
     return kExitUsage;
   }
+  if (SameFile(output, path)) {
+    LogLine(output + " is the trace being exported; choose another output (nothing was changed)");
+    return kExitUsage;
+  }
 
   // lifetimes.csv has a row per allocation; the viewer groups a live set by lifetime class.
   options.keep_lifetimes = format == Format::kCsv || format == Format::kHtml;
@@ -261,19 +248,20 @@ int ExportCommand(int argc, char** argv) {
             "); the export covers everything before that point");
   }
 
+  const Placement placement = force ? Placement::kReplace : Placement::kNew;
   bool ok = true;
   switch (format) {
     case Format::kPerfetto:
-      ok = WriteFileAtomically(
-          output, force, [&](std::ostream& out) { WritePerfettoTrace(*trace, out); }, &error);
+      ok = WriteOutputFile(
+          output, placement, [&](std::ostream& out) { WritePerfettoTrace(*trace, out); }, &error);
       break;
     case Format::kChrome:
-      ok = WriteFileAtomically(
-          output, force, [&](std::ostream& out) { WriteChromeTrace(*trace, out); }, &error);
+      ok = WriteOutputFile(
+          output, placement, [&](std::ostream& out) { WriteChromeTrace(*trace, out); }, &error);
       break;
     case Format::kHtml:
-      ok = WriteFileAtomically(
-          output, force, [&](std::ostream& out) { WriteViewerHtml(*trace, out); }, &error);
+      ok = WriteOutputFile(
+          output, placement, [&](std::ostream& out) { WriteViewerHtml(*trace, out); }, &error);
       break;
     case Format::kMemoryViz: {
       const Report& report = *trace->report;
@@ -296,20 +284,19 @@ int ExportCommand(int argc, char** argv) {
                 std::to_string(report.processes[process].pid) +
                 ", the one with the highest device memory peak (choose with --pid)");
       }
-      ok = WriteFileAtomically(
-          output, force,
+      ok = WriteOutputFile(
+          output, placement,
           [&](std::ostream& out) { WriteMemoryVizSnapshot(*trace, process, out); }, &error);
       break;
     }
     case Format::kCsv:
-      if (!IsDirectory(output) && mkdir(output.c_str(), 0777) != 0) {
-        error = "cannot create " + output + ": " + strerror(errno);
+      if (!MakeOutputDir(output, &error)) {
         ok = false;
         break;
       }
       for (const auto& [name, content] : SummaryCsvTables(*trace->report)) {
-        ok = WriteFileAtomically(
-            output + "/" + name, force,
+        ok = WriteOutputFile(
+            output + "/" + name, placement,
             // Captures the table, not the structured binding (C++20 only; clang rejects it).
             [&table = content](std::ostream& out) { out << table; }, &error);
         if (!ok) break;

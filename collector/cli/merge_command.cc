@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collector/cli/cli_support.h"
@@ -33,7 +34,8 @@ ranks, per-phase peaks per rank) and `cumemtrace export` one timeline, with the 
 on one time base through the clock pair each process sent when it connected (CLOCK_REALTIME:
 the hosts' clocks must agree, as NTP or PTP keep them, to the precision you want to read).
 TRACE is a .cmtrace file or an output folder of `cumemtrace run`. A cut input is merged up
-to its last whole chunk, with a warning.
+to its last whole chunk, with a warning. The same trace given twice, or a process found in
+two inputs (a copy), is refused: it would be counted twice.
 
 Options:
   -o, --output=FILE   the merged trace (required; never replaced)
@@ -62,7 +64,10 @@ int MergeCommand(int argc, char** argv) {
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":o:h", kOptions, nullptr)) != -1;) {
     switch (opt) {
-      case 'o': output = optarg; break;
+      case 'o':
+        if (*optarg == '\0') return EmptyValueError("merge", "--output");
+        output = optarg;
+        break;
       case 'h': fputs(kMergeHelp, stdout); return 0;
       case ':': return UsageError("merge", std::string("option '") + argv[optind - 1] +
                                                "' needs a value");
@@ -89,6 +94,9 @@ int MergeCommand(int argc, char** argv) {
   uint32_t next_stream = 1;
   size_t streams = 0;
   v1::TraceChunk chunk;
+  std::vector<std::string> inputs;
+  // A process is its host, pid and start time; the same one twice is a copy.
+  std::map<std::tuple<std::string, uint32_t, uint64_t>, std::string> processes;
   for (int i = optind; i < argc; ++i) {
     std::string path = argv[i];
     std::string error;
@@ -96,6 +104,12 @@ int MergeCommand(int argc, char** argv) {
       LogLine(error);
       return 1;
     }
+    for (const std::string& earlier : inputs) {
+      if (SameFile(earlier, path)) {
+        return UsageError("merge", path + " is given twice (as " + earlier + ")");
+      }
+    }
+    inputs.push_back(path);
     TraceFileReader reader;
     if (!reader.Open(path)) {
       LogLine(reader.error());
@@ -112,6 +126,20 @@ int MergeCommand(int argc, char** argv) {
             ++streams;
           }
           chunk.set_stream_id(it->second);
+          if (chunk.content_case() == v1::TraceChunk::kWireFrame) {
+            v1::StreamMessage message;
+            if (message.ParseFromString(chunk.wire_frame()) && message.has_handshake()) {
+              const v1::Handshake& h = message.handshake();
+              const auto [seen, is_new] = processes.emplace(
+                  std::make_tuple(h.hostname(), h.pid(), h.trace_start_ns()), path);
+              if (!is_new && seen->second != path) {
+                return UsageError("merge", "process " + std::to_string(h.pid()) + " of host " +
+                                               h.hostname() + " is in both " + seen->second +
+                                               " and " + path + "; merged twice, it would " +
+                                               "count twice");
+              }
+            }
+          }
           AppendChunk(chunk, &merged);
           break;
         }
@@ -130,7 +158,7 @@ int MergeCommand(int argc, char** argv) {
   }
   std::string error;
   if (!WriteNewFile(output, merged, &error)) {
-    LogLine(error);
+    LogLine(error + "; nothing was written");
     return 1;
   }
   LogLine("merged " + std::to_string(streams) + " streams from " + std::to_string(argc - optind) +

@@ -35,31 +35,28 @@ Exit status: 0 on success (also for a truncated trace), 1 when TRACE cannot be r
 not a trace, 2 for bad usage (including an existing summary.json without --force).
 )";
 
-bool IsDirectory(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-// Writes DIR/summary.json; with `force`, replaces an existing one atomically.
-bool WriteSummary(const std::string& dir, const std::string& json, bool force,
-                  std::string* error) {
-  if (!IsDirectory(dir) && mkdir(dir.c_str(), 0777) != 0) {
-    *error = "cannot create " + dir + ": " + strerror(errno);
+// DIR/report.html and DIR/summary.json, both or neither (without --force), so that a retry
+// after a full disk is not refused for a file the failed attempt left. Says what happened.
+bool WriteOutputs(const AnalyzedTrace& trace, const std::string& summary_json,
+                  const std::string& dir, bool force) {
+  std::string error;
+  if (!MakeOutputDir(dir, &error)) {
+    LogLine(error);
     return false;
   }
-  const std::string path = dir + "/summary.json";
-  if (!force) {
-    if (PathExists(path)) {
-      *error = path + " already exists (use --force to replace it)";
-      return false;
-    }
-    return WriteNewFile(path, json, error);
+  const std::string html_path = dir + "/report.html";
+  if (!WriteReportHtml(trace, html_path, force, &error)) {
+    LogLine(error + "; nothing was written to " + dir + "/");
+    return false;
   }
-  const std::string temporary = path + ".tmp." + std::to_string(getpid());
-  if (!WriteNewFile(temporary, json, error)) return false;
-  if (rename(temporary.c_str(), path.c_str()) != 0) {
-    *error = "cannot replace " + path + ": " + strerror(errno);
-    unlink(temporary.c_str());
+  if (!WriteOutputFile(dir + "/summary.json", force ? Placement::kReplace : Placement::kNew,
+                       summary_json, &error)) {
+    if (force) {
+      LogLine(error + "; report.html was replaced, summary.json was not");
+    } else {
+      unlink(html_path.c_str());
+      LogLine(error + "; nothing was written to " + dir + "/");
+    }
     return false;
   }
   return true;
@@ -83,7 +80,10 @@ int ReportCommand(int argc, char** argv) {
   for (int opt; (opt = getopt_long(argc, argv, ":o:fh", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
       case 'j': json = true; break;
-      case 'o': output_dir = optarg; break;
+      case 'o':
+        if (*optarg == '\0') return EmptyValueError("report", "--output");
+        output_dir = optarg;
+        break;
       case 'f': force = true; break;
       case 'h': PrintHelpWithAnalysisOptions(kReportHelp); return 0;
       case ':': return UsageError("report", std::string("option '") + argv[optind - 1] +
@@ -126,13 +126,7 @@ int ReportCommand(int argc, char** argv) {
     return 1;
   }
   if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
-  if (!output_dir.empty() && !WriteSummary(output_dir, summary.json, force, &error)) {
-    LogLine(error);
-    return 1;
-  }
-  if (!output_dir.empty() &&
-      !WriteReportHtml(*detailed, output_dir + "/report.html", force, &error)) {
-    LogLine(error);
+  if (!output_dir.empty() && !WriteOutputs(*detailed, summary.json, output_dir, force)) {
     return 1;
   }
   const std::string& out = json ? summary.json : summary.text;

@@ -1,5 +1,6 @@
 // `cumemtrace run`: launch a program with the tracer injected, collect its streams (and
 // those of its children) on a private socket into one trace file, then summarize it.
+#include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -12,6 +13,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -103,6 +107,55 @@ int ResolveProgram(const std::string& program, std::string* resolved) {
   return first_error;
 }
 
+// Paths of the Unix sockets bound in this network namespace (/proc/net/unix); false when
+// that cannot be read.
+bool BoundUnixSocketPaths(std::set<std::string>* paths) {
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  if (!std::getline(in, line)) return false;  // header
+  while (std::getline(in, line)) {
+    // "Num RefCount Protocol Flags Type St Inode Path": the path is the 8th field.
+    std::istringstream fields(line);
+    std::string field, path;
+    for (int i = 0; i < 7 && fields >> field; ++i) {
+    }
+    if (fields >> path && !path.empty() && path[0] == '/') paths->insert(path);
+  }
+  return true;
+}
+
+// A `run` killed by SIGKILL leaves BASE/cumemtrace-run-XXXXXX/collector.sock behind. Such a
+// folder is removed when it is ours (uid, 0700, not a link) and its socket is bound by no
+// process any more; a live run's socket is always bound, and one still being set up has no
+// socket file yet, so neither is touched.
+void RemoveStaleRunSocketDirs(const std::string& base) {
+  DIR* dir = opendir(base.c_str());
+  if (dir == nullptr) return;
+  std::set<std::string> bound;
+  bool bound_read = false;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("cumemtrace-run-", 0) != 0 || name.size() != 21) continue;
+    const std::string path = base + "/" + name;
+    const std::string socket = path + "/collector.sock";
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 077) != 0) {
+      continue;
+    }
+    if (lstat(socket.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (!bound_read) {
+      if (!BoundUnixSocketPaths(&bound)) break;  // cannot tell: leave everything
+      bound_read = true;
+    }
+    if (bound.count(socket) > 0) continue;
+    if (unlink(socket.c_str()) == 0 && rmdir(path.c_str()) == 0) {
+      LogLine("removed " + path + ", left behind by a run that was killed");
+    }
+  }
+  closedir(dir);
+}
+
 // Creates DIR and its missing parents; records the ones it created (deepest last).
 bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::string* error) {
   struct stat st {};
@@ -116,7 +169,7 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
       !MakeDirs(dir.substr(0, slash), created, error)) {
     return false;
   }
-  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     *error = "cannot create " + dir + ": " + strerror(errno);
     return false;
   }
@@ -262,7 +315,10 @@ int RunCommand(int argc, char** argv) {
   // '+': stop at the program name, so its own options are left alone.
   for (int opt; (opt = getopt_long(argc, argv, "+:o:h", kOptions.data(), nullptr)) != -1;) {
     switch (opt) {
-      case 'o': output_dir = optarg; break;
+      case 'o':
+        if (*optarg == '\0') return EmptyValueError("run", "--output");
+        output_dir = optarg;
+        break;
       case 'a':
         allocator = optarg;
         if (allocator != "async" && allocator != "native") {
@@ -332,7 +388,7 @@ int RunCommand(int argc, char** argv) {
     const std::string prefix = "cumemtrace-" + RunName(program_argv) + "-";
     for (int n = 1;; ++n) {
       const std::string candidate = prefix + std::to_string(n);
-      if (mkdir(candidate.c_str(), 0777) == 0) {
+      if (mkdir(candidate.c_str(), 0700) == 0) {
         output_dir = candidate;
         created_dirs.push_back(candidate);
         break;
@@ -351,7 +407,9 @@ int RunCommand(int argc, char** argv) {
     return 1;
   }
 
-  // The private collector socket, in a fresh 0700 directory.
+  // The private collector socket, in a fresh 0700 directory. Those of runs that were killed
+  // (SIGKILL leaves them) go first.
+  RemoveStaleRunSocketDirs(RuntimeBaseDir());
   std::string socket_dir = RuntimeBaseDir() + "/cumemtrace-run-XXXXXX";
   if (mkdtemp(socket_dir.data()) == nullptr) {
     LogLine("cannot create a private directory for the collector socket under " +
@@ -401,6 +459,13 @@ int RunCommand(int argc, char** argv) {
     RemoveCreated(trace_path, created_dirs);
     return 1;
   }
+  // A file without "#!" that the kernel cannot execute (ENOEXEC) is a shell script to a
+  // shell and to execvp: run it with /bin/sh as they do. Built before fork (no allocation
+  // in the child).
+  std::vector<char*> shell_argv = {const_cast<char*>("/bin/sh"),
+                                   const_cast<char*>(executable.c_str())};
+  for (char** arg = program_argv + 1; *arg != nullptr; ++arg) shell_argv.push_back(*arg);
+  shell_argv.push_back(nullptr);
   const pid_t child = fork();
   if (child < 0) {
     LogLine("cannot fork: " + ErrnoText());
@@ -413,6 +478,7 @@ int RunCommand(int argc, char** argv) {
     close(exec_pipe[0]);
     sigprocmask(SIG_SETMASK, &original_mask, nullptr);
     execve(executable.c_str(), program_argv, child_env.data());
+    if (errno == ENOEXEC) execve(shell_argv[0], shell_argv.data(), child_env.data());
     const int exec_errno = errno;
     ssize_t ignored = write(exec_pipe[1], &exec_errno, sizeof(exec_errno));
     (void)ignored;
@@ -485,25 +551,51 @@ int RunCommand(int argc, char** argv) {
   }
   server.Shutdown();
   remove_socket();
-  if (!trace->Close(&error)) LogLine(error);
+  // What reached the disk, said exactly: a trace whose writes failed (a full disk) keeps every
+  // whole chunk written before, and readers stop there.
+  std::string trace_problem = trace->failure();
+  if (!trace->Close(&error) && trace_problem.empty()) trace_problem = error;
+  const uint64_t trace_bytes = trace->bytes_written();
   trace.reset();
   close(signal_fd);
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
 
   // One analysis for the summary and the viewer.
+  std::vector<std::string> not_written;
   TraceSummary summary;
   std::unique_ptr<AnalyzedTrace> detailed;
   if (!SummarizeTraceFile(trace_path, analysis_options, &summary, &error, &detailed)) {
     LogLine("cannot analyze " + trace_path + ": " + error);
+    not_written = {"summary.json", "report.html"};
   } else {
     if (!summary.warning.empty()) LogLine("warning: " + summary.warning);
-    if (!WriteNewFile(output_dir + "/summary.json", summary.json, &error)) LogLine(error);
-    if (!WriteReportHtml(*detailed, output_dir + "/report.html", false, &error)) LogLine(error);
+    if (!WriteNewFile(output_dir + "/summary.json", summary.json, &error)) {
+      LogLine(error);
+      not_written.push_back("summary.json");
+    }
+    if (!WriteReportHtml(*detailed, output_dir + "/report.html", false, &error)) {
+      LogLine(error);
+      not_written.push_back("report.html");
+    }
     if (!quiet) fputs(summary.text.c_str(), stderr);
   }
-  LogLine("trace written to " + output_dir + "/ \xe2\x80\x94 look again with: cumemtrace report " +
-          trace_path);
-  if (PathExists(output_dir + "/report.html")) LogLine("open " + output_dir + "/report.html");
+  if (trace_problem.empty() && not_written.empty()) {
+    LogLine("trace written to " + output_dir +
+            "/ \xe2\x80\x94 look again with: cumemtrace report " + trace_path);
+    LogLine("open " + output_dir + "/report.html");
+  } else {
+    std::string line = "in " + output_dir + "/: ";
+    line += trace_problem.empty()
+                ? "trace.cmtrace written"
+                : "trace.cmtrace is incomplete: it keeps the first " +
+                      std::to_string(trace_bytes) + " bytes, then " + trace_problem;
+    if (!not_written.empty()) {
+      line += "; not written:";
+      for (const std::string& name : not_written) line += " " + name;
+    }
+    LogLine(line);
+    if (PathExists(output_dir + "/report.html")) LogLine("open " + output_dir + "/report.html");
+  }
   return status.ShellStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/output_names.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/output/exports.h"
 #include "collector/output/run_figures_json.h"
@@ -94,19 +95,6 @@ std::string Substitute(std::string arg, const std::string& name, const std::stri
   return arg;
 }
 
-std::vector<std::string> SplitValues(const std::string& values) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= values.size()) {
-    const size_t comma = values.find(',', start);
-    const size_t end = comma == std::string::npos ? values.size() : comma;
-    if (end > start) out.push_back(values.substr(start, end - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 // Runs argv and returns its shell-style status (128+N for signal N, 127 when it cannot run).
 int RunAndWait(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -149,7 +137,10 @@ int SweepCommand(int argc, char** argv) {
       case 'p': param = optarg; break;
       case 'r': run_specs.push_back(optarg); break;
       case 'l': label = optarg; break;
-      case 'o': output_dir = optarg; break;
+      case 'o':
+        if (*optarg == '\0') return EmptyValueError("sweep", "--output");
+        output_dir = optarg;
+        break;
       case 'a': forwarded.push_back(std::string("--allocator=") + optarg); break;
       case 'k': forwarded.push_back("--no-kernels"); break;
       case 'f': forwarded.push_back(std::string("--phase=") + optarg); break;
@@ -186,8 +177,8 @@ int SweepCommand(int argc, char** argv) {
   if (commands.empty()) return UsageError("sweep", "no program to run (-- PROGRAM or --run)");
   AnalysisOptions options;
   if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("sweep", error);
-  for (const std::string& rules : {flags.phase_rules_file}) {
-    if (!rules.empty()) forwarded.push_back("--phase-rules=" + rules);
+  if (flags.phase_rules_file.has_value()) {
+    forwarded.push_back("--phase-rules=" + *flags.phase_rules_file);
   }
   if (!flags.iteration.empty()) forwarded.push_back("--iteration=" + flags.iteration);
   if (!flags.infer) forwarded.push_back("--no-infer");
@@ -195,13 +186,13 @@ int SweepCommand(int argc, char** argv) {
   if (output_dir.empty()) {
     for (int n = 1;; ++n) {
       output_dir = "cumemtrace-sweep-" + std::to_string(n);
-      if (mkdir(output_dir.c_str(), 0777) == 0) break;
+      if (mkdir(output_dir.c_str(), 0700) == 0) break;
       if (errno != EEXIST) {
         LogLine("cannot create " + output_dir + ": " + ErrnoText());
         return 1;
       }
     }
-  } else if (mkdir(output_dir.c_str(), 0777) != 0 && errno != EEXIST) {
+  } else if (mkdir(output_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     LogLine("cannot create " + output_dir + ": " + ErrnoText());
     return 1;
   }
@@ -214,10 +205,11 @@ int SweepCommand(int argc, char** argv) {
   const std::string self = ExecutableDir() + "/cumemtrace";
   std::vector<SweepPoint> points;
   bool all_ok = true;
+  std::vector<std::string> run_folders;
   for (const std::string& value : values) {
     for (const Command& command : commands) {
-      const std::string run_name =
-          (command.label.empty() ? "run" : command.label) + "-" + name + "=" + value;
+      // Values and labels are text, never paths: "x=../../.." stays one folder inside -o.
+      const std::string run_name = SweepRunFolderName(command.label, name, value, &run_folders);
       const std::string run_dir = output_dir + "/" + run_name;
       std::vector<std::string> run{self, "run", "-o", run_dir, "--quiet"};
       run.insert(run.end(), forwarded.begin(), forwarded.end());

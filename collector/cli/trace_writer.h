@@ -29,6 +29,8 @@ class TraceFileWriter {
 
   const std::string& path() const { return path_; }
   uint64_t bytes_written() const { return bytes_written_; }
+  // The first write error ("cannot write PATH: No space left on device"), "" when none.
+  const std::string& failure() const { return failure_; }
 
  private:
   TraceFileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

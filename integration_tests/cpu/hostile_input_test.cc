@@ -273,5 +273,296 @@ TEST_F(HostileInput, LongRangeNamesUnderACatchAllRuleNeverCrashACommand) {
   EXPECT_EQ(compare.exit_code, 0) << compare.err;
 }
 
+// --- a full disk ---------------------------------------------------------------------------
+
+// A folder where writes fail as on a full disk: a 1 MiB tmpfs filled up to its last 64 KiB
+// (we are root in CI). Where mounting is not allowed, the commands run with a 64 KiB file
+// size limit instead (RLIMIT_FSIZE: EFBIG where tmpfs gives ENOSPC), so the test always runs.
+class FullDisk : public HostileInput {
+ protected:
+  void SetUp() override {
+    HostileInput::SetUp();
+    dir_ = tmp_ + "/full";
+    ASSERT_EQ(mkdir(dir_.c_str(), 0700), 0);
+    mounted_ = mount("tmpfs", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700") == 0;
+    if (mounted_) {
+      const int fd = open((dir_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+      ASSERT_GE(fd, 0);
+      const std::string block((1 << 20) - (64 << 10), 'f');
+      ASSERT_EQ(write(fd, block.data(), block.size()), static_cast<ssize_t>(block.size()));
+      close(fd);
+    }
+    std::cout << (mounted_ ? "full disk: a 1 MiB tmpfs with 64 KiB free\n"
+                           : "full disk: no mount allowed; a 64 KiB file size limit\n");
+  }
+  void TearDown() override {
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+    HostileInput::TearDown();
+  }
+  // Runs the CLI where writes fail: under the file size limit when there is no tmpfs.
+  Result RunWhereFull(const std::vector<std::string>& args, const EnvOverrides& env = {}) {
+    std::vector<std::string> full = {kCli};
+    full.insert(full.end(), args.begin(), args.end());
+    if (mounted_) return Finish(Spawn(full, tmp_, env));
+    rlimit saved{};
+    getrlimit(RLIMIT_FSIZE, &saved);
+    rlimit low = saved;
+    low.rlim_cur = 64 << 10;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
+    setrlimit(RLIMIT_FSIZE, &low);
+    Child child = Spawn(full, tmp_, env);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, old_handler);
+    return Finish(child);
+  }
+  // Makes room again (for a retry).
+  void FreeSpace() {
+    if (mounted_) unlink((dir_ + "/filler").c_str());
+  }
+  // Files under `dir` that are hidden (a leftover temporary) or empty.
+  static std::vector<std::string> LeftoversIn(const std::string& dir) {
+    std::vector<std::string> bad;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "filler") continue;
+      if (name[0] == '.' || (entry.is_regular_file() && entry.file_size() == 0)) {
+        bad.push_back(entry.path().string());
+      }
+    }
+    return bad;
+  }
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+// `run -o` on a full disk once left 0-byte summary.json and report.html and still said
+// "trace written". Now: the program's status, and exactly what is there and what is not.
+TEST_F(FullDisk, RunSaysWhatWasWrittenAndKeepsTheProgramsStatus) {
+  const std::string out = dir_ + "/run";
+  const Result r = RunWhereFull({"run", "-o", out, "--quiet", "--", kFake, "--batches=200",
+                                 "--events=200", "--keep-going", "--exit=3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err.find("trace written to"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trace.cmtrace is incomplete: it keeps the first "), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("not written:"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out + "/report.html"));
+  if (fs::exists(out + "/summary.json")) {  // small enough for the file size limit
+    EXPECT_EQ(r.err.find("not written: summary.json"), std::string::npos) << r.err;
+    EXPECT_TRUE(nlohmann::json::accept(ReadFile(out + "/summary.json")));
+  } else {
+    EXPECT_NE(r.err.find("summary.json"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(LeftoversIn(dir_), std::vector<std::string>());
+  // What was kept reads back, cut at the last whole chunk.
+  const Result report = RunCli({"report", out + "/trace.cmtrace"}, tmp_);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+}
+
+// `report -o`, `merge -o` and `export -o` once left partial files, and a retry of `merge`
+// was refused as "already exists". Now they fail with status 1, leave nothing, and a retry
+// with room works.
+TEST_F(FullDisk, ReportMergeAndExportFailLeaveNothingAndCanBeRetried) {
+  const std::string golden = std::string(GOLDEN_DIR) + "/torch_async.cmtrace";
+  const std::string other = std::string(GOLDEN_DIR) + "/torch_native.cmtrace";
+  const Result report = RunWhereFull({"report", "-o", dir_ + "/rep", golden});
+  EXPECT_EQ(report.exit_code, 1) << report.err;
+  EXPECT_NE(report.err.find("nothing was written to " + dir_ + "/rep/"), std::string::npos)
+      << report.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/rep/report.html"));
+  EXPECT_FALSE(fs::exists(dir_ + "/rep/summary.json"));
+
+  const std::string merged = dir_ + "/job.cmtrace";
+  const Result merge = RunWhereFull({"merge", "-o", merged, golden, other});
+  EXPECT_EQ(merge.exit_code, 1) << merge.err;
+  EXPECT_NE(merge.err.find("nothing was written"), std::string::npos) << merge.err;
+  EXPECT_FALSE(fs::exists(merged));
+
+  const Result html = RunWhereFull({"export", "--format", "html", "-o", dir_ + "/x.html", golden});
+  EXPECT_EQ(html.exit_code, 1) << html.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/x.html"));
+  EXPECT_EQ(LeftoversIn(dir_), std::vector<std::string>());
+
+  FreeSpace();
+  const Result again = RunCli({"merge", "-o", merged, golden, other}, tmp_);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  const Result report_again = RunCli({"report", "-o", dir_ + "/rep", golden}, tmp_);
+  EXPECT_EQ(report_again.exit_code, 0) << report_again.err;
+}
+
+// --- smaller ones ---------------------------------------------------------------------------
+
+TEST_F(HostileInput, ExportNeverReplacesItsOwnInput) {
+  const std::string trace = tmp_ + "/t.cmtrace";
+  fs::copy_file(std::string(GOLDEN_DIR) + "/cuda_phases.cmtrace", trace);
+  const std::string before = ReadFile(trace);
+  for (const char* format : {"chrome", "html", "perfetto"}) {
+    const Result r = RunCli({"export", "--format", format, "--force", "-o", trace, trace}, tmp_);
+    EXPECT_EQ(r.exit_code, 2) << format << ": " << r.err;
+  }
+  const Result compare = RunCli({"export", "--format", "html", "--force", "-o", trace,
+                                 "a=" + trace, "b=" + trace}, tmp_);
+  EXPECT_EQ(compare.exit_code, 2) << compare.err;
+  EXPECT_EQ(ReadFile(trace), before);
+}
+
+// `sweep --param 'x=../../..'` once wrote a run's files outside -o.
+TEST_F(HostileInput, SweepValuesAndLabelsStayInsideTheOutputFolder) {
+  const std::string out = tmp_ + "/a/b/out";
+  ASSERT_TRUE(fs::create_directories(out));
+  const Result r = RunCli({"sweep", "-o", out, "--param", "x=../../..,/etc,..,.", "--run",
+                           "../L=" + kFake + " --events=1 --batches=1"},
+                          tmp_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  int traces = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(tmp_)) {
+    if (entry.path().filename() != "trace.cmtrace") continue;
+    ++traces;
+    const std::string parent = entry.path().parent_path().parent_path().string();
+    EXPECT_EQ(parent, out) << entry.path();
+  }
+  EXPECT_EQ(traces, 4);
+}
+
+TEST_F(HostileInput, MergeRefusesTheSameTraceOrProcessTwice) {
+  const std::string golden = std::string(GOLDEN_DIR) + "/torch_async.cmtrace";
+  const std::string copy = tmp_ + "/copy.cmtrace";
+  fs::copy_file(golden, copy);
+  const Result same = RunCli({"merge", "-o", tmp_ + "/m1.cmtrace", golden, golden}, tmp_);
+  EXPECT_EQ(same.exit_code, 2) << same.err;
+  EXPECT_NE(same.err.find("given twice"), std::string::npos) << same.err;
+  const Result copied = RunCli({"merge", "-o", tmp_ + "/m2.cmtrace", golden, copy}, tmp_);
+  EXPECT_EQ(copied.exit_code, 2) << copied.err;
+  EXPECT_NE(copied.err.find("count twice"), std::string::npos) << copied.err;
+  EXPECT_FALSE(fs::exists(tmp_ + "/m1.cmtrace"));
+  EXPECT_FALSE(fs::exists(tmp_ + "/m2.cmtrace"));
+}
+
+// An empty value once meant "the default": `-o ''` wrote into a numbered folder, `--socket ''`
+// listened on the default socket.
+TEST_F(HostileInput, EmptyValuesAreUsageErrorsNotDefaults) {
+  const std::string golden = std::string(GOLDEN_DIR) + "/cuda_phases.cmtrace";
+  const std::vector<std::vector<std::string>> commands = {
+      {"run", "-o", "", "--", kFake},
+      {"run", "--phase-rules=", "--", kFake},
+      {"report", "-o", "", golden},
+      {"report", "--phase-rules", "", golden},
+      {"export", "--format", "chrome", "-o", "", golden},
+      {"merge", "-o", "", golden},
+      {"compare", "--csv", "", golden, golden},
+      {"sweep", "-o", "", "--param", "x=1", "--", kFake},
+      {"daemon", "--socket", ""},
+      {"daemon", "--output-dir", ""},
+  };
+  for (const std::vector<std::string>& args : commands) {
+    const Result r = RunCli(args, tmp_);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1] << ": " << r.err;
+    EXPECT_NE(r.err.find("not an empty string"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(fs::is_empty(tmp_)) << "nothing was created";
+}
+
+// A script without "#!" runs under /bin/sh, as a shell and execvp run it.
+TEST_F(HostileInput, ScriptWithoutAShebangRunsUnderTheShell) {
+  const std::string script = tmp_ + "/job";
+  {
+    std::ofstream out(script);
+    out << "echo from-the-script \"$1\"\nexit 4\n";
+  }
+  ASSERT_EQ(chmod(script.c_str(), 0700), 0);
+  const Result r = RunCli({"run", "-o", tmp_ + "/out", "--quiet", "--", script, "arg1"}, tmp_);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_EQ(r.out, "from-the-script arg1\n");
+}
+
+// `--pid 99999999999999999999` once became another number (strtol clamps).
+TEST_F(HostileInput, ProcessIdsOutOfRangeAreRefusedNotClamped) {
+  const std::string golden = std::string(GOLDEN_DIR) + "/torch_async.cmtrace";
+  for (const std::string pid : {"99999999999999999999", "4294967297", "-1", "12x", ""}) {
+    const Result r = RunCli({"export", "--format", "memory-viz", "--pid", pid, "-o",
+                             tmp_ + "/x.pickle", golden}, tmp_);
+    EXPECT_EQ(r.exit_code, 2) << pid << ": " << r.err;
+    EXPECT_NE(r.err.find("'" + pid + "'"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(tmp_ + "/x.pickle"));
+  }
+}
+
+// One policy for every file cumemtrace writes: owner only (0600), folders 0700.
+TEST_F(HostileInput, EveryOutputIsPrivateToItsOwner) {
+  const std::string golden = std::string(GOLDEN_DIR) + "/torch_async.cmtrace";
+  ASSERT_EQ(RunCli({"run", "-o", tmp_ + "/run", "--quiet", "--", kFake}, tmp_).exit_code, 0);
+  ASSERT_EQ(RunCli({"report", "-o", tmp_ + "/rep", golden}, tmp_).exit_code, 0);
+  for (const char* format : {"perfetto", "chrome", "memory-viz", "html", "csv"}) {
+    const Result r = RunCli({"export", "--format", format, "-o",
+                             tmp_ + "/export-" + std::string(format), golden}, tmp_);
+    ASSERT_EQ(r.exit_code, 0) << format << ": " << r.err;
+  }
+  ASSERT_EQ(RunCli({"compare", "--csv", tmp_ + "/c.csv", golden, golden}, tmp_).exit_code, 0);
+  ASSERT_EQ(RunCli({"merge", "-o", tmp_ + "/m.cmtrace", golden}, tmp_).exit_code, 0);
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(tmp_)) {
+    const unsigned mode = FileMode(entry.path().string());
+    if (entry.is_directory()) {
+      EXPECT_EQ(mode, 0700u) << entry.path();
+    } else {
+      ++files;
+      EXPECT_EQ(mode, 0600u) << entry.path();
+    }
+  }
+  EXPECT_GE(files, 12);
+}
+
+// A `run` killed by SIGKILL leaves its socket folder behind; the next run removes it, and
+// never touches the folder of a run still going.
+TEST_F(HostileInput, NextRunRemovesTheSocketFolderOfAKilledRun) {
+  const std::string runtime = tmp_ + "/runtime";
+  ASSERT_EQ(mkdir(runtime.c_str(), 0700), 0);
+  const EnvOverrides env = {{"TMPDIR", runtime}, {"XDG_RUNTIME_DIR", std::nullopt}};
+  int gate[2];
+  ASSERT_EQ(pipe2(gate, O_CLOEXEC), 0);
+  auto socket_dirs = [&runtime]() {
+    std::vector<std::string> dirs;
+    for (const auto& entry : fs::directory_iterator(runtime)) {
+      if (fs::exists(entry.path() / "collector.sock")) dirs.push_back(entry.path().string());
+    }
+    return dirs;
+  };
+  // Two runs whose programs wait on the gate: one is killed, the other stays alive.
+  Child killed = Spawn({kCli, "run", "-o", tmp_ + "/r1", "--", kFake, "--wait-fd=3"}, tmp_, env,
+                       gate[0]);
+  for (int i = 0; i < 500 && socket_dirs().size() < 1; ++i) usleep(10000);
+  ASSERT_EQ(socket_dirs().size(), 1u);
+  const std::string stale = socket_dirs()[0];
+  kill(killed.pid, SIGKILL);
+  // Its program still holds the pipes of its output (it waits on the gate): reap the run
+  // alone.
+  int status = 0;
+  ASSERT_EQ(waitpid(killed.pid, &status, 0), killed.pid);
+  close(killed.out_fd);
+  close(killed.err_fd);
+  Child alive = Spawn({kCli, "run", "-o", tmp_ + "/r2", "--", kFake, "--wait-fd=3"}, tmp_, env,
+                      gate[0]);
+  auto has_new = [&]() {
+    for (const std::string& d : socket_dirs()) {
+      if (d != stale) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && !has_new(); ++i) usleep(10000);
+  std::vector<std::string> now = socket_dirs();
+  ASSERT_EQ(now.size(), 1u) << "the killed run's folder is gone, the new one is there";
+  EXPECT_NE(now[0], stale);
+  EXPECT_FALSE(fs::exists(stale));
+  // A third run leaves the live one alone.
+  const Result third = Finish(Spawn({kCli, "run", "-o", tmp_ + "/r3", "--", kFake}, tmp_, env));
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_TRUE(fs::exists(now[0]));
+  close(gate[0]);
+  close(gate[1]);
+  const Result second = Finish(alive);
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_TRUE(fs::is_empty(runtime));
+}
+
 }  // namespace
 }  // namespace cumemtrace
