@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "collector/engine/event_order.h"
 #include "collector/engine/iterations.h"
 #include "collector/engine/lifetimes.h"
 #include "collector/engine/timeline_capture.h"
@@ -677,6 +678,11 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
                     timeline);
   }
   return p;
+}
+
+std::unique_ptr<EventOrder> OrderFor(bool sorted, const StreamingOptions& streaming,
+                                     Accountant* accountant, StreamingStats* stats) {
+  return MakeOrder(sorted, streaming, accountant, stats);
 }
 
 }  // namespace cumemtrace::internal

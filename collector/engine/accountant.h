@@ -170,6 +170,13 @@ class Accountant {
   std::vector<Event> swept_;  // kKeepAll: every event, as swept
 };
 
+class EventOrder;
+struct StreamingOptions;
+// An order (event_order.h) that feeds `accountant`. Made here so that the order's loop and
+// the sweep are compiled together: the sweep's per-event code is inlined into it.
+std::unique_ptr<EventOrder> OrderFor(bool sorted, const StreamingOptions& streaming,
+                                     Accountant* accountant, StreamingStats* stats);
+
 // Moves an event's timestamps onto CLOCK_REALTIME (the handshake's clock pair).
 inline void ShiftEventToRealtime(int64_t offset, Event* e) {
   auto shift = [offset](uint64_t t) {

@@ -116,7 +116,7 @@ class TraceAnalysis {
       switch (p.stage) {
         case Process::Stage::kSweep:
           p.accountant = NewAccountant(s, &p.stats);
-          p.order = MakeOrder(p.sorted, streaming_, p.accountant.get(), &p.stats);
+          p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
           break;
         case Process::Stage::kBursts:
           p.bursts_scan = std::make_unique<ScanSink<BurstScan>>(p.outcome);
@@ -131,7 +131,7 @@ class TraceAnalysis {
           p.accountant = NewAccountant(s, &p.stats);
           p.accountant->SetInferred(
               p.outcome, InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome));
-          p.order = MakeOrder(p.sorted, streaming_, p.accountant.get(), &p.stats);
+          p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
           break;
         case Process::Stage::kDone:
           break;
@@ -163,7 +163,7 @@ class TraceAnalysis {
       p = std::make_unique<Process>();
       p->sorted = mode_.sorted;
       p->accountant = NewAccountant(s, &p->stats);
-      p->order = MakeOrder(p->sorted, streaming_, p->accountant.get(), &p->stats);
+      p->order = OrderFor(p->sorted, streaming_, p->accountant.get(), &p->stats);
     }
     return *p;
   }
