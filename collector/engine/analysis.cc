@@ -239,12 +239,24 @@ class TraceAnalysis {
   std::unique_ptr<AnalyzedTrace> trace_;
 };
 
-// Every chunk of `reader` (opened) into `analysis`.
-void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis) {
+// Every chunk of `reader` (opened) into `analysis`, saying how far it is to `progress` (pass
+// `pass`) when there is one.
+void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis, const AnalysisOptions& options,
+                int pass) {
   v1::TraceChunk chunk;
   bool is_wire = false;
   uint32_t stream_id = 0;
   std::string_view wire_frame;
+  constexpr uint64_t kProgressStep = uint64_t{4} << 20;
+  uint64_t next_progress = kProgressStep;
+  struct Done {  // the end of the pass, however it ends
+    const AnalysisOptions& options;
+    TraceFileReader& reader;
+    int pass;
+    ~Done() {
+      if (options.progress) options.progress(pass, reader.file_bytes(), reader.file_bytes());
+    }
+  } done{options, reader, pass};
   for (;;) {
     switch (reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame)) {
       case TraceFileReader::Result::kChunk:
@@ -252,6 +264,10 @@ void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis) {
           analysis.AddWireFrame(stream_id, wire_frame);
         } else {
           analysis.AddChunk(chunk);
+        }
+        if (options.progress && reader.consumed_bytes() >= next_progress) {
+          options.progress(pass, reader.consumed_bytes(), reader.file_bytes());
+          next_progress = reader.consumed_bytes() + kProgressStep;
         }
         break;
       case TraceFileReader::Result::kEnd:
@@ -280,13 +296,13 @@ std::unique_ptr<AnalyzedTrace> Analyze(const std::function<bool(TraceFileReader*
     return nullptr;
   }
   TraceAnalysis analysis(options, mode, streaming);
-  ReadChunks(reader, analysis);
+  ReadChunks(reader, analysis, options, 1);
   analysis.EndFirstRead(stats);
-  while (analysis.NeedsPass()) {
+  for (int pass = 2; analysis.NeedsPass(); ++pass) {
     TraceFileReader again;
     if (!open(&again)) break;
     analysis.BeginPass();
-    ReadChunks(again, analysis);
+    ReadChunks(again, analysis, options, pass);
     analysis.EndPass();
   }
   return analysis.Take();

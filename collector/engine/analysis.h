@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,6 +28,9 @@ struct AnalysisOptions {
   bool infer_phases = true;
   // Keep one AllocationLifetime per device allocation (for the lifetimes CSV).
   bool keep_lifetimes = false;
+  // Called while a trace file is read: the pass (1, then 2 and 3 when phases are inferred),
+  // the bytes read and the file's size; about every 4 MiB and once at the end of each pass.
+  std::function<void(int pass, uint64_t done_bytes, uint64_t total_bytes)> progress;
 };
 
 // Feed chunks in file order, then Finish() once.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
+#include <vector>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -195,6 +197,32 @@ StreamBuilder UnlabeledTraining(int iterations, bool library_workspace = false) 
   }
   s.Flush();
   return s;
+}
+
+// A file analysis says how far it is, per pass: the inferred phases need more than one pass
+// here, and each pass ends with all of the file read.
+TEST(Inference, FileAnalysisReportsProgressPerPass) {
+  const std::string bytes = testing::FileBytes(UnlabeledTraining(4).Chunks());
+  const std::string path = testing::WriteTempFile("progress.cmtrace", bytes);
+  AnalysisOptions options;
+  std::vector<std::tuple<int, uint64_t, uint64_t>> calls;
+  options.progress = [&calls](int pass, uint64_t done, uint64_t total) {
+    calls.emplace_back(pass, done, total);
+  };
+  std::string error;
+  auto report = AnalyzeTraceFile(path, options, &error);
+  ASSERT_NE(report, nullptr) << error;
+  ASSERT_TRUE(report->processes.at(0).phase_inference.applied);
+  ASSERT_FALSE(calls.empty());
+  std::map<int, uint64_t> last;  // pass -> bytes done at its last call
+  for (const auto& [pass, done, total] : calls) {
+    EXPECT_EQ(total, bytes.size());
+    EXPECT_GE(done, last[pass]) << pass;
+    last[pass] = done;
+  }
+  EXPECT_GE(last.size(), 2u);  // the inference reads the file again
+  EXPECT_EQ(last.begin()->first, 1);
+  for (const auto& [pass, done] : last) EXPECT_EQ(done, bytes.size()) << pass;
 }
 
 TEST(Inference, ForwardBackwardAndOptimizerFromTheAutogradThread) {
