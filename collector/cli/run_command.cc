@@ -43,10 +43,12 @@ Options:
   -o, --output=DIR        write the trace into DIR (created if missing; refused when
                           DIR/trace.cmtrace, summary.json or report.html exists). Default: a
                           new folder cumemtrace-<program>-<n>/ in the current directory.
-      --allocator=MODE    async (default): PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,
-                          so CUPTI sees every allocation; native: leave PyTorch's caching
-                          allocator alone. A PYTORCH_CUDA_ALLOC_CONF already set in the
-                          environment is always kept.
+      --allocator=MODE    native (default): leave PyTorch's allocator as it is; its tensors
+                          come from its own trace events (the PyTorch bridge), its segments
+                          from the driver. async: PYTORCH_CUDA_ALLOC_CONF=
+                          backend:cudaMallocAsync, so the driver sees every tensor (for a
+                          torch without a bridge). A PYTORCH_CUDA_ALLOC_CONF already set in
+                          the environment is always kept.
       --no-kernels        do not record kernel executions (less overhead)
       --quiet             silence the tracer's notices and do not print the summary
       --phase=PHASE=MODULE:QUALNAME
@@ -307,7 +309,8 @@ int RunCommand(int argc, char** argv) {
   AnalysisFlags flags;
   std::vector<std::string> python_phases;
   std::string output_dir;
-  std::string allocator = "async";
+  // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
+  std::string allocator = "native";
   bool no_kernels = false;
   bool quiet = false;
   opterr = 0;

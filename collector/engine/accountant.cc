@@ -14,10 +14,12 @@ namespace {
 
 constexpr uint32_t kNone = ~uint32_t{0};
 
-// (slot, address): device addresses are 49-bit virtual addresses, so the slot in the top
-// bits cannot collide in practice.
-uint64_t Key(uint32_t slot, uint64_t address) {
-  return address ^ (static_cast<uint64_t>(slot) << 56);
+// (slot, layer, address): device addresses are 49-bit virtual addresses, so the slot in the
+// top bits cannot collide in practice. A tensor (a block of PyTorch's allocator) starts at
+// the same address as the segment that holds it: tensors are a layer of their own.
+uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
+  const uint64_t layer = kind == kTorchAllocatedKind ? uint64_t{1} << 55 : 0;
+  return address ^ layer ^ (static_cast<uint64_t>(slot) << 56);
 }
 
 const char* DropSourceName(int source) {
@@ -33,6 +35,7 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   static_cast<StreamFacts&>(*p) = s;
   for (const SequenceGap& g : s.sequence_gaps) p->lost_batches += g.missing;
   p->damaged = !s.damage.empty();
+  p->torch = s.torch.report;
 
   // The launcher saw the real end (signals included); the tracer's record is second best.
   if (s.launcher_exit) {
@@ -83,6 +86,23 @@ void ShiftRecordsToRealtime(DecodedStream* s) {
   s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
 }
 
+namespace {
+
+void FillTorchLayers(const DeviceCounters& c, TorchLayers* t) {
+  t->present = c.kind_seen[kTorchAllocatedKind] || c.kind_seen[kTorchReservedKind];
+  if (!t->present) return;
+  t->allocated_peak_bytes = c.kinds[kTorchAllocatedKind].peak_bytes;
+  t->reserved_peak_bytes = c.kinds[kTorchReservedKind].peak_bytes;
+  t->reserved_at_allocated_peak_bytes = c.torch_reserved_at_allocated_peak;
+  t->fragmentation_at_peak_bytes =
+      c.torch_reserved_at_allocated_peak > t->allocated_peak_bytes
+          ? c.torch_reserved_at_allocated_peak - t->allocated_peak_bytes
+          : 0;
+  t->other_device_peak_bytes = c.kinds[3].peak_bytes;
+}
+
+}  // namespace
+
 void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t index,
                       uint64_t first, DeviceReport* out) {
   DeviceReport& d = *out;
@@ -104,8 +124,11 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
   for (int k = 0; k < kMemoryKinds; ++k) {
     if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
   }
-  d.live_at_exit_count = c.kinds[3].live_at_exit_count + c.kinds[4].live_at_exit_count;
-  d.live_at_exit_bytes = c.kinds[3].live_at_exit_bytes + c.kinds[4].live_at_exit_bytes;
+  for (const uint8_t k : {uint8_t{3}, uint8_t{4}, kTorchAllocatedKind}) {
+    d.live_at_exit_count += c.kinds[k].live_at_exit_count;
+    d.live_at_exit_bytes += c.kinds[k].live_at_exit_bytes;
+  }
+  FillTorchLayers(c, &d.torch);
   d.not_program.static_peak_bytes = c.static_peak;
   d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
   d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
@@ -274,9 +297,9 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
 }  // namespace
 
 const char* MemoryKindName(uint8_t kind) {
-  static const char* const kNames[kMemoryKinds] = {"UNKNOWN", "PAGEABLE",      "PINNED",
-                                                   "DEVICE",  "ARRAY",         "MANAGED",
-                                                   "DEVICE_STATIC", "MANAGED_STATIC"};
+  static const char* const kNames[kMemoryKinds] = {
+      "UNKNOWN",       "PAGEABLE",       "PINNED",          "DEVICE",         "ARRAY",
+      "MANAGED",       "DEVICE_STATIC",  "MANAGED_STATIC",  "TORCH_ALLOCATED", "TORCH_RESERVED"};
   return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
 }
 
@@ -374,7 +397,7 @@ void Accountant::Forget(uint32_t index) {
 void Accountant::Allocate(const Event& e, uint32_t slot) {
   const uint8_t kind = e.kind < kMemoryKinds ? e.kind : 0;
   DeviceCounters& d = devices_[slot];
-  const uint64_t key = Key(slot, e.a);
+  const uint64_t key = Key(slot, e.a, kind);
   const size_t found = live_.Find(key);
   uint32_t killed = kNone;
   if (found != AddressMap::kNotFound) {
@@ -399,7 +422,12 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
   ++k.allocations;
   k.allocated_bytes += e.b;
   d.kind_live[kind] += e.b;
-  k.peak_bytes = std::max(k.peak_bytes, d.kind_live[kind]);
+  if (d.kind_live[kind] > k.peak_bytes) {
+    k.peak_bytes = d.kind_live[kind];
+    if (kind == kTorchAllocatedKind) {
+      d.torch_reserved_at_allocated_peak = d.kind_live[kTorchReservedKind];
+    }
+  }
   if (IsStaticMemory(kind)) {
     d.static_live += e.b;
     d.static_peak = std::max(d.static_peak, d.static_live);
@@ -437,7 +465,7 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
 }
 
 void Accountant::Release(const Event& e, uint32_t slot) {
-  const size_t found = live_.Find(Key(slot, e.a));
+  const size_t found = live_.Find(Key(slot, e.a, e.kind));
   DeviceCounters& d = devices_[slot];
   if (found == AddressMap::kNotFound) {
     ++d.released_unknown_count;

@@ -78,6 +78,8 @@ struct DeviceCounters {
   uint64_t reallocated_live_address = 0;
   uint64_t kernel_count = 0;
   uint64_t kernel_busy_ns = 0;
+  // TORCH_RESERVED live when TORCH_ALLOCATED last reached its peak.
+  uint64_t torch_reserved_at_allocated_peak = 0;
 };
 
 class Accountant {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "collector/engine/report.h"
@@ -24,9 +25,16 @@ enum class EventType : uint8_t {
   kRangeClose,  // NVTX pop or end
 };
 
-constexpr int kMemoryKinds = 8;  // v1::MemoryKind values 0..7
-// Program-own device memory (design.md "What counts where").
-inline bool IsDeviceMemory(uint8_t kind) { return kind == 3 || kind == 4; }  // DEVICE, ARRAY
+// v1::MemoryKind values 0..7, and two of the analysis's own for PyTorch's layers, made at
+// decode time from the bridge's events (torch_layers.h).
+constexpr int kMemoryKinds = 10;
+constexpr uint8_t kTorchAllocatedKind = 8;  // tensors: the caching allocator's blocks
+constexpr uint8_t kTorchReservedKind = 9;   // its segments (driver memory, holding blocks)
+// Program-own device memory (design.md "What counts where"): DEVICE, ARRAY and tensors; the
+// segments that hold the tensors are not counted again.
+inline bool IsDeviceMemory(uint8_t kind) {
+  return kind == 3 || kind == 4 || kind == kTorchAllocatedKind;
+}
 inline bool IsStaticMemory(uint8_t kind) { return kind == 6 || kind == 7; }
 
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
@@ -80,6 +88,34 @@ struct TracerMemoryRecord {
   std::string description;
 };
 
+// The PyTorch bridge's events of one stream, while they are turned into tensor
+// allocations (torch_layers.h).
+struct TorchPendingAlloc {
+  bool set = false;
+  uint64_t timestamp_ns = 0;
+  uint64_t address = 0;
+  uint64_t requested = 0;
+  uint64_t sequence = 0;
+  uint64_t allocated_total = 0;
+  uint32_t thread_id = 0;
+};
+
+struct TorchDeviceDecode {
+  TorchPendingAlloc pending;  // an ALLOC whose block size the next event settles
+  uint64_t last_sequence = 0;
+  std::unordered_map<uint64_t, uint64_t> live;  // block address -> block bytes
+  uint64_t allocated = 0;                       // sum of live
+};
+
+struct TorchDecodeState {
+  std::map<uint32_t, TorchDeviceDecode> devices;
+  // (device, address) of the caching allocator's live driver memory (its segments).
+  std::unordered_set<uint64_t> segments;
+  // Interned caller ids known to name libc10_cuda (true) or not (false).
+  std::unordered_map<uint32_t, bool> allocator_callers;
+  TorchBridgeReport report;
+};
+
 // Everything one stream (one traced process) delivered.
 struct DecodedStream : StreamFacts {
   DecodedStream() { timestamp_clock = injection_mode = "unspecified"; }  // until a handshake
@@ -104,6 +140,8 @@ struct DecodedStream : StreamFacts {
   bool closed = false;
   int close_reason = 0;
   std::string close_error;
+
+  TorchDecodeState torch;
 
   // "" for id 0; an id that was never defined shows as "#<id>" rather than vanishing.
   std::string Resolve(uint32_t id) const {

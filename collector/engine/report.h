@@ -114,6 +114,20 @@ struct LifetimeAtPeak {
   uint64_t activation_memory_bytes = 0;  // peak - persistent: what the EP plan measures
 };
 
+// PyTorch's two layers on one device, when the bridge to its caching allocator is attached
+// (design.md "Tensors"): tensors (the allocator's blocks, TORCH_ALLOCATED) and the segments
+// it holds from the driver (TORCH_RESERVED); device memory in use counts tensors plus the
+// memory PyTorch never sees (cuBLAS workspaces, NCCL, the program's own cudaMalloc).
+struct TorchLayers {
+  bool present = false;
+  uint64_t allocated_peak_bytes = 0;  // = torch.cuda.max_memory_allocated()
+  uint64_t reserved_peak_bytes = 0;   // = torch.cuda.max_memory_reserved()
+  uint64_t reserved_at_allocated_peak_bytes = 0;
+  // Reserved but not allocated when tensors peaked: what the cache holds beyond them.
+  uint64_t fragmentation_at_peak_bytes = 0;
+  uint64_t other_device_peak_bytes = 0;  // DEVICE memory PyTorch never sees, its own peak
+};
+
 struct DeviceReport {
   uint32_t index = 0;
   bool has_info = false;  // a DeviceInfo arrived; otherwise only the index is known
@@ -132,6 +146,7 @@ struct DeviceReport {
   uint64_t kernel_count = 0;
   uint64_t kernel_busy_ns = 0;  // sum of end - start (overlaps counted twice)
   uint64_t reallocated_live_address = 0;  // allocation at an address already live (anomaly)
+  TorchLayers torch;
 };
 
 // Device memory in use at one occurrence's entry and at its highest point inside:
@@ -257,6 +272,28 @@ struct AllocationLifetime {
   std::string lifetime_class;
 };
 
+// The bridge to PyTorch's caching allocator, for one process.
+struct TorchBridgeReport {
+  bool seen = false;      // the tracer said whether it attached
+  bool attached = false;  // tensors come from the allocator's own events
+  std::string torch_version;
+  std::string bridge_torch_version;
+  std::string library;    // the libc10_cuda the program loaded
+  std::string allocator;  // its name(): "native", "cudaMallocAsync"
+  std::string reason;     // why not attached
+  uint64_t events = 0;    // allocator events received
+  uint64_t blocks = 0;    // tensor allocations made of them
+  // Blocks whose size could not be read from the allocator's counters (no later event
+  // before the process ended): rounded up to 512 bytes from the size asked for.
+  uint64_t estimated_block_sizes = 0;
+  // Events where the allocator's own allocated_bytes disagreed with the blocks rebuilt
+  // from its events (0 when every figure is exact); lost events make this non-zero.
+  uint64_t counter_mismatches = 0;
+  uint64_t lost_events = 0;    // gaps in the allocator's sequence numbers
+  uint64_t unknown_frees = 0;  // frees of blocks never seen allocated
+  uint64_t out_of_memory = 0;  // the allocator raised OutOfMemoryError
+};
+
 // What a stream (one traced process) said about itself, as the decoder reads it
 // (decoded_stream.h) and the report lists it: one struct from the handshake to summary.json.
 struct StreamFacts {
@@ -309,6 +346,7 @@ struct ProcessReport : StreamFacts {
   PhaseInferenceReport phase_inference;
   IterationReport iterations;
   std::vector<AllocationLifetime> lifetimes;  // device memory; only with keep_lifetimes
+  TorchBridgeReport torch;
 };
 
 // One rank of a distributed job, on the device where its memory peaked highest.

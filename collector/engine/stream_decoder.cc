@@ -1,5 +1,7 @@
 #include "collector/engine/stream_decoder.h"
 
+#include "collector/engine/torch_layers.h"
+
 // protobuf's arena internals shadow member names; they are not our warnings to fix.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wshadow"
@@ -433,6 +435,7 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
   // every reference, whatever the timestamps say.
   for (const auto& [id, value] : fast_strings_) stream.strings[id].assign(value.data(), value.size());
   for (const v1::Event* other : fast_other_events_) AddEvent(stream, *other);
+  RetagTorchSegments(stream, events_before);
   return true;
 }
 
@@ -470,7 +473,9 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
 
 void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch) {
   BeginBatch(stream, batch.sequence());
+  const size_t first = stream.events.size();
   for (const v1::Event& event : batch.events()) AddEvent(stream, event);
+  RetagTorchSegments(stream, first);
 }
 
 void StreamDecoder::BeginBatch(DecodedStream& stream, uint64_t sequence) {
@@ -568,6 +573,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     case v1::Event::kProcessExit:
       stream.process_exit_code = event.process_exit().exit_code();
       stream.process_exit_ns = event.timestamp_ns();  // the process's last instant
+      FlushTorchAllocations(stream);
       return;
     case v1::Event::kNotice: {
       const v1::TracerNotice& n = event.notice();
@@ -586,9 +592,13 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       }
       return;
     }
-    case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
     case v1::Event::kTorchAllocator:
+      AddTorchAllocatorEvent(stream, event.timestamp_ns(), event.torch_allocator());
+      return;
     case v1::Event::kTorchBridge:
+      AddTorchBridgeState(stream, event.torch_bridge());
+      return;
+    case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }
@@ -602,6 +612,7 @@ void StreamDecoder::AddCollectorRecord(DecodedStream& stream, const v1::Collecto
       break;
     case v1::CollectorRecord::kClosed:
       stream.closed = true;
+      FlushTorchAllocations(stream);
       stream.close_reason = record.closed().reason();
       stream.close_error = record.closed().error();
       break;

@@ -56,7 +56,7 @@ void WriteProcess(ChromeWriter& w, const ProcessReport& p, const ProcessTimeline
                  {"ts", Micros(offset + s.time_ns)}, {"args", {{"bytes", s.bytes}}}});
       }
     };
-    counter(gpu + (p.allocator_mode == "native" ? " device memory (allocator segments)"
+    counter(gpu + (p.allocator_mode == "native" && !p.torch.attached ? " device memory (allocator segments)"
                                                  : " device memory in use"),
             dt.device_memory);
     counter(gpu + " module globals (not the program's)", dt.static_memory);

@@ -139,7 +139,7 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     const DeviceTimeline& dt = t.devices[slot];
     const DeviceReport& dr = p.devices[slot];
     const std::string gpu = internal::DeviceLabel(dt.index);
-    const char* what = p.allocator_mode == "native" ? " device memory (allocator segments)"
+    const char* what = p.allocator_mode == "native" && !p.torch.attached ? " device memory (allocator segments)"
                                                     : " device memory in use";
     if (!dt.device_memory.empty()) {
       const uint64_t track = CounterTrack(w, process_track, gpu + what);

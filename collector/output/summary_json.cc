@@ -96,6 +96,14 @@ Json DeviceJson(const DeviceReport& d) {
   j["reallocated_live_address"] = d.reallocated_live_address;
   j["lifetime_at_peak"] = {{"bytes_by_class", d.lifetime_at_peak.bytes_by_class},
                            {"activation_memory_bytes", d.lifetime_at_peak.activation_memory_bytes}};
+  if (d.torch.present) {
+    const TorchLayers& t = d.torch;
+    j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
+                  {"reserved_peak_bytes", t.reserved_peak_bytes},
+                  {"reserved_at_allocated_peak_bytes", t.reserved_at_allocated_peak_bytes},
+                  {"fragmentation_at_peak_bytes", t.fragmentation_at_peak_bytes},
+                  {"other_device_peak_bytes", t.other_device_peak_bytes}};
+  }
   return j;
 }
 
@@ -204,6 +212,22 @@ Json ProcessJson(const ProcessReport& p) {
     notices.push_back({{"level", n.level}, {"code", n.code}, {"text", n.text}});
   }
   j["notices"] = std::move(notices);
+  if (p.torch.seen || p.torch.events > 0) {
+    const TorchBridgeReport& t = p.torch;
+    j["torch_bridge"] = {{"attached", t.attached},
+                         {"torch_version", t.torch_version},
+                         {"bridge_torch_version", t.bridge_torch_version},
+                         {"library", t.library},
+                         {"allocator", t.allocator},
+                         {"reason", t.reason},
+                         {"events", t.events},
+                         {"blocks", t.blocks},
+                         {"estimated_block_sizes", t.estimated_block_sizes},
+                         {"counter_mismatches", t.counter_mismatches},
+                         {"lost_events", t.lost_events},
+                         {"unknown_frees", t.unknown_frees},
+                         {"out_of_memory", t.out_of_memory}};
+  }
   Json dropped = Json::array();
   for (const DropSummary& d : p.dropped) {
     Json windows = Json::array();

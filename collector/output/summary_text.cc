@@ -170,6 +170,17 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     }
     PrintTable(out, "      ", rows, "rlll");
   }
+  if (d.torch.present) {
+    const TorchLayers& t = d.torch;
+    out << "    PyTorch tensors     peak " << Bytes(t.allocated_peak_bytes) << " ("
+        << Grouped(t.allocated_peak_bytes) << " B, max_memory_allocated)\n";
+    out << "    PyTorch reserved    peak " << Bytes(t.reserved_peak_bytes) << " ("
+        << Grouped(t.reserved_peak_bytes) << " B, max_memory_reserved); at the tensor peak "
+        << Bytes(t.reserved_at_allocated_peak_bytes) << ", " << Bytes(t.fragmentation_at_peak_bytes)
+        << " of it not in tensors\n";
+    out << "    not PyTorch's       peak " << Bytes(t.other_device_peak_bytes)
+        << " (device memory its allocator never sees)\n";
+  }
   PrintOrigins(out, "by API", d.by_api);
   PrintOrigins(out, "by library", d.by_library);
   if (!d.lifetime_at_peak.bytes_by_class.empty()) {
@@ -184,7 +195,8 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
   }
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
-    if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC") {
+    if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC" ||
+        kind == "TORCH_ALLOCATED" || kind == "TORCH_RESERVED") {
       continue;
     }
     other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" +
@@ -346,6 +358,21 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   if (!p.hostname.empty()) facts.push_back("on " + p.hostname);
   out << "  " << Join(facts, ", ") << '\n';
 
+  if (p.torch.attached) {
+    out << "  tensors from PyTorch's allocator (torch " << p.torch.torch_version << "): "
+        << Grouped(p.torch.blocks) << " blocks";
+    if (p.torch.estimated_block_sizes > 0) {
+      out << ", " << Grouped(p.torch.estimated_block_sizes) << " sizes estimated";
+    }
+    out << '\n';
+    if (p.torch.counter_mismatches > 0 || p.torch.lost_events > 0) {
+      out << "  warning: PyTorch's allocator counters disagree with its events at "
+          << Plural(p.torch.counter_mismatches, "event") << " (" << Grouped(p.torch.lost_events)
+          << " events lost): tensor figures are not exact\n";
+    }
+  } else if (p.torch.seen && !p.torch.reason.empty()) {
+    out << "  PyTorch's tensors not seen, only its segments: " << p.torch.reason << '\n';
+  }
   for (const std::string& reason : p.incomplete_reasons) out << "  warning: incomplete: " << reason << '\n';
   for (const std::string& damage : p.damage) out << "  warning: damaged stream: " << damage << '\n';
   for (const DropSummary& d : p.dropped) {

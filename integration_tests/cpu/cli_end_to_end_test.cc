@@ -262,14 +262,25 @@ TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
       "--print-env=CUMEMTRACE_QUIET"};
   const std::string stub = fs::canonical(kStub).string();
   {
+    // The default leaves PyTorch's allocator as the program has it.
     std::vector<std::string> args = {"run", "-o", tmp_ + "/a", "--", kFake, "--no-connect"};
     args.insert(args.end(), vars.begin(), vars.end());
     const Result r = RunCli(args, "", {{"LD_PRELOAD", "libother.so"}});
     EXPECT_EQ(r.out, "LD_PRELOAD=" + stub + ":libother.so\nCUDA_INJECTION64_PATH=" + stub +
                          "\nNVTX_INJECTION64_PATH=" + stub +
-                         "\nPYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync\n"
-                         "CUMEMTRACE_ALLOCATOR_MODE=async\nCUMEMTRACE_KERNELS unset\n"
+                         "\nPYTORCH_CUDA_ALLOC_CONF unset\n"
+                         "CUMEMTRACE_ALLOCATOR_MODE=native\nCUMEMTRACE_KERNELS unset\n"
                          "CUMEMTRACE_QUIET unset\n");
+  }
+  {
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/a2", "--allocator=async", "--",
+                                     kFake, "--no-connect"};
+    args.insert(args.end(), vars.begin(), vars.end());
+    const Result r = RunCli(args);
+    EXPECT_NE(r.out.find("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync\n"
+                         "CUMEMTRACE_ALLOCATOR_MODE=async\n"),
+              std::string::npos)
+        << r.out;
   }
   {
     std::vector<std::string> args = {"run", "-o", tmp_ + "/b", "--allocator=native",

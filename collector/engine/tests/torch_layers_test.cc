@@ -1,0 +1,162 @@
+// PyTorch's two layers rebuilt from the bridge's events on a fabricated trace: tensors (the
+// allocator's blocks, sized from its counters) and its driver segments, with memory PyTorch
+// never sees beside them. The figures below are what torch.cuda.max_memory_allocated() and
+// max_memory_reserved() would report for this sequence.
+#include <gtest/gtest.h>
+
+#include "collector/engine/report.h"
+#include "collector/engine/tests/trace_builder.h"
+
+namespace cumemtrace {
+namespace {
+
+using testing::Analyze;
+using testing::FindDevice;
+using testing::StreamBuilder;
+
+constexpr uint32_t kCuMemAlloc = 1, kC10Cuda = 2, kCublas = 3;
+constexpr uint64_t kMiB = 1024 * 1024;
+constexpr uint32_t kThread = 500;
+
+class TorchTrace {
+ public:
+  explicit TorchTrace(bool attached) : s_(1, 4242) {
+    s_.handshake().set_pytorch_alloc_conf("");
+    s_.String(kCuMemAlloc, "cuMemAlloc_v2").String(kC10Cuda, "libc10_cuda.so");
+    s_.String(kCublas, "libcublasLt.so.13");
+    s_.Device(0, "NVIDIA H100 80GB HBM3", 85899345920ull).Flush();
+    v1::Event state;
+    state.set_timestamp_ns(5);
+    state.mutable_torch_bridge()->set_attached(attached);
+    state.mutable_torch_bridge()->set_torch_version("2.11.0+cu130");
+    state.mutable_torch_bridge()->set_library("/venv/torch/lib/libc10_cuda.so");
+    if (!attached) state.mutable_torch_bridge()->set_reason("no bridge for torch 2.11.0+cu130");
+    s_.Raw(state);
+  }
+  // A torch event with the counters as the allocator would show them.
+  TorchTrace& Torch(uint64_t ts, v1::TorchAllocatorAction action, uint64_t sequence,
+                    uint64_t address, uint64_t requested, uint64_t total, uint64_t current) {
+    v1::Event e;
+    e.set_timestamp_ns(ts);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_action(action);
+    t->set_sequence(sequence);
+    t->set_address(address);
+    t->set_requested_bytes(requested);
+    t->set_allocated_bytes_total(total);
+    t->set_allocated_bytes_current(current);
+    t->set_thread_id(kThread);
+    s_.Raw(e);
+    return *this;
+  }
+  StreamBuilder& s() { return s_; }
+
+ private:
+  StreamBuilder s_;
+};
+
+constexpr auto kAlloc = v1::TORCH_ALLOCATOR_ACTION_ALLOC;
+constexpr auto kFree = v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED;
+constexpr auto kFreeDone = v1::TORCH_ALLOCATOR_ACTION_FREE_COMPLETED;
+constexpr auto kSegment = v1::TORCH_ALLOCATOR_ACTION_SEGMENT_ALLOC;
+constexpr auto kProbe = v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE;
+constexpr uint64_t kBig = 15000064;  // a 15,000,000-byte tensor's block (512-byte multiple)
+
+// Segment A (2 MiB) holds two small tensors; cuBLAS takes 4 MiB of its own; segment B
+// (20 MiB) holds one big tensor, settled by a probe, then goes back to the driver; a last
+// small tensor is never followed by an event.
+TorchTrace Scenario(bool attached) {
+  TorchTrace t(attached);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(11, kSegment, 1, 0x1000000, 2 * kMiB, 0, 0);
+  t.Torch(12, kAlloc, 2, 0x1000000, 1000, 0, 0);
+  s.Flush();  // the next event settles the first tensor from another batch
+  t.Torch(13, kAlloc, 3, 0x1000400, 3000, 1024, 1024);
+  s.Alloc(14, 0, 0x9000000, 4 * kMiB, testing::kDevice, 900, kCuMemAlloc, kCublas);
+  t.Torch(15, kFree, 4, 0x1000000, 1000, 4096, 3072);
+  t.Torch(16, kFreeDone, 5, 0x1000000, 1000, 4096, 3072);
+  s.Alloc(17, 0, 0x2000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(18, kSegment, 6, 0x2000000, 20 * kMiB, 4096, 3072);
+  t.Torch(19, kAlloc, 7, 0x2000000, 15000000, 4096, 3072);
+  s.Flush();
+  t.Torch(20, kProbe, 7, 0, 0, 4096 + kBig, 3072 + kBig);
+  t.Torch(30, kFree, 8, 0x2000000, 15000000, 4096 + kBig, 3072);
+  s.Free(32, 0, 0x2000000, 20 * kMiB);
+  t.Torch(40, kAlloc, 9, 0x1000000, 100, 4096 + kBig, 3072);
+  s.Exit(50, 0).Flush();
+  return t;
+}
+
+TEST(TorchLayers, TensorsAndSegmentsAreTwoLayersByTheByte) {
+  auto report = Analyze(Scenario(/*attached=*/true).s().Chunks());
+  ASSERT_EQ(report->processes.size(), 1u);
+  const ProcessReport& p = report->processes[0];
+  EXPECT_TRUE(p.torch.attached);
+  EXPECT_EQ(p.torch.events, 9u);
+  EXPECT_EQ(p.torch.blocks, 4u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 1u);  // the last tensor: rounded up to 512
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  EXPECT_EQ(p.torch.lost_events, 0u);
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->torch.present);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 3072 + kBig);      // max_memory_allocated
+  EXPECT_EQ(d->torch.reserved_peak_bytes, 22 * kMiB);         // max_memory_reserved
+  EXPECT_EQ(d->torch.reserved_at_allocated_peak_bytes, 22 * kMiB);
+  EXPECT_EQ(d->torch.fragmentation_at_peak_bytes, 22 * kMiB - 3072 - kBig);
+  EXPECT_EQ(d->torch.other_device_peak_bytes, 4 * kMiB);      // cuBLAS
+  // In use: tensors and cuBLAS, never the segments that hold the tensors.
+  EXPECT_EQ(d->peak.bytes, 3072 + kBig + 4 * kMiB);
+  EXPECT_EQ(d->peak.time_abs_ns, 19u);
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocations, 4u);
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").releases, 2u);
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocated_bytes, 1024 + 3072 + kBig + 512);
+  EXPECT_EQ(d->by_kind.at("TORCH_RESERVED").allocations, 2u);
+  EXPECT_EQ(d->by_kind.at("TORCH_RESERVED").releases, 1u);
+  EXPECT_EQ(d->by_kind.at("DEVICE").allocations, 1u);
+  EXPECT_EQ(d->live_at_exit_bytes, 3072u + 512 + 4 * kMiB);
+  EXPECT_EQ(d->by_library.at("libc10_cuda.so").allocations, 4u);
+}
+
+TEST(TorchLayers, WithoutTheBridgeSegmentsStayDeviceMemory) {
+  // No shim for this torch: the tracer says so and sends no allocator event.
+  TorchTrace t(/*attached=*/false);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  s.Alloc(14, 0, 0x9000000, 4 * kMiB, testing::kDevice, 900, kCuMemAlloc, kCublas);
+  s.Alloc(17, 0, 0x2000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  s.Free(32, 0, 0x2000000, 20 * kMiB);
+  s.Exit(50, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_TRUE(p.torch.seen);
+  EXPECT_FALSE(p.torch.attached);
+  EXPECT_EQ(p.torch.reason, "no bridge for torch 2.11.0+cu130");
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->torch.present);
+  EXPECT_EQ(d->by_kind.count("TORCH_RESERVED"), 0u);
+  EXPECT_EQ(d->by_kind.at("DEVICE").allocations, 3u);
+  EXPECT_EQ(d->peak.bytes, 26 * kMiB);  // segments are the program's memory, as before
+}
+
+TEST(TorchLayers, CountsCounterMismatchesAndLostEvents) {
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(12, kAlloc, 1, 0x1000000, 1000, 0, 0);
+  t.Torch(13, kAlloc, 2, 0x1000400, 1000, 1024, 1024);
+  // Events 3 and 4 were lost (a full queue): the allocator's counter now also holds what
+  // they did, so the pending block is estimated and the counter disagrees.
+  t.Torch(20, kFree, 5, 0x1000400, 1000, 4096, 1536);
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.lost_events, 2u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 1u);
+  EXPECT_EQ(p.torch.counter_mismatches, 1u);  // 1536 reported, 1024 rebuilt
+}
+
+}  // namespace
+}  // namespace cumemtrace

@@ -1,0 +1,171 @@
+#include "collector/engine/torch_layers.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+namespace cumemtrace::internal {
+namespace {
+
+// Interned ids the analysis gives the tensors' API and caller (the tracer counts its own
+// ids up from 1).
+constexpr uint32_t kTorchApiId = 0xFFFFFFF0u;
+constexpr uint32_t kTorchCallerId = 0xFFFFFFF1u;
+constexpr uint64_t kMinBlockBytes = 512;  // the caching allocator's smallest block
+
+uint64_t Key(uint32_t device, uint64_t address) {
+  return address ^ (static_cast<uint64_t>(device) << 56);
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void NameTensorOrigin(DecodedStream& s) {
+  if (s.strings.count(kTorchApiId) != 0) return;
+  s.strings[kTorchApiId] = "PyTorch caching allocator";
+  const std::string library = BaseName(s.torch.report.library);
+  s.strings[kTorchCallerId] = library.empty() ? std::string("libc10_cuda.so") : library;
+}
+
+// Gives the pending ALLOC its block and appends the allocation. `exact`: `allocated_total`
+// is the counter after the ALLOC's own increase.
+void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
+            uint64_t allocated_total) {
+  if (!d.pending.set) return;
+  const TorchPendingAlloc& a = d.pending;
+  const uint64_t floor = std::max<uint64_t>(a.requested, 1);
+  uint64_t bytes = 0;
+  if (exact && allocated_total >= a.allocated_total &&
+      allocated_total - a.allocated_total >= floor) {
+    bytes = allocated_total - a.allocated_total;
+  } else {
+    // No later event, or the program reset the allocator's counters in between.
+    bytes = floor > UINT64_MAX - kMinBlockBytes
+                ? floor
+                : (floor + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes;
+    ++s.torch.report.estimated_block_sizes;
+  }
+  NameTensorOrigin(s);
+  Event e{};
+  e.timestamp_ns = a.timestamp_ns;
+  e.type = EventType::kAllocate;
+  e.a = a.address;
+  e.b = bytes;
+  e.thread_id = a.thread_id;
+  e.name_id = kTorchApiId;
+  e.caller_id = kTorchCallerId;
+  e.device = device;
+  e.kind = kTorchAllocatedKind;
+  s.events.push_back(e);
+  if (!d.live.emplace(a.address, bytes).second) {
+    ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
+  } else {
+    d.allocated += bytes;
+  }
+  ++s.torch.report.blocks;
+  d.pending.set = false;
+}
+
+void CheckCounter(DecodedStream& s, const TorchDeviceDecode& d, uint64_t reported) {
+  if (reported != d.allocated) ++s.torch.report.counter_mismatches;
+}
+
+}  // namespace
+
+void AddTorchBridgeState(DecodedStream& s, const v1::TorchBridgeState& state) {
+  TorchBridgeReport& r = s.torch.report;
+  r.seen = true;
+  r.attached = r.attached || state.attached();
+  if (!state.torch_version().empty()) r.torch_version = state.torch_version();
+  if (!state.bridge_torch_version().empty()) r.bridge_torch_version = state.bridge_torch_version();
+  if (!state.library().empty()) r.library = state.library();
+  if (!state.allocator().empty()) r.allocator = state.allocator();
+  if (!state.attached()) r.reason = state.reason();
+}
+
+void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
+                            const v1::TorchAllocatorEvent& t) {
+  TorchBridgeReport& r = s.torch.report;
+  TorchDeviceDecode& d = s.torch.devices[t.device()];
+  if (t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE) {
+    if (d.pending.set && d.pending.sequence == t.sequence()) {
+      Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total());
+    }
+    return;
+  }
+  ++r.events;
+  // Any later event of the device saw the pending ALLOC's increase.
+  if (d.pending.set && t.sequence() > d.pending.sequence) {
+    Settle(s, t.device(), d, /*exact=*/t.sequence() == d.pending.sequence + 1,
+           t.allocated_bytes_total());
+  }
+  if (t.sequence() > d.last_sequence + 1) r.lost_events += t.sequence() - d.last_sequence - 1;
+  d.last_sequence = std::max(d.last_sequence, t.sequence());
+
+  switch (t.action()) {
+    case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
+      CheckCounter(s, d, t.allocated_bytes_current());  // before this ALLOC's increase
+      d.pending.set = true;
+      d.pending.timestamp_ns = timestamp_ns;
+      d.pending.address = t.address();
+      d.pending.requested = t.requested_bytes();
+      d.pending.sequence = t.sequence();
+      d.pending.allocated_total = t.allocated_bytes_total();
+      d.pending.thread_id = t.thread_id();
+      return;
+    case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
+      // allocated_bytes shrinks here, not when the free completes (after other streams).
+      auto it = d.live.find(t.address());
+      if (it == d.live.end()) {
+        ++r.unknown_frees;
+        return;
+      }
+      Event e{};
+      e.timestamp_ns = timestamp_ns;
+      e.type = EventType::kRelease;
+      e.a = t.address();
+      e.b = it->second;
+      e.thread_id = t.thread_id();
+      e.name_id = kTorchApiId;
+      e.device = t.device();
+      e.kind = kTorchAllocatedKind;
+      s.events.push_back(e);
+      d.allocated -= it->second;
+      d.live.erase(it);
+      CheckCounter(s, d, t.allocated_bytes_current());  // after the decrease
+      return;
+    }
+    case v1::TORCH_ALLOCATOR_ACTION_OOM:
+      ++r.out_of_memory;
+      return;
+    default:
+      return;  // segments come from the driver; completed frees change no figure
+  }
+}
+
+void RetagTorchSegments(DecodedStream& s, size_t first) {
+  if (!s.torch.report.attached) return;
+  for (size_t i = first; i < s.events.size(); ++i) {
+    Event& e = s.events[i];
+    if (e.kind != 3) continue;  // DEVICE
+    if (e.type == EventType::kAllocate) {
+      if (e.caller_id == 0) continue;
+      auto [it, inserted] = s.torch.allocator_callers.try_emplace(e.caller_id, false);
+      if (inserted) it->second = BaseName(s.Resolve(e.caller_id)).compare(0, 11, "libc10_cuda") == 0;
+      if (!it->second) continue;
+      e.kind = kTorchReservedKind;
+      s.torch.segments.insert(Key(e.device, e.a));
+    } else if (e.type == EventType::kRelease) {
+      if (s.torch.segments.erase(Key(e.device, e.a)) != 0) e.kind = kTorchReservedKind;
+    }
+  }
+}
+
+void FlushTorchAllocations(DecodedStream& s) {
+  for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0);
+}
+
+}  // namespace cumemtrace::internal
