@@ -14,7 +14,7 @@ that the cost of a change is measured in one run.
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
-for cumemtrace's default async mode, to the untraced run with the async allocator too.
+for --allocator=async, to the untraced run with the async allocator too.
 """
 import argparse
 import json
@@ -57,22 +57,22 @@ def baseline_configs(baseline, scratch, argv):
             "baseline: cumemtrace": (run("base-default"), {})}
 
 
-def python_configs(cumemtrace, scratch, only=None, baseline=None):
-    workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU)]
-    if only:
-        workloads += ["--only", only]
+def python_configs(cumemtrace, scratch, only, baseline=None):
+    workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU),
+                 "--only", only]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *workloads]
     return {
+        # The base of every ratio: the program with its own (native caching) allocator.
         "untraced": (workloads, {}),
         "untraced, async allocator": (workloads, ASYNC),
-        "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
+        # The default: the program's allocator untouched, tensors through the PyTorch bridge.
         "cumemtrace": (run("default"), {}),
-        "cumemtrace --allocator=native": (run("native", "--allocator=native"), {}),
-        "cumemtrace --allocator=native --no-kernels":
-            (run("native-nokernels", "--allocator=native", "--no-kernels"), {}),
-        # The default with memory from CUPTI's MEMORY2 records instead of the driver callbacks.
-        "cumemtrace (MEMORY2 records)": (run("memory2"), {"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
+        "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
+        # What the bridge itself costs: segments only, as without a bridge.
+        "cumemtrace --no-kernels, bridge off":
+            (run("nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
+        "cumemtrace --allocator=async": (run("async", "--allocator=async"), {}),
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
         **baseline_configs(baseline, scratch, workloads),
@@ -86,8 +86,11 @@ def libtorch_configs(cumemtrace, program, scratch, baseline=None):
     return {
         "untraced": (argv, {}),
         "untraced, async allocator": (argv, ASYNC),
-        "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
         "cumemtrace": (run("lt-default"), {}),
+        "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
+        "cumemtrace --no-kernels, bridge off":
+            (run("lt-nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
+        "cumemtrace --allocator=async": (run("lt-async", "--allocator=async"), {}),
         # Diagnostic: what is left with no per-call callbacks at all (no memory then).
         "cumemtrace --no-kernels (API callbacks off)":
             (run("lt-nocallbacks", "--no-kernels"), {"CUMEMTRACE_API_CALLBACKS": "0"}),
@@ -116,13 +119,16 @@ def main():
     parser.add_argument("--libtorch-train", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out")
-    parser.add_argument("--workloads", help="comma list: mlp, launch, alloc, libtorch (default all)")
+    parser.add_argument("--workloads",
+                        help="comma list of workloads.py's workloads and libtorch (default: "
+                             "ep50,ep200,launch,resnet,gpt,libtorch, the rows of the overhead "
+                             "targets)")
     parser.add_argument("--configs", help="'|'-separated configuration names to run (default all)")
     parser.add_argument("--baseline-cumemtrace", help="another build's cumemtrace, run beside")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
-    wanted = args.workloads.split(",") if args.workloads else ["mlp", "launch", "alloc", "libtorch"]
+    wanted = (args.workloads or "ep50,ep200,launch,resnet,gpt,libtorch").split(",")
     python_only = ",".join(w for w in wanted if w != "libtorch")
     suites = []
     if python_only:
@@ -153,27 +159,26 @@ def main():
                 print(f"round {round_index + 1}: {name}: {figures}", flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
 
-    units = {"mlp": "ms/step", "launch": "ms/step", "alloc": "us/alloc+free",
-             "libtorch": "ms/step"}
-    titles = {"mlp": "MLP 8x2048, batch 256", "launch": "MLP 48x256, batch 32 (launch-bound)",
-              "alloc": "allocation loop (torch.empty + del)", "libtorch": "LibTorch training program"}
+    sys.path.insert(0, HERE)
+    from workloads import TITLES as titles, UNITS  # noqa: E402
+    units = lambda w: UNITS.get(w, "ms/step")
     results = []
-    for workload in ["mlp", "launch", "alloc", "libtorch"]:
+    for workload in wanted:
         rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
         if not rows:
             continue
         base = rows.get("untraced")
         base_async = rows.get("untraced, async allocator")
-        print(f"\n{titles[workload]} ({units[workload]}, median of {args.rounds} processes)")
+        print(f"\n{titles.get(workload, workload)} ({units(workload)}, median of {args.rounds} "
+              "processes)")
         for name, value in rows.items():
             ratio = value / base if base else float("nan")
             extra = ""
-            traced = name.startswith("cumemtrace") or name.startswith("baseline")
-            if traced and "native" not in name and base_async:
+            if name == "cumemtrace --allocator=async" and base_async:
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
-                            "unit": units[workload], "ratio_to_untraced": ratio,
+                            "unit": units(workload), "ratio_to_untraced": ratio,
                             "ratio_to_untraced_async": value / base_async if base_async else None,
                             "samples": samples[(workload, name)]})
     if args.out:

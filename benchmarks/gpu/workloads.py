@@ -1,7 +1,7 @@
 """GPU workloads for measuring tracing overhead (benchmarks/gpu/overhead.py runs them).
 
-One process measures every workload in turn and prints one JSON line:
-  {"mlp": ms per step, "launch": ms per step, "alloc": microseconds per allocation+free}
+One process measures the workloads it is given (--only) in turn and prints one JSON line:
+  {"mlp": ms per step, "launch": ms per step, "alloc": microseconds per allocation+free, ...}
 Each figure is the median of several timed rounds after a warm-up, with the GPU synchronized
 at the end of every round. --recorder turns on one of PyTorch's own memory recorders around
 the timed rounds, to compare with them in the same session.
@@ -10,9 +10,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def mlp(depth, width, batch):
@@ -37,6 +40,156 @@ def mlp(depth, width, batch):
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.nvtx.range_pop()
     return step
+
+
+def ep_step(depth, settle_steps):
+    """One training step of Equilibrium Propagation on a deep MLP 784-128-...-10 (depth
+    hidden layers of 128, batch 32): a free and a nudged phase of `settle_steps` settling
+    iterations each, every one a handful of tiny ops per layer (integration_tests/gpu/
+    ep_train.py's trainer)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "integration_tests", "gpu"))
+    import ep_train
+    log = ep_train.PhaseLog(nvtx=True, verify=False)
+    trainer = ep_train.EPTrainer(depth, 128, 784, 10, 0.5, settle_steps, 0.01, log)
+    x = torch.randn(32, 784, device="cuda")
+    target = torch.randint(0, 10, (32,), device="cuda")
+    return lambda: trainer.train_step(x, target)
+
+
+class BasicBlock(torch.nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            torch.nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+def resnet18_like(batch=32, size=224):
+    """ResNet-18's layout (4 stages of 2 basic blocks, 64 to 512 channels), written out so
+    that the benchmark needs no torchvision; SGD with momentum, batch 32 at 224x224."""
+    layers = [torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(64),
+              torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = cout
+    layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(512, 1000)]
+    model = torch.nn.Sequential(*layers).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, size, size, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    return train_step(model, optimizer, x, y)
+
+
+class GptBlock(torch.nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.ln2 = torch.nn.LayerNorm(width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class GptLike(torch.nn.Module):
+    def __init__(self, vocab, context, width, heads, depth):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, width)
+        self.positions = torch.nn.Embedding(context, width)
+        self.blocks = torch.nn.Sequential(*[GptBlock(width, heads) for _ in range(depth)])
+        self.ln = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tokens(idx) + self.positions(torch.arange(t, device=idx.device))
+        return self.head(self.ln(self.blocks(x)))
+
+
+def gpt2_like(batch=8, context=512, depth=12):
+    """GPT-2 small's shape (12 layers, width 768, 12 heads, vocabulary 50257), context 512,
+    batch 8, AdamW."""
+    model = GptLike(50257, context, 768, 12, depth).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, 50257, (batch, context), device="cuda")
+    target = torch.randint(0, 50257, (batch * context,), device="cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        torch.cuda.nvtx.range_push("forward")
+        loss = loss_fn(model(idx).view(-1, 50257), target)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_push("backward")
+        loss.backward()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_push("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.nvtx.range_pop()
+    return step
+
+
+def train_step(model, optimizer, x, y):
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        torch.cuda.nvtx.range_push("forward")
+        loss = loss_fn(model(x), y)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_push("backward")
+        loss.backward()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_push("optimizer")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.nvtx.range_pop()
+    return step
+
+
+# name -> (maker, warm-up steps, steps per timed round, scale to the unit). Made lazily: a
+# run of one workload does not build the others' models.
+WORKLOADS = {
+    "mlp": (lambda: mlp(8, 2048, 256), 30, 40, 1e3),          # ms per step
+    "launch": (lambda: mlp(48, 256, 32), 20, 20, 1e3),        # ms per step
+    "alloc": (lambda: alloc_loop(20000), 1, 1, 1e6 / 20000),  # us per allocation + free
+    "ep50": (lambda: ep_step(50, 30), 1, 1, 1e3),             # ms per step (about 1 s)
+    "ep200": (lambda: ep_step(200, 30), 1, 1, 1e3),           # ms per step (a few s)
+    "resnet": (lambda: resnet18_like(), 5, 10, 1e3),          # ms per step
+    "gpt": (lambda: gpt2_like(), 3, 5, 1e3),                  # ms per step
+}
+UNITS = {"alloc": "us/alloc+free"}
+TITLES = {
+    "mlp": "MLP 8x2048, batch 256",
+    "launch": "MLP 48x256, batch 32 (launch-bound)",
+    "alloc": "allocation loop (torch.empty + del)",
+    "ep50": "EP training step, MLP 784-128x50-10, batch 32, 30 settle steps per phase",
+    "ep200": "EP training step, MLP 784-128x200-10, batch 32, 30 settle steps per phase",
+    "resnet": "ResNet-18-like convnet, batch 32, 224x224, SGD",
+    "gpt": "GPT-2-like transformer (12x768, context 512), batch 8, AdamW",
+    "libtorch": "LibTorch training program",
+}
+DEFAULT = "mlp,launch,alloc"
 
 
 def alloc_loop(count):
@@ -65,7 +218,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recorder", choices=["none", "history", "profiler"], default="none")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--only", help="comma list of workloads to run (mlp, launch, alloc)")
+    parser.add_argument("--only", help="comma list of workloads to run (" + ",".join(WORKLOADS) +
+                        "; default " + DEFAULT + ")")
     parser.add_argument("--pin", type=int, help="run the main thread alone on this CPU")
     args = parser.parse_args()
     if args.pin is not None:
@@ -73,13 +227,8 @@ def main():
         # while this one waits); the tracer's and the collector's threads stay elsewhere.
         os.sched_setaffinity(0, {args.pin})
     torch.manual_seed(0)
-    workloads = {
-        "mlp": (mlp(8, 2048, 256), 30, 40, 1e3),        # ms per step
-        "launch": (mlp(48, 256, 32), 20, 20, 1e3),      # ms per step
-        "alloc": (alloc_loop(20000), 1, 1, 1e6 / 20000),  # us per allocation + free
-    }
-    if args.only:
-        workloads = {k: v for k, v in workloads.items() if k in args.only.split(",")}
+    names = (args.only or DEFAULT).split(",")
+    workloads = {k: v for k, v in WORKLOADS.items() if k in names}
     recorder = None
     if args.recorder == "history":
         torch.cuda.memory._record_memory_history(stacks="python")
@@ -89,8 +238,9 @@ def main():
                            profile_memory=True)
         recorder.__enter__()
     result = {}
-    for name, (step, warmup, per_round, scale) in workloads.items():
-        result[name] = timed(step, warmup, args.rounds, per_round) * scale
+    for name, (make, warmup, per_round, scale) in workloads.items():
+        result[name] = timed(make(), warmup, args.rounds, per_round) * scale
+        torch.cuda.empty_cache()
     if recorder is not None:
         recorder.__exit__(None, None, None)
     print(json.dumps(result), flush=True)

@@ -9,6 +9,10 @@
 // - native mode: CUPTI sees the caching allocator's cudaMalloc'ed segments, not the tensors
 //   inside them, so the trace has segment_alloc/segment_free only and each segment's one block
 //   is "inactive" (its use is unknown, not claimed).
+// - native mode with the PyTorch bridge: the allocator's own view. Segments hold the tensors
+//   live in them (active_allocated) and the gaps (inactive); the trace has segment_alloc/
+//   segment_free for segments, alloc/free_requested/free_completed for tensors, and memory
+//   PyTorch never sees as one-block segments, as in async mode.
 // Every entry has `category`: the phase of origin of its allocation, "unknown" without one.
 // When every allocation has a phase, one `snapshot` entry (the end of the trace) carries
 // "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
@@ -17,6 +21,7 @@
 // handshake's clock pair is known), as PyTorch writes it; from 0 the page showed 1970.
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
@@ -102,6 +107,172 @@ void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool
   w.EndDict();
 }
 
+// PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
+// (TORCH_ALLOCATED) inside its range as active_allocated blocks, and the gaps between them
+// as inactive ones, as torch.cuda.memory._snapshot() shows it.
+void SegmentWithBlocks(PickleWriter& w, uint32_t device, const TimelineAllocation& segment,
+                       const std::vector<const TimelineAllocation*>& blocks) {
+  uint64_t allocated = 0;
+  for (const TimelineAllocation* b : blocks) allocated += b->bytes;
+  w.BeginDict();
+  w.Str("device");
+  w.UInt(device);
+  w.Str("address");
+  w.UInt(segment.address);
+  w.Str("total_size");
+  w.UInt(segment.bytes);
+  w.Str("allocated_size");
+  w.UInt(allocated);
+  w.Str("active_size");
+  w.UInt(allocated);
+  w.Str("requested_size");
+  w.UInt(allocated);
+  w.Str("stream");
+  w.Int(0);
+  w.Str("segment_type");
+  w.Str(segment.bytes <= (2u << 20) ? "small" : "large");  // small-pool segments are 2 MiB
+  w.Str("segment_pool_id");
+  w.BeginTuple();
+  w.Int(0);
+  w.Int(0);
+  w.EndTuple();
+  w.Str("is_expandable");
+  w.Bool(false);
+  w.Str("frames");
+  w.BeginList();
+  w.EndList();
+  w.Str("blocks");
+  w.BeginList();
+  auto block = [&w](uint64_t address, uint64_t bytes, bool active) {
+    w.BeginDict();
+    w.Str("address");
+    w.UInt(address);
+    w.Str("size");
+    w.UInt(bytes);
+    w.Str("requested_size");
+    w.UInt(active ? bytes : 0);
+    w.Str("state");
+    w.Str(active ? "active_allocated" : "inactive");
+    w.Str("frames");
+    w.BeginList();
+    w.EndList();
+    w.EndDict();
+  };
+  uint64_t cursor = segment.address;
+  for (const TimelineAllocation* b : blocks) {
+    if (b->address > cursor) block(cursor, b->address - cursor, false);
+    block(b->address, b->bytes, true);
+    cursor = b->address + b->bytes;
+  }
+  if (cursor < segment.address + segment.bytes) {
+    block(cursor, segment.address + segment.bytes - cursor, false);
+  }
+  w.EndList();
+  w.EndDict();
+}
+
+bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == internal::kTorchReservedKind; }
+bool IsTensor(const TimelineAllocation& a) { return a.kind == internal::kTorchAllocatedKind; }
+
+void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, PickleWriter& w) {
+  w.BeginDict();
+  w.Str("segments");
+  w.BeginList();
+  for (uint32_t slot = 0; slot < t.devices.size(); ++slot) {
+    std::vector<const TimelineAllocation*> segments;
+    std::vector<const TimelineAllocation*> tensors;
+    for (const TimelineAllocation& a : t.allocations) {
+      if (a.device_slot != slot || !a.live_at_exit) continue;
+      if (IsTorchSegment(a)) segments.push_back(&a);
+      if (IsTensor(a)) tensors.push_back(&a);
+    }
+    auto by_address = [](const TimelineAllocation* a, const TimelineAllocation* b) {
+      return a->address < b->address;
+    };
+    std::sort(segments.begin(), segments.end(), by_address);
+    std::sort(tensors.begin(), tensors.end(), by_address);
+    size_t next = 0;
+    for (const TimelineAllocation* segment : segments) {
+      const uint64_t end = segment->address + segment->bytes;
+      while (next < tensors.size() && tensors[next]->address < segment->address) ++next;
+      std::vector<const TimelineAllocation*> inside;
+      for (; next < tensors.size() && tensors[next]->address + tensors[next]->bytes <= end; ++next) {
+        inside.push_back(tensors[next]);
+      }
+      SegmentWithBlocks(w, t.devices[slot].index, *segment, inside);
+    }
+    // Memory PyTorch never sees: a segment of its own, holding one block.
+    for (const TimelineAllocation& a : t.allocations) {
+      if (a.device_slot == slot && a.live_at_exit && internal::IsDeviceMemory(a.kind) &&
+          !IsTensor(a)) {
+        Segment(w, t.devices[slot].index, a, /*blocks_known=*/true);
+      }
+    }
+  }
+  w.EndList();
+
+  uint32_t max_device = 0;
+  for (const DeviceTimeline& d : t.devices) max_device = std::max(max_device, d.index);
+  const uint64_t origin = p.first_timestamp_abs_ns;  // relative time 0, absolute
+  bool unknown_written = false;
+  uint64_t last_ns = 0;
+  w.Str("device_traces");
+  w.BeginList();
+  for (uint32_t ordinal = 0; ordinal <= max_device && !t.devices.empty(); ++ordinal) {
+    struct Step {
+      uint64_t time_ns;
+      const char* action;
+      const TimelineAllocation* a;
+    };
+    std::vector<Step> steps;
+    for (const TimelineAllocation& a : t.allocations) {
+      if (t.devices[a.device_slot].index != ordinal) continue;
+      const bool library = internal::IsDeviceMemory(a.kind) && !IsTensor(a);
+      if (!IsTorchSegment(a) && !IsTensor(a) && !library) continue;
+      if (!IsTensor(a)) steps.push_back({a.birth_ns, "segment_alloc", &a});
+      if (!IsTorchSegment(a)) steps.push_back({a.birth_ns, "alloc", &a});
+      if (a.live_at_exit) continue;
+      if (!IsTorchSegment(a)) {
+        steps.push_back({a.death_ns, "free_requested", &a});
+        steps.push_back({a.death_ns, "free_completed", &a});
+      }
+      if (!IsTensor(a)) steps.push_back({a.death_ns, "segment_free", &a});
+    }
+    std::stable_sort(steps.begin(), steps.end(),
+                     [](const Step& x, const Step& y) { return x.time_ns < y.time_ns; });
+    std::vector<const FailedAllocationReport*> failures;
+    for (const FailedAllocationReport& f : p.failed_allocations) {
+      if (f.device == ordinal) failures.push_back(&f);
+    }
+    w.BeginList();
+    size_t next_failure = 0;
+    for (size_t i = 0; i <= steps.size(); ++i) {
+      const uint64_t now = i < steps.size() ? steps[i].time_ns : ~uint64_t{0};
+      for (; next_failure < failures.size() && failures[next_failure]->time_ns < now;
+           ++next_failure) {
+        const FailedAllocationReport& f = *failures[next_failure];
+        const std::string category = f.phase.empty() ? "unknown" : f.phase;
+        unknown_written |= category == "unknown";
+        Entry(w, "oom", f.device_free_bytes, f.requested_bytes, origin + f.time_ns, category);
+        last_ns = std::max(last_ns, f.time_ns);
+      }
+      if (i == steps.size()) break;
+      const TimelineAllocation& a = *steps[i].a;
+      const std::string category = Category(t, a.phase);
+      unknown_written |= category == "unknown";
+      Entry(w, steps[i].action, a.address, a.bytes, origin + now, category);
+      last_ns = std::max(last_ns, now);
+    }
+    if (ordinal == max_device && !unknown_written) {
+      Entry(w, "snapshot", 0, 0, origin + last_ns, "unknown");  // see the top of this file
+    }
+    w.EndList();
+  }
+  w.EndList();
+  w.EndDict();
+  w.Finish();
+}
+
 }  // namespace
 
 size_t ProcessWithHighestPeak(const Report& report) {
@@ -121,8 +292,12 @@ size_t ProcessWithHighestPeak(const Report& report) {
 void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
   const ProcessReport& p = trace.report->processes.at(process);
   const ProcessTimeline& t = trace.timelines.at(process);
-  const bool blocks_known = p.allocator_mode != "native";
   PickleWriter w(out);
+  if (p.torch.attached) {
+    WriteBridgedSnapshot(p, t, w);
+    return;
+  }
+  const bool blocks_known = p.allocator_mode != "native";
   w.BeginDict();
 
   w.Str("segments");

@@ -41,11 +41,11 @@ def cases(cumemtrace, programs, results):
         traced("cuda_phases_cupti",
                [cuda, os.path.join(results, "cuda_phases_cupti.expected.json"), "4"],
                env={"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
-        traced("torch_async_cupti", torch_py + stats("torch_async_cupti"),
+        traced("torch_async_cupti", torch_py + stats("torch_async_cupti"), "--allocator=async",
                env={"CUMEMTRACE_MEMORY_RECORDS": "cupti"}),
-        traced("torch_async", torch_py + stats("torch_async")),
+        traced("torch_async", torch_py + stats("torch_async"), "--allocator=async"),
         traced("torch_native", torch_py + stats("torch_native"), "--allocator=native"),
-        traced("libtorch_async", [libtorch] + stats("libtorch_async")),
+        traced("libtorch_async", [libtorch] + stats("libtorch_async"), "--allocator=async"),
         traced("libtorch_native", [libtorch] + stats("libtorch_native"), "--allocator=native"),
         traced("torch_exit3", torch_py + ["--steps", "1", "--exit-code", "3"]),
         traced("torch_sigterm", torch_py + ["--steps", "1", "--kill-self", "SIGTERM"]),
@@ -269,8 +269,15 @@ def check_torch(t, runs, results, name, mode, suffix, steps=5):
     # PyTorch's counters see only its own allocator: its cudaMallocAsync calls (cuMemAllocAsync in the driver) in async mode,
     # its cudaMalloc segments (called from libc10_cuda.so) in native mode. Libraries that
     # allocate for themselves (cuBLAS's workspaces) are in the device peak, not in PyTorch's.
+    # With the PyTorch bridge (native mode), libc10_cuda.so's device memory is its tensors,
+    # and its segments are a layer of their own (dev["torch"]).
+    bridged = process.get("torch_bridge", {}).get("attached", False)
     if mode == "async":
         group, origin, label = dev["by_api"], "cuMemAllocAsync", "max_memory_allocated"
+    elif bridged:
+        group, origin, label = dev["by_library"], "libc10_cuda.so", "max_memory_allocated"
+        t.check(name, "segment peak = max_memory_reserved", stats["max_memory_reserved"],
+                dev.get("torch", {}).get("reserved_peak_bytes"))
     else:
         group, origin, label = dev["by_library"], "libc10_cuda.so", "max_memory_reserved"
     t.close(name, f"{origin} peak vs {label}", stats[label],

@@ -8,14 +8,15 @@
 # RESULTS_DIR (default: build-gpu/results) receives every case's output folder, the
 # programs' own statistics, and the tables. SUITE: main (the pipeline: gpu_suite.py),
 # phases (phase analysis: gpu_phases.py), reliability (gpu_reliability.py), fidelity
-# (answers on real training scripts: gpu_fidelity.py), jobs (distributed jobs, 2 GPUs:
+# (answers on real training scripts: gpu_fidelity.py), bridge (the PyTorch bridge:
+# gpu_bridge.py), jobs (distributed jobs, 2 GPUs:
 # gpu_jobs.py); default: all but jobs.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
 results=${1:-"$build/results"}
 shift $(( $# > 0 ? 1 : 0 ))
-suites=${*:-main phases reliability fidelity}
+suites=${*:-main phases reliability fidelity bridge}
 mkdir -p "$results"
 
 [ -s "$top/third_party/protobuf/protobuf_3.21.12.orig.tar.gz" ] || "$top/tools/fetch-protobuf-source.sh"
@@ -40,9 +41,10 @@ for suite in $suites; do
     main) script=gpu_suite.py; dir="$results" ;;
     phases) script=gpu_phases.py; dir="$results" ;;
     reliability) script=gpu_reliability.py; dir="$results/reliability" ;;
+    bridge) script=gpu_bridge.py; dir="$results/bridge" ;;  # the PyTorch bridge
     fidelity) script=gpu_fidelity.py; dir="$results/fidelity" ;;
     jobs) script=gpu_jobs.py; dir="$results/jobs" ;;  # needs 2 GPUs
-    *) echo "unknown suite $suite (main, phases, reliability, fidelity, jobs)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, jobs)" >&2; exit 2 ;;
   esac
   echo "== suite: $suite"
   python3 "$top/integration_tests/gpu/$script" run --cumemtrace "$build/bin/cumemtrace" \

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 
@@ -610,6 +611,70 @@ TEST(ViewerExport, HostileNamesStayInsideTheDataScript) {
   for (const json& p : parsed["processes"][0]["phase_names"]) phases.insert(p.get<std::string>());
   for (const std::string& name : hostile) EXPECT_EQ(phases.count(name), 1u) << name;
   EXPECT_EQ(json::parse(EscapeJsonForScript(json(hostile[0]).dump())), hostile[0]);
+}
+
+// PyTorch's allocator through the bridge: one 2 MiB segment with tensors at its start and
+// 0x1000 in (the one at 0x400 freed), cuBLAS's own 4 MiB, and a 20 MiB segment given back.
+TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
+  StreamBuilder s(1, 4242);
+  s.String(1, "cuMemAlloc_v2").String(2, "libc10_cuda.so").String(3, "libcublasLt.so.13");
+  s.Device(0, "GPU", 85899345920ull).Flush();
+  v1::Event state;
+  state.set_timestamp_ns(5);
+  state.mutable_torch_bridge()->set_attached(true);
+  s.Raw(state);
+  uint64_t sequence = 0;
+  uint64_t total = 0;  // the allocator's cumulative allocated counter
+  auto torch = [&](uint64_t ts, v1::TorchAllocatorAction action, uint64_t address,
+                   uint64_t requested) {
+    v1::Event e;
+    e.set_timestamp_ns(ts);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_action(action);
+    t->set_sequence(++sequence);
+    t->set_address(address);
+    t->set_requested_bytes(requested);
+    t->set_allocated_bytes_total(total);
+    s.Raw(e);
+  };
+  const uint64_t base = 0x7f0000000000;
+  s.Alloc(10, 0, base, 2 << 20, kDevice, 7, 1, 2);
+  torch(11, v1::TORCH_ALLOCATOR_ACTION_ALLOC, base, 1000);
+  total += 1024;
+  torch(12, v1::TORCH_ALLOCATOR_ACTION_ALLOC, base + 0x400, 3000);
+  total += 3072;
+  torch(13, v1::TORCH_ALLOCATOR_ACTION_ALLOC, base + 0x1000, 512);
+  total += 512;
+  torch(14, v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED, base + 0x400, 3000);
+  s.Alloc(15, 0, 0x9000000, 4 << 20, kDevice, 8, 1, 3);
+  s.Alloc(16, 0, base + (2 << 20), 20 << 20, kDevice, 7, 1, 2);
+  s.Free(17, 0, base + (2 << 20), 20 << 20);
+  s.Exit(20, 0).Flush();
+  auto trace = Load(WriteTempFile("bridged.cmtrace", FileBytes(s.Chunks())));
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream out;
+  WriteMemoryVizSnapshot(*trace, 0, out);
+  const json v = Unpickle(out.str());
+  std::map<uint64_t, json> segments;
+  for (const json& segment : v.at("segments")) segments[segment.at("address")] = segment;
+  ASSERT_EQ(segments.size(), 2u);  // the 2 MiB segment and cuBLAS's memory
+  const json& seg = segments.at(base);
+  EXPECT_EQ(seg["total_size"], 2 << 20);
+  EXPECT_EQ(seg["allocated_size"], 1024 + 512);
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> blocks;
+  for (const json& b : seg["blocks"]) blocks.emplace_back(b["address"], b["size"], b["state"]);
+  EXPECT_EQ(blocks, (std::vector<std::tuple<uint64_t, uint64_t, std::string>>{
+                        {base, 1024, "active_allocated"},
+                        {base + 0x400, 0xC00, "inactive"},
+                        {base + 0x1000, 512, "active_allocated"},
+                        {base + 0x1200, (2 << 20) - 0x1200, "inactive"}}));
+  EXPECT_EQ(segments.at(0x9000000)["blocks"][0]["state"], "active_allocated");
+  std::vector<std::string> actions;
+  for (const json& e : v.at("device_traces").at(0)) actions.push_back(e.at("action"));
+  EXPECT_EQ(actions, (std::vector<std::string>{
+                         "segment_alloc", "alloc", "alloc", "alloc", "free_requested",
+                         "free_completed", "segment_alloc", "alloc", "segment_alloc",
+                         "segment_free"}));
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""A PyTorch program for the bridge suite (gpu_bridge.py): trains one of the benchmark
+workloads (benchmarks/gpu/workloads.py) for a few steps with the allocator the environment
+gives it. It knows nothing about cumemtrace. Prints one line per step count and, with
+--stats FILE, writes PyTorch's own counters (max_memory_allocated / max_memory_reserved).
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks", "gpu"))
+import workloads  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--stats")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    step = workloads.WORKLOADS[args.workload][0]()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    print(f"{args.workload}: {args.steps} steps done")
+    if args.stats:
+        with open(args.stats, "w") as f:
+            json.dump({"max_memory_allocated": torch.cuda.max_memory_allocated(0),
+                       "max_memory_reserved": torch.cuda.max_memory_reserved(0),
+                       "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
