@@ -107,7 +107,7 @@ std::string CuptiSession::ResultString(CUptiResult result) const {
   return text != nullptr ? text : ("CUPTI error " + std::to_string(static_cast<int>(result)));
 }
 
-bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
+bool CuptiSession::Start(KernelRecording kernels, std::string* code, std::string* text) {
   std::lock_guard<std::mutex> lock(start_mutex_);
   if (handed_over_) {
     *code = "cupti_subscriber_taken";
@@ -129,6 +129,8 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   for (uint16_t i = 0; i < count; ++i) {
     if (apis[i].cbid < kMaxCbid) g_rows[apis[i].cbid] = static_cast<int16_t>(i);
   }
+  kernels_ = kernels;
+  const bool kernel_records = kernels == KernelRecording::kRecords;
   const char* memory_records = getenv("CUMEMTRACE_MEMORY_RECORDS");
   memory_from_cupti_ = memory_records != nullptr && strcmp(memory_records, "cupti") == 0;
 
@@ -162,7 +164,7 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
   CuptiMux& mux = CuptiMux::Get();
   mux.Install(&api_, subscriber_);
   for (uint16_t i = 0; i < count && api_callbacks; ++i) {
-    if (apis[i].role == ApiRole::kLaunch && !kernels) continue;
+    if (apis[i].role == ApiRole::kLaunch && kernels == KernelRecording::kNone) continue;
     mux.EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
   }
   mux.EnableOwnCallback(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
@@ -172,7 +174,7 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
     result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_MEMORY2);
   }
   if (result == CUPTI_SUCCESS) result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
-  if (result == CUPTI_SUCCESS && kernels) {
+  if (result == CUPTI_SUCCESS && kernel_records) {
     // CONCURRENT_KERNEL, never KERNEL: the latter serializes kernels.
     result = mux.EnableOwnKind(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
@@ -187,7 +189,7 @@ bool CuptiSession::Start(bool kernels, std::string* code, std::string* text) {
     return false;
   }
 
-  if (kernels) {
+  if (kernel_records) {
     size_t value_size = sizeof(size_t);
     size_t buffer_size = 0;
     size_t preallocated = 0;
@@ -383,6 +385,33 @@ void CUPTIAPI CuptiSession::BufferCompleted(CUcontext context, uint32_t stream_i
   TracerRuntime::Get().WakeSender();
 }
 
+namespace {
+
+// Whether this thread sends a kernel name for the first time (a small direct-mapped cache of
+// name pointers per thread): the name is copied then, and only its pointer afterwards.
+bool FirstLaunchOfName(const char* name) {
+  thread_local const char* seen[64] = {};
+  const char** slot = &seen[(reinterpret_cast<uintptr_t>(name) >> 4) & 63];
+  if (*slot == name) return false;
+  *slot = name;
+  return true;
+}
+
+}  // namespace
+
+HostRecord CuptiSession::LaunchRecord(int row, const CUpti_CallbackData* call) {
+  HostRecord record;
+  record.type = HostRecord::Type::kLaunch;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.correlation_id = call->correlationId;
+  record.api = static_cast<uint16_t>(row);
+  record.device = ContextDevice(call->context);
+  record.symbol = call->symbolName;
+  if (record.symbol != nullptr && FirstLaunchOfName(record.symbol)) record.text = record.symbol;
+  return record;
+}
+
 uint32_t CuptiSession::ContextDevice(CUcontext context) {
   // A thread works in one context almost always: remember the last answer.
   thread_local CUcontext last_context = nullptr;
@@ -456,6 +485,10 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   CuptiSession& self = Get();
 
   if (call->callbackSite == CUPTI_API_ENTER) {
+    if (api.role == ApiRole::kLaunch && self.kernels_ == KernelRecording::kLaunches) {
+      runtime.Record(self.LaunchRecord(row, call));
+      return;
+    }
     if (api.role == ApiRole::kLaunch || self.memory_from_cupti_) {
       // Kernel (and MEMORY2) records come later with this correlation id but no thread:
       // recorded at the entry, as the record may be delivered before the call returns.

@@ -71,10 +71,19 @@ struct CompletedBuffer {
   bool client_clock = false;
 };
 
+// How kernels are recorded (CUMEMTRACE_KERNELS).
+enum class KernelRecording : uint8_t {
+  kNone,      // "0" (`run --no-kernels`): memory and NVTX only
+  kLaunches,  // the default: one event per launch from the driver launch callback (thread,
+              // host time, name): what launch counts and phase inference need, without
+              // CUPTI's per-kernel GPU records, which cost about 1 us per launch
+  kRecords,   // "1" (`run --kernels`): CONCURRENT_KERNEL records too, for GPU times
+};
+
 class CuptiSession {
  public:
   // Loads and starts CUPTI. On failure returns false with a stable code and a one-line text.
-  bool Start(bool kernels, std::string* code, std::string* text);
+  bool Start(KernelRecording kernels, std::string* code, std::string* text);
   bool started() const { return started_.load(std::memory_order_acquire); }
 
   // Whether the program's CUPTI calls that reach the tracer's exported cupti* names can be
@@ -136,6 +145,8 @@ class CuptiSession {
   // The device of a callback's context, and CUPTI's id of a stream (as in kernel records).
   uint32_t ContextDevice(CUcontext context);
   uint32_t StreamId(CUcontext context, CUstream stream, bool per_thread);
+  // A kernel launch, at the entry of its call (KernelRecording::kLaunches).
+  HostRecord LaunchRecord(int row, const CUpti_CallbackData* call);
   // What an allocation (at its exit) or a release (at its entry) call did to memory.
   HostRecord MemoryRecord(const ApiInfo& api, int row, const CUpti_CallbackData* call,
                           const CallOperands& operands, bool release);
@@ -155,6 +166,7 @@ class CuptiSession {
   uint64_t device_buffer_bytes_ = 0;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   bool memory_from_cupti_ = false;  // CUMEMTRACE_MEMORY_RECORDS=cupti
+  KernelRecording kernels_ = KernelRecording::kLaunches;
 
   // One flush at a time (the timer and the exit handler). A flag, not a lock: a flush calls
   // the completion callback, which may call a client's buffer callbacks.

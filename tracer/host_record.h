@@ -29,7 +29,8 @@ struct HostRecord {
     kProcessExit,       // exit() with `exit_code`
     kTorchAllocator,    // an event of PyTorch's caching allocator (torch_bridge/)
     kTorchBridgeState,  // the bridge attached, or why not (torch_bridge_state)
-  };
+    kLaunch,            // a kernel launch call began (kernels recorded at their launch)
+  };  // numbered as v1::ring::RecordType: append only
 
   // kTorchAllocator, besides device, address and bytes (the entry's size).
   struct TorchFields {
@@ -72,6 +73,9 @@ struct HostRecord {
   // kTorchBridgeState: owned by the record, deleted by the translator once encoded (sent
   // once per process; a record dropped from a full queue leaks it).
   v1::TorchBridgeState* torch_bridge_state = nullptr;
+  // kLaunch: the kernel's name as CUPTI gives it (owned by the driver); `text` holds a copy
+  // the first time a thread launches it, the sender maps the pointer to that name after.
+  const char* symbol = nullptr;
 };
 
 }  // namespace cumemtrace::tracer

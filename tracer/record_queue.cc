@@ -21,7 +21,7 @@ namespace ring = v1::ring;
 
 // Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
 // shared_ring.h, which the collector reads: a new field must be added to all three.
-static_assert(sizeof(HostRecord) == 232, "HostRecord changed: carry the field through the ring");
+static_assert(sizeof(HostRecord) == 240, "HostRecord changed: carry the field through the ring");
 static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
                   static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
                   static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
@@ -33,7 +33,8 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                   static_cast<uint8_t>(HostRecord::Type::kTorchAllocator) ==
                       ring::kTorchAllocator &&
                   static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) ==
-                      ring::kTorchBridgeState,
+                      ring::kTorchBridgeState &&
+                  static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch,
               "HostRecord types and ring record types differ");
 
 constexpr uint64_t kAlign = 8;
@@ -112,8 +113,8 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   if (record.type == HostRecord::Type::kTorchBridgeState && record.torch_bridge_state != nullptr) {
     bridge_state = record.torch_bridge_state->SerializeAsString();
   }
-  const uint64_t payload = record.type == HostRecord::Type::kTorchAllocator
-                               ? sizeof(ring::TorchPayload)
+  const uint64_t payload = record.type == HostRecord::Type::kTorchAllocator ? sizeof(ring::TorchPayload)
+                           : record.type == HostRecord::Type::kLaunch      ? sizeof(uint64_t)
                                : std::min<uint64_t>(bridge_state.size(), max_text_bytes_);
   const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain + payload);
   const uint64_t write = header_->write_position;
@@ -172,6 +173,9 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
     torch.pool_second = record.torch.pool_second;
     torch.action = record.torch.action;
     memcpy(payload_at, &torch, sizeof(torch));
+  } else if (record.type == HostRecord::Type::kLaunch) {
+    const uint64_t key = reinterpret_cast<uintptr_t>(record.symbol);
+    memcpy(payload_at, &key, sizeof(key));
   } else if (payload > 0) {
     memcpy(payload_at, bridge_state.data(), payload);
   }
@@ -261,6 +265,10 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
       record.torch.reserved_current = torch.reserved_current;
       record.torch.pool_first = torch.pool_first;
       record.torch.pool_second = torch.pool_second;
+    } else if (record.type == HostRecord::Type::kLaunch && r.payload_bytes >= sizeof(uint64_t)) {
+      uint64_t key = 0;
+      memcpy(&key, payload, sizeof(key));
+      record.symbol = reinterpret_cast<const char*>(static_cast<uintptr_t>(key));
     } else if (record.type == HostRecord::Type::kTorchBridgeState) {
       // A copy the translator owns and deletes, as it did the hook's.
       record.torch_bridge_state = new v1::TorchBridgeState();

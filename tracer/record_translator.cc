@@ -60,6 +60,9 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       correlations_->Put(record.correlation_id, record.thread_id, record.api,
                          record.caller.empty() ? nullptr : ModuleName(record.caller));
       return;
+    case HostRecord::Type::kLaunch:
+      AddLaunch(record);
+      return;
     case HostRecord::Type::kMemory:
       if (record.release) {
         AddRelease(record);
@@ -265,6 +268,25 @@ void RecordTranslator::AddMemoryPool(const CUpti_ActivityMemoryPool3& record) {
   op->set_device(record.deviceId);
   op->set_correlation_id(record.correlationId);
   op->set_is_managed(record.isManagedPool != 0);
+}
+
+void RecordTranslator::AddLaunch(const HostRecord& record) {
+  uint32_t name_id = 0;
+  if (!record.text.empty()) {
+    name_id = encoder_->Intern(record.text);
+    if (record.symbol != nullptr) launch_names_[record.symbol] = name_id;
+  } else if (record.symbol != nullptr) {
+    const auto it = launch_names_.find(record.symbol);
+    name_id = it != launch_names_.end() ? it->second : encoder_->Intern("?");
+  } else {
+    name_id = encoder_->Intern("?");
+  }
+  v1::Kernel* kernel = encoder_->AddEvent(record.timestamp_ns)->mutable_kernel();
+  kernel->set_name_id(name_id);
+  kernel->set_device(record.device);
+  kernel->set_correlation_id(record.correlation_id);
+  kernel->set_thread_id(record.thread_id);
+  kernel->set_launch_only(true);
 }
 
 void RecordTranslator::AddKernel(const CUpti_ActivityKernel10& record) {

@@ -68,12 +68,17 @@ class RecordTranslator {
   void AddMemory(const CUpti_ActivityMemory4& record);
   void AddMemoryPool(const CUpti_ActivityMemoryPool3& record);
   void AddKernel(const CUpti_ActivityKernel10& record);
+  // A kernel seen at its launch call (no GPU record).
+  void AddLaunch(const HostRecord& record);
 
   // Stable storage for calling-module names referenced from the correlation table.
   const std::string* ModuleName(const std::string& name);
 
   std::unordered_map<uint64_t, Live> live_;
   std::map<uint64_t, Live> mapped_;
+  // Kernel name pointers (CUPTI's symbolName) -> interned name, learned from the first
+  // launch of each on any thread (which carries a copy).
+  std::unordered_map<const char*, uint32_t> launch_names_;
 
   EventEncoder* encoder_;
   CorrelationTable* correlations_;

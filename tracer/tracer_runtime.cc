@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <new>
@@ -224,8 +225,13 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   pid_ = getpid();
   mode_ = mode;
   start_ns_ = MonotonicNs();
+  // Unset: kernels at their launch; "0": none; "1" (or "records"): CUPTI's GPU records too.
   const char* kernels = getenv("CUMEMTRACE_KERNELS");
-  kernels_ = !(kernels != nullptr && kernels[0] == '0');
+  kernels_ = KernelRecording::kLaunches;
+  if (kernels != nullptr && kernels[0] == '0') kernels_ = KernelRecording::kNone;
+  if (kernels != nullptr && (kernels[0] == '1' || strcmp(kernels, "records") == 0)) {
+    kernels_ = KernelRecording::kRecords;
+  }
   const char* quiet = getenv("CUMEMTRACE_QUIET");
   quiet_ = quiet != nullptr && quiet[0] == '1';
   const char* socket = getenv("CUMEMTRACE_SOCKET");
@@ -470,7 +476,8 @@ void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) 
     handshake->set_allocator_mode(env_text(mode));
   }
   handshake->set_injection_mode(mode_);
-  handshake->set_kernels_enabled(kernels_);
+  handshake->set_kernels_enabled(kernels_ == KernelRecording::kRecords);
+  handshake->set_kernel_launches_enabled(kernels_ == KernelRecording::kLaunches);
   handshake->set_trace_start_ns(start_ns_);
   // torchrun and SLURM name each process's place in the job in its environment.
   auto env_int = [](const char* first, const char* second, int32_t* out) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "tracer/cupti_session.h"
 #include "tracer/host_record.h"
 #include "tracer/record_queue.h"
 
@@ -95,7 +96,7 @@ class TracerRuntime {
   bool exit_and_fork_handlers_registered_ = false;  // inherited by forked children
   pid_t pid_ = 0;
   v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
-  bool kernels_ = true;
+  KernelRecording kernels_ = KernelRecording::kLaunches;
   bool quiet_ = false;
   std::string socket_path_;
   uint64_t start_ns_ = 0;

@@ -49,7 +49,10 @@ Options:
                           backend:cudaMallocAsync, so the driver sees every tensor (for a
                           torch without a bridge). A PYTORCH_CUDA_ALLOC_CONF already set in
                           the environment is always kept.
-      --no-kernels        do not record kernel executions (less overhead)
+      --kernels           record every kernel's GPU start and end (CUPTI kernel records,
+                          about 1 us per launch); by default kernels are counted at their
+                          launch call, on their thread, without GPU times
+      --no-kernels        do not record kernels at all (memory and NVTX only)
       --quiet             silence the tracer's notices and do not print the summary
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
@@ -181,7 +184,8 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
-                                          const std::string& allocator, bool no_kernels,
+                                          const std::string& allocator,
+                                          const std::string& kernels,
                                           bool quiet,
                                           const std::vector<std::string>& python_phases) {
   std::vector<std::string> env;
@@ -213,7 +217,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
     if (current == nullptr || *current == '\0') set(name, tracer);
   }
   set("CUMEMTRACE_SOCKET", socket);
-  if (no_kernels) set("CUMEMTRACE_KERNELS", "0");
+  if (!kernels.empty()) set("CUMEMTRACE_KERNELS", kernels);
   if (quiet) set("CUMEMTRACE_QUIET", "1");
   if (value_of("PYTORCH_CUDA_ALLOC_CONF") != nullptr) {
     set("CUMEMTRACE_ALLOCATOR_MODE", "user");
@@ -302,6 +306,7 @@ int RunCommand(int argc, char** argv) {
       {"output", required_argument, nullptr, 'o'},
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
+      {"kernels", no_argument, nullptr, 'K'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"help", no_argument, nullptr, 'h'},
@@ -311,7 +316,7 @@ int RunCommand(int argc, char** argv) {
   std::string output_dir;
   // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
   std::string allocator = "native";
-  bool no_kernels = false;
+  std::string kernels;  // CUMEMTRACE_KERNELS: "" (launches), "0" or "1" (records)
   bool quiet = false;
   opterr = 0;
   optind = 1;
@@ -329,7 +334,8 @@ int RunCommand(int argc, char** argv) {
                                        allocator + "'");
         }
         break;
-      case 'k': no_kernels = true; break;
+      case 'k': kernels = "0"; break;
+      case 'K': kernels = "1"; break;
       case 'q': quiet = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
@@ -449,7 +455,7 @@ int RunCommand(int argc, char** argv) {
   }
 
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, no_kernels, quiet, python_phases);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, quiet, python_phases);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

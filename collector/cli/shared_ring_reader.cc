@@ -137,6 +137,7 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
   };
 
   BatchBuilder out(sequence, frames);
+  std::unordered_map<uint64_t, uint32_t> launch_names;  // kernel name key -> interned id
   const unsigned char* data = base + ring::kHeaderBytes;
   // Never more than one ring's worth: anything older was overwritten (it cannot be, unless
   // the ring lies), and a write position behind ours means nothing is left.
@@ -251,6 +252,26 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
         made_event = out.Add(r.timestamp_ns)->mutable_torch_bridge()->ParseFromArray(
             payload, static_cast<int>(r.payload_bytes));
         break;
+      case ring::kLaunch: {
+        // The name comes with a thread's first launch of it; later ones carry only its key.
+        uint64_t key = 0;
+        if (r.payload_bytes >= sizeof(key)) memcpy(&key, payload, sizeof(key));
+        uint32_t name_id = 0;
+        if (!text.empty()) {
+          name_id = out.Intern(text);
+          if (key != 0) launch_names[key] = name_id;
+        } else {
+          const auto it = launch_names.find(key);
+          name_id = it != launch_names.end() ? it->second : out.Intern("?");
+        }
+        v1::Kernel* kernel = out.Add(r.timestamp_ns)->mutable_kernel();
+        kernel->set_name_id(name_id);
+        kernel->set_device(r.device);
+        kernel->set_correlation_id(r.correlation_id);
+        kernel->set_thread_id(r.thread_id);
+        kernel->set_launch_only(true);
+        break;
+      }
       default:  // correlations and devices: only the live tracer can use them
         made_event = false;
         break;

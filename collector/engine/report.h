@@ -309,7 +309,8 @@ struct StreamFacts {
   std::string pytorch_alloc_conf;
   // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
   std::string injection_mode;
-  bool kernels_enabled = false;
+  bool kernels_enabled = false;          // GPU kernel records (`run --kernels`)
+  bool kernel_launches_enabled = false;  // kernels at their launch (no GPU times; the default)
   int32_t rank = -1;        // rank in a distributed job (RANK / SLURM_PROCID), -1: none
   int32_t local_rank = -1;  // rank on its host, -1: unknown
   int32_t world_size = 0;   // ranks in the job, 0: unknown

@@ -458,6 +458,7 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
   stream.pytorch_alloc_conf = handshake.pytorch_alloc_conf();
   stream.injection_mode = InjectionName(handshake.injection_mode());
   stream.kernels_enabled = handshake.kernels_enabled();
+  stream.kernel_launches_enabled = handshake.kernel_launches_enabled();
   stream.trace_start_ns = handshake.trace_start_ns();
   stream.rank = handshake.has_rank() ? handshake.rank() : -1;
   stream.local_rank = handshake.has_local_rank() ? handshake.local_rank() : -1;

@@ -198,6 +198,8 @@ Json ProcessJson(const ProcessReport& p) {
   j["timestamp_clock"] = p.timestamp_clock;
   j["injection_mode"] = p.injection_mode;
   j["kernels_enabled"] = p.kernels_enabled;
+  // Written only when true, so summaries of traces from before this field read the same.
+  if (p.kernel_launches_enabled) j["kernel_launches_enabled"] = true;
   j["rank"] = p.rank >= 0 ? Json(p.rank) : Json();
   j["local_rank"] = p.local_rank >= 0 ? Json(p.local_rank) : Json();
   j["world_size"] = p.world_size > 0 ? Json(p.world_size) : Json();

@@ -219,7 +219,9 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     out << "    live at exit        " << Plural(d.live_at_exit_count, "allocation") << ", "
         << Bytes(d.live_at_exit_bytes) << '\n';
   }
-  if (d.kernel_count > 0) {
+  if (d.kernel_count > 0 && d.kernel_busy_ns == 0) {
+    out << "    kernels             " << Grouped(d.kernel_count) << " launched\n";
+  } else if (d.kernel_count > 0) {
     out << "    kernels             " << Grouped(d.kernel_count) << ", busy "
         << Duration(d.kernel_busy_ns) << '\n';
   }
@@ -411,7 +413,12 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   for (const Notice& n : p.notices) {
     out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
   }
-  if (!p.kernels_enabled && p.has_handshake) out << "  (kernel records were off)\n";
+  if (p.kernel_launches_enabled) {
+    out << "  (kernels seen at their launch: counts, threads and phases, no GPU times; "
+           "`run --kernels` records those)\n";
+  } else if (!p.kernels_enabled && p.has_handshake) {
+    out << "  (kernel records were off)\n";
+  }
 
   for (const DeviceReport& d : p.devices) PrintDevice(out, d);
   PrintPhases(out, p);

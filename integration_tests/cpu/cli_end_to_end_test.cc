@@ -293,6 +293,13 @@ TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
                          "CUMEMTRACE_KERNELS=0\nCUMEMTRACE_QUIET=1\n");
   }
   {
+    // --kernels turns CUPTI's per-kernel GPU records on.
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/k", "--kernels", "--", kFake,
+                                     "--no-connect", "--print-env=CUMEMTRACE_KERNELS"};
+    const Result r = RunCli(args, "", {});
+    EXPECT_EQ(r.out, "CUMEMTRACE_KERNELS=1\n");
+  }
+  {
     std::vector<std::string> args = {"run", "-o", tmp_ + "/c", "--", kFake, "--no-connect",
                                      "--print-env=PYTORCH_CUDA_ALLOC_CONF",
                                      "--print-env=CUMEMTRACE_ALLOCATOR_MODE"};

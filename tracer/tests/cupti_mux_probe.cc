@@ -181,6 +181,10 @@ void InitDriver() {
 }
 
 int Shared() {
+  // CUMEMTRACE_KERNELS=1: the tracer wants kernel records too (shared with the client);
+  // unset: it counts kernels at their launch, and CONCURRENT_KERNEL is the client's alone.
+  const char* kernels = getenv("CUMEMTRACE_KERNELS");
+  const bool tracer_kernel_records = kernels != nullptr && kernels[0] == '1';
   InitDriver();
   fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
   CHECK(fake_cupti_has_subscriber());  // the tracer's subscription
@@ -244,7 +248,7 @@ int Shared() {
   // Kineto's stop: disable, then a forced flush.
   CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
   CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
-  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));  // the tracer's
+  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == tracer_kernel_records);
   CHECK(!fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMCPY));
   CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS);
   CHECK(g_client_calls == expected_calls);
@@ -326,7 +330,7 @@ int Shared() {
   CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
   CHECK(cuptiFinalize() == CUPTI_SUCCESS);
   CHECK(!fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_MEMCPY));
-  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CHECK(fake_cupti_kind_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == tracer_kernel_records);
   CHECK(fake_cupti_has_subscriber());
   CHECK(cuptiUnsubscribe(last) == CUPTI_ERROR_INVALID_PARAMETER);
   CHECK(fake_cupti_subscribe_calls() == 1);  // only ever the tracer's

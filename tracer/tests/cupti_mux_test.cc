@@ -52,7 +52,8 @@ class CuptiMuxTest : public ::testing::Test {
   }
 
   // Runs the probe with the tracer preloaded; `injection` is CUDA_INJECTION64_PATH.
-  ProbeResult Probe(const std::vector<std::string>& args, const std::string& injection) {
+  ProbeResult Probe(const std::vector<std::string>& args, const std::string& injection,
+                    const char* kernels = "1") {
     const std::string socket_path = dir_ + "/s.sock";
     const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un address{};
@@ -64,7 +65,11 @@ class CuptiMuxTest : public ::testing::Test {
     if (pid == 0) {
       setenv("LD_PRELOAD", CUMEMTRACE_TRACER_LIB, 1);
       setenv("CUMEMTRACE_SOCKET", socket_path.c_str(), 1);
-      setenv("CUMEMTRACE_KERNELS", "1", 1);
+      if (kernels != nullptr) {
+        setenv("CUMEMTRACE_KERNELS", kernels, 1);
+      } else {
+        unsetenv("CUMEMTRACE_KERNELS");
+      }
       setenv("CUDA_INJECTION64_PATH", injection.c_str(), 1);
       unsetenv("NVTX_INJECTION64_PATH");
       unsetenv("CUMEMTRACE_QUIET");
@@ -116,11 +121,23 @@ class CuptiMuxTest : public ::testing::Test {
     return n;
   }
 
+  // The probe's client checked its side; this checks the tracer's. kernel_records: the
+  // tracer records kernels from CUPTI's records (both sides want CONCURRENT_KERNEL);
+  // otherwise at their launch, and the kind is the client's alone.
+  void CheckShared(const ProbeResult& run, bool kernel_records);
+
   std::string dir_;
 };
 
 TEST_F(CuptiMuxTest, EachSideGetsExactlyItsOwnCallbacksAndRecords) {
-  const ProbeResult run = Probe({"shared"}, CUMEMTRACE_TRACER_LIB);
+  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, "1"), /*kernel_records=*/true);
+}
+
+TEST_F(CuptiMuxTest, KernelsAtTheirLaunchWhileTheClientHasTheKernelRecords) {
+  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, nullptr), /*kernel_records=*/false);
+}
+
+void CuptiMuxTest::CheckShared(const ProbeResult& run, bool kernel_records) {
   ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
   EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
   EXPECT_EQ(run.err, "");  // no hand-over, no notice
@@ -149,6 +166,7 @@ TEST_F(CuptiMuxTest, EachSideGetsExactlyItsOwnCallbacksAndRecords) {
       } else if (event.has_kernel()) {
         kernels.push_back(event.kernel().correlation_id());
         kernel_times.push_back(event.timestamp_ns());
+        EXPECT_EQ(event.kernel().launch_only(), !kernel_records);
       } else if (event.has_process_exit()) {
         exit_ns = event.timestamp_ns();
       } else if (event.has_dropped()) {

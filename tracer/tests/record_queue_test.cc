@@ -115,6 +115,35 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   delete out[1].torch_bridge_state;
 }
 
+TEST(RecordQueue, CarriesKernelLaunchesWithTheirNameKey) {
+  RecordQueue queue(1024);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  static const char kName[] = "_Z4stepPf";
+  HostRecord first = At(7, kName);
+  first.type = HostRecord::Type::kLaunch;
+  first.symbol = kName;
+  first.correlation_id = 12;
+  HostRecord again = At(8);
+  again.type = HostRecord::Type::kLaunch;
+  again.symbol = kName;
+  ASSERT_TRUE(queue.Push(first));
+  ASSERT_TRUE(queue.Push(again));
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].type, HostRecord::Type::kLaunch);
+  EXPECT_EQ(out[0].text, kName);
+  EXPECT_EQ(out[0].symbol, kName);
+  EXPECT_EQ(out[0].correlation_id, 12u);
+  EXPECT_EQ(out[1].text, "");
+  EXPECT_EQ(out[1].symbol, kName);
+  // The ring's numbering is the host record's.
+  EXPECT_EQ(static_cast<int>(HostRecord::Type::kLaunch), static_cast<int>(ring::kLaunch));
+  EXPECT_EQ(static_cast<int>(HostRecord::Type::kTorchBridgeState),
+            static_cast<int>(ring::kTorchBridgeState));
+}
+
 TEST(RecordQueue, ARecordIsInTheSharedMemoryTheMomentPushReturns) {
   RecordQueue queue(1024);
   const int fd = queue.Create();

@@ -279,6 +279,72 @@ TEST_F(TranslatorTest, KernelCarriesLaunchingThreadAndInternedName) {
   EXPECT_EQ(strings_[kernels[0].kernel().name_id()], "_Z6matmulPfS_");
 }
 
+TEST_F(TranslatorTest, LaunchesBecomeLaunchOnlyKernelsNamedOnce) {
+  // Kernels at their launch (the default): the first launch of a name on a thread carries a
+  // copy of it, later ones only CUPTI's pointer, which the translator maps back.
+  static const char kName[] = "_Z4stepPf";
+  auto launch = [&](uint32_t correlation, uint32_t thread, bool with_text) {
+    HostRecord r;
+    r.type = HostRecord::Type::kLaunch;
+    r.timestamp_ns = 1000 + correlation;
+    r.correlation_id = correlation;
+    r.thread_id = thread;
+    r.device = 1;
+    r.api = ApiRow("cuLaunchKernel");
+    r.symbol = kName;
+    if (with_text) r.text = kName;
+    translator_.AddHostRecord(r);
+  };
+  launch(1, 10, true);
+  launch(2, 10, false);
+  launch(3, 11, true);  // another thread's first launch of it: same name, one string
+  HostRecord unnamed;
+  unnamed.type = HostRecord::Type::kLaunch;
+  unnamed.correlation_id = 4;
+  translator_.AddHostRecord(unnamed);
+
+  const v1::EventBatch batch = Flush();
+  std::vector<v1::Event> kernels;
+  for (const v1::Event& e : batch.events()) {
+    if (e.has_kernel()) kernels.push_back(e);
+  }
+  ASSERT_EQ(kernels.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(kernels[i].kernel().launch_only());
+    EXPECT_EQ(strings_[kernels[i].kernel().name_id()], kName);
+    EXPECT_EQ(kernels[i].kernel().end_ns(), 0u);
+    EXPECT_EQ(kernels[i].kernel().device(), 1u);
+    EXPECT_EQ(kernels[i].kernel().correlation_id(), i + 1);
+    EXPECT_EQ(kernels[i].timestamp_ns(), 1001u + i);
+  }
+  EXPECT_EQ(kernels[1].kernel().thread_id(), 10u);
+  EXPECT_EQ(kernels[2].kernel().thread_id(), 11u);
+  EXPECT_EQ(kernels[0].kernel().name_id(), kernels[2].kernel().name_id());
+  EXPECT_EQ(strings_[kernels[3].kernel().name_id()], "?");
+}
+
+TEST_F(TranslatorTest, CuptiTimestampsOnAClientsClockAreMappedLinearly) {
+  // A client of the program's gave CUPTI a clock of 4 ns ticks: 1000 ticks after the
+  // origin is 4000 ns after the monotonic origin.
+  CuptiClockMap map;
+  map.linear = true;
+  map.cupti_origin = 50'000;
+  map.monotonic_origin = 9'000'000;
+  map.ns_per_tick = 4.0;
+  translator_.set_cupti_clock(map);
+  CUpti_ActivityMemory4 record =
+      MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x1000, 64, 1);
+  record.timestamp = 51'000;
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record));
+  record = MemoryRecord(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, 0x2000, 64, 2);
+  record.timestamp = 49'500;
+  translator_.AddActivity(reinterpret_cast<CUpti_Activity*>(&record));
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 2);
+  EXPECT_EQ(batch.events(0).timestamp_ns(), 9'004'000u);
+  EXPECT_EQ(batch.events(1).timestamp_ns(), 8'998'000u);  // before the origin too
+}
+
 TEST_F(TranslatorTest, MemoryPoolRecord) {
   CUpti_ActivityMemoryPool3 pool;
   memset(&pool, 0, sizeof(pool));
