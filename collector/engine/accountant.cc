@@ -650,7 +650,9 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   const IterationDetection detection = AddIterations(phases_, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
-  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), detection.windows);
+  const bool exited = p.complete && p.exit.signal == 0;
+  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), detection.windows,
+                                      exited);
   auto classify = [&](const Allocation& a) {
     const bool freed = a.death_pos != kNever;
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,

@@ -19,8 +19,9 @@ const char* LifetimeClassName(LifetimeClass c) {
 
 LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
                                        const std::vector<OccurrenceRecord>& occurrences,
-                                       const std::vector<IterationWindow>& iterations)
-    : names_(names), by_phase_(names.size()), iterations_(iterations) {
+                                       const std::vector<IterationWindow>& iterations,
+                                       bool exited)
+    : names_(names), by_phase_(names.size()), exited_(exited), iterations_(iterations) {
   for (const OccurrenceRecord& o : occurrences) {
     by_phase_[static_cast<size_t>(o.phase)].push_back(&o);
     if (!names_[static_cast<size_t>(o.phase)].iteration) {
@@ -66,17 +67,21 @@ LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phas
   if (freed && IsForwardLikePhase(born) && IsBackwardLikePhase(died) && !crosses_iteration) {
     return LifetimeClass::kActivation;
   }
+  // Alive when the last phase closed and freed in teardown, or never freed by a program that
+  // ended on its own: it held on through every phase, whatever it was born as. Checked before
+  // the gradient rule, because a one-step backprop program's gradients and its autograd
+  // thread's cuBLAS workspace (born in backward, kept to exit) would otherwise leave persistent
+  // below weights + optimizer state + workspaces, and activation memory above its EP twin's.
+  // A program killed by a signal never reached its teardown: its last step keeps its classes.
+  if (last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ &&
+      (freed ? death_ns > last_phase_end_ns_ : exited_)) {
+    return LifetimeClass::kPersistent;
+  }
   if (IsBackwardLikePhase(born) && !crosses_iteration) {
     auto next = std::upper_bound(optimizer_starts_.begin(), optimizer_starts_.end(), birth_ns);
     if (next != optimizer_starts_.end() && *next < death_ns) return LifetimeClass::kGradient;
   }
   if (!freed || crosses_iteration) return LifetimeClass::kPersistent;
-  // Freed only after the last phase closed: teardown (Python frees the weights at interpreter
-  // exit), so it held on through every phase like memory that is never freed. Without this, a
-  // one-step program's weights were "other" or "persistent" depending on how it exited.
-  if (last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ && death_ns >= last_phase_end_ns_) {
-    return LifetimeClass::kPersistent;
-  }
   return LifetimeClass::kOther;
 }
 

@@ -28,8 +28,9 @@ class LifetimeClassifier {
  public:
   LifetimeClassifier(const std::vector<PhaseName>& names,
                      const std::vector<OccurrenceRecord>& occurrences,
-                     const std::vector<IterationWindow>& iterations);
-  // birth/death: absolute times and phases (-1: none); death_ns is the process end for
+                     const std::vector<IterationWindow>& iterations, bool exited);
+  // exited: the process ended on its own (not by a signal), so what it never freed was held
+  // to the end rather than cut off. birth/death: absolute times and phases (-1: none); death_ns is the process end for
   // allocations never freed.
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
                          int32_t death_phase, bool freed) const;
@@ -39,6 +40,7 @@ class LifetimeClassifier {
   std::vector<std::vector<const OccurrenceRecord*>> by_phase_;  // each sorted by start
   std::vector<uint64_t> optimizer_starts_;                      // sorted
   uint64_t last_phase_end_ns_ = 0;                              // 0: no phase at all
+  bool exited_ = false;
   const std::vector<IterationWindow>& iterations_;              // sorted, disjoint
 };
 

@@ -53,7 +53,7 @@ def main():
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--stats")
     args = parser.parse_args()
     torch.manual_seed(0)

@@ -327,11 +327,15 @@ StreamBuilder OneStep(bool ep, bool teardown) {
     s.Alloc(t + 5, 0, 0x5000, 8 * MiB, testing::kDevice, 10).Pop(t + 10, 10).Push(t + 11, 10, 2);
   }
   s.Alloc(t + 12, 0, 0x7000, 4 * MiB, testing::kDevice, 10);  // gradients: the peak
+  // A library workspace made on the second phase's first call (the autograd thread's cuBLAS
+  // workspace, born in backward) and kept until exit.
+  s.Alloc(t + 12, 0, 0x8000, 16 * MiB, testing::kDevice, 10);
   s.Free(t + 13, 0, 0x4000, 8 * MiB, testing::kDevice, 10);
   s.Free(t + 14, 0, 0x5000, 8 * MiB, testing::kDevice, 10).Pop(t + 15, 10);
   s.Push(t + 16, 10, ep ? 5 : 3).Free(t + 17, 0, 0x7000, 4 * MiB, testing::kDevice, 10);
   s.Pop(t + 18, 10);
   if (teardown) {
+    s.Free(t + 29, 0, 0x8000, 16 * MiB, testing::kDevice, 10);
     s.Free(t + 30, 0, 0x3000, 32 * MiB, testing::kDevice, 10);
     s.Free(t + 31, 0, 0x2000, 100 * MiB, testing::kDevice, 10);
     s.Free(t + 32, 0, 0x1000, 100 * MiB, testing::kDevice, 10);
@@ -356,15 +360,16 @@ TEST(Lifetimes, OneStepProgramsKeepWeightsPersistentWhateverTheTeardown) {
         EXPECT_EQ(p.iterations.count, 0u);
         const DeviceReport* d = FindDevice(p, 0);
         ASSERT_NE(d, nullptr);
-        EXPECT_EQ(d->peak.bytes, 252 * MiB);
+        EXPECT_EQ(d->peak.bytes, 268 * MiB);
         const auto& classes = d->lifetime_at_peak.bytes_by_class;
-        EXPECT_EQ(classes.at("persistent"), 232 * MiB);
+        // Weights, optimizer buffers and both workspaces, also the one born in backward.
+        EXPECT_EQ(classes.at("persistent"), 248 * MiB);
         EXPECT_EQ(classes.at("activation"), 16 * MiB);
         EXPECT_EQ(classes.at("gradient"), 4 * MiB);
         EXPECT_EQ(classes.count("other"), 0u);
         EXPECT_EQ(d->lifetime_at_peak.activation_memory_bytes, 20 * MiB);
         for (const AllocationLifetime& a : p.lifetimes) {
-          if (a.bytes >= 32 * MiB) {
+          if (a.bytes >= 16 * MiB) {
             EXPECT_EQ(a.lifetime_class, "persistent") << a.address;
           }
         }
