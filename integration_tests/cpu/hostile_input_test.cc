@@ -231,9 +231,10 @@ TEST_F(HostileInput, DaemonBoundsWhatConnectionsWithoutAHandshakeHold) {
   const Result stopped = Finish(daemon.child);
   EXPECT_EQ(stopped.exit_code, 0);
   EXPECT_EQ(EventsRecordedFor(daemon.traces, client.pid), 15);
-  // 16 MiB of strangers' bytes, the decoders' slack, the binary: far below 692 MB.
+  // 16 MiB of strangers' bytes, the decoders' slack, the binary (ASan's shadow and
+  // quarantine in the sanitizer build: 135 MiB seen there): far below the 655-692 MB of old.
   EXPECT_GT(peak, 0u);
-  EXPECT_LT(peak, 120ull << 20) << "peak RSS " << (peak >> 20) << " MiB";
+  EXPECT_LT(peak, 256ull << 20) << "peak RSS " << (peak >> 20) << " MiB";
   EXPECT_EQ(huge_sent, 0) << "a 15 MiB first frame is refused at its length prefix";
   EXPECT_GE(big_closed, 40 - 16) << "strangers together are bounded";
   std::cout << "daemon peak RSS " << (peak >> 20) << " MiB; " << big_closed
