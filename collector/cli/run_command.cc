@@ -569,7 +569,9 @@ int RunCommand(int argc, char** argv) {
   close(signal_fd);
   sigprocmask(SIG_SETMASK, &original_mask, nullptr);
 
-  // One analysis for the summary and the viewer.
+  // One analysis for the summary and the viewer. --quiet leaves stderr to the program alone,
+  // progress included.
+  if (quiet) analysis_options.progress = nullptr;
   std::vector<std::string> not_written;
   TraceSummary summary;
   std::unique_ptr<AnalyzedTrace> detailed;
