@@ -59,15 +59,16 @@ void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes
   w.EndDict();
 }
 
-void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known) {
-  const uint64_t used = blocks_known ? a.bytes : 0;
+// A segment's fields up to its open list of blocks; EndSegment closes both.
+void BeginSegment(PickleWriter& w, uint32_t device, uint64_t address, uint64_t total,
+                  uint64_t used, const char* segment_type) {
   w.BeginDict();
   w.Str("device");
   w.UInt(device);
   w.Str("address");
-  w.UInt(a.address);
+  w.UInt(address);
   w.Str("total_size");
-  w.UInt(a.bytes);
+  w.UInt(total);
   w.Str("allocated_size");
   w.UInt(used);
   w.Str("active_size");
@@ -77,7 +78,7 @@ void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool
   w.Str("stream");
   w.Int(0);
   w.Str("segment_type");
-  w.Str("large");
+  w.Str(segment_type);
   w.Str("segment_pool_id");
   w.BeginTuple();
   w.Int(0);
@@ -90,21 +91,34 @@ void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool
   w.EndList();
   w.Str("blocks");
   w.BeginList();
+}
+
+void EndSegment(PickleWriter& w) {
+  w.EndList();
+  w.EndDict();
+}
+
+void Block(PickleWriter& w, uint64_t address, uint64_t bytes, uint64_t requested, bool active) {
   w.BeginDict();
   w.Str("address");
-  w.UInt(a.address);
+  w.UInt(address);
   w.Str("size");
-  w.UInt(a.bytes);
+  w.UInt(bytes);
   w.Str("requested_size");
-  w.UInt(used);
+  w.UInt(requested);
   w.Str("state");
-  w.Str(blocks_known ? "active_allocated" : "inactive");
+  w.Str(active ? "active_allocated" : "inactive");
   w.Str("frames");
   w.BeginList();
   w.EndList();
   w.EndDict();
-  w.EndList();
-  w.EndDict();
+}
+
+void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known) {
+  const uint64_t used = blocks_known ? a.bytes : 0;
+  BeginSegment(w, device, a.address, a.bytes, used, "large");
+  Block(w, a.address, a.bytes, used, blocks_known);
+  EndSegment(w);
 }
 
 // PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
@@ -114,61 +128,19 @@ void SegmentWithBlocks(PickleWriter& w, uint32_t device, const TimelineAllocatio
                        const std::vector<const TimelineAllocation*>& blocks) {
   uint64_t allocated = 0;
   for (const TimelineAllocation* b : blocks) allocated += b->bytes;
-  w.BeginDict();
-  w.Str("device");
-  w.UInt(device);
-  w.Str("address");
-  w.UInt(segment.address);
-  w.Str("total_size");
-  w.UInt(segment.bytes);
-  w.Str("allocated_size");
-  w.UInt(allocated);
-  w.Str("active_size");
-  w.UInt(allocated);
-  w.Str("requested_size");
-  w.UInt(allocated);
-  w.Str("stream");
-  w.Int(0);
-  w.Str("segment_type");
-  w.Str(segment.bytes <= (2u << 20) ? "small" : "large");  // small-pool segments are 2 MiB
-  w.Str("segment_pool_id");
-  w.BeginTuple();
-  w.Int(0);
-  w.Int(0);
-  w.EndTuple();
-  w.Str("is_expandable");
-  w.Bool(false);
-  w.Str("frames");
-  w.BeginList();
-  w.EndList();
-  w.Str("blocks");
-  w.BeginList();
-  auto block = [&w](uint64_t address, uint64_t bytes, bool active) {
-    w.BeginDict();
-    w.Str("address");
-    w.UInt(address);
-    w.Str("size");
-    w.UInt(bytes);
-    w.Str("requested_size");
-    w.UInt(active ? bytes : 0);
-    w.Str("state");
-    w.Str(active ? "active_allocated" : "inactive");
-    w.Str("frames");
-    w.BeginList();
-    w.EndList();
-    w.EndDict();
-  };
+  // Small-pool segments are 2 MiB.
+  BeginSegment(w, device, segment.address, segment.bytes, allocated,
+               segment.bytes <= (2u << 20) ? "small" : "large");
   uint64_t cursor = segment.address;
   for (const TimelineAllocation* b : blocks) {
-    if (b->address > cursor) block(cursor, b->address - cursor, false);
-    block(b->address, b->bytes, true);
+    if (b->address > cursor) Block(w, cursor, b->address - cursor, 0, false);
+    Block(w, b->address, b->bytes, b->bytes, true);
     cursor = b->address + b->bytes;
   }
   if (cursor < segment.address + segment.bytes) {
-    block(cursor, segment.address + segment.bytes - cursor, false);
+    Block(w, cursor, segment.address + segment.bytes - cursor, 0, false);
   }
-  w.EndList();
-  w.EndDict();
+  EndSegment(w);
 }
 
 bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == internal::kTorchReservedKind; }
