@@ -66,8 +66,14 @@ int Attach(const char* c10_cuda_path, cumemtrace_torch_emit_fn emit, void* conte
       Copy(std::string("libc10_cuda is not loaded: ") + c10_cuda_path, message, message_size);
       return CUMEMTRACE_TORCH_NO_ALLOCATOR;
     }
-    // c10::cuda::CUDACachingAllocator::allocator
-    void* symbol = dlsym(library, "_ZN3c104cuda20CUDACachingAllocator9allocatorE");
+    // c10::cuda::CUDACachingAllocator::allocator, the definition libc10_cuda itself uses:
+    // the global scope's comes first, as for the dynamic linker. A LibTorch program that
+    // reads the allocator through an inline of CUDACachingAllocator.h holds a copy
+    // relocation of it; libc10_cuda's static initializer then sets that copy, and the
+    // library's own definition stays null forever.
+    constexpr const char* kAllocator = "_ZN3c104cuda20CUDACachingAllocator9allocatorE";
+    void* symbol = dlsym(RTLD_DEFAULT, kAllocator);
+    if (symbol == nullptr) symbol = dlsym(library, kAllocator);
     if (symbol == nullptr) {
       Copy("libc10_cuda has no c10::cuda::CUDACachingAllocator::allocator", message,
            message_size);
