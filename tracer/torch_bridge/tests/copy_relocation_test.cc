@@ -3,11 +3,9 @@
 // definition then stays null, and the program's copy is the one that is set. This test is
 // such a program (built without PIE, so that its reference must be a copy relocation), linked
 // against the fake libc10_cuda, and attaches the real shim.
-#include <dlfcn.h>
-
-#include <gtest/gtest.h>
-
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
@@ -43,8 +41,8 @@ TEST(TorchBridgeCopyRelocation, AttachesToTheAllocatorTheLibraryUses) {
   std::vector<cumemtrace_torch_event> events;
   char name[64];
   char message[256];
-  ASSERT_EQ(bridge->attach(CUMEMTRACE_FAKE_C10_CUDA, Collect, &events, name, sizeof(name),
-                           message, sizeof(message)),
+  ASSERT_EQ(bridge->attach(CUMEMTRACE_FAKE_C10_CUDA, Collect, &events, name, sizeof(name), message,
+                           sizeof(message)),
             CUMEMTRACE_TORCH_ATTACHED)
       << message;
   fake_torch_alloc(0x7f0000000000, 1000, 1024);
