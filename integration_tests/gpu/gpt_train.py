@@ -76,7 +76,8 @@ def main():
     print(f"final loss {loss.item():.4f}")
     if args.stats:
         with open(args.stats, "w") as f:
-            json.dump({"max_memory_allocated": torch.cuda.max_memory_allocated()}, f)
+            json.dump({"max_memory_allocated": torch.cuda.max_memory_allocated(),
+                       "max_memory_reserved": torch.cuda.max_memory_reserved()}, f)
     return 0
 
 

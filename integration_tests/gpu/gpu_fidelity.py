@@ -46,15 +46,20 @@ def cases(cm, programs, r):
     for phase, method in EP_METHODS.items():
         phase_flags += ["--phase", f"{phase}=ep_train:EPTrainer.{method}"]
     gpt = out("gpt_async")
-    c["gpt_async"] = [cm, "run", "-o", gpt, "--", py, os.path.join(HERE, "gpt_train.py"),
-                      "--stats", out("gpt_async.stats.json")]
+    # The async allocator's own retries (item 3) are what this run is about.
+    c["gpt_async"] = [cm, "run", "-o", gpt, "--allocator=async", "--", py,
+                      os.path.join(HERE, "gpt_train.py"), "--stats", out("gpt_async.stats.json")]
+    gpt_native = out("gpt_native")
+    c["gpt_native"] = [cm, "run", "-o", gpt_native, "--", py, os.path.join(HERE, "gpt_train.py"),
+                       "--stats", out("gpt_native.stats.json")]
     check_viz = os.path.join(HERE, "..", "..", "collector", "output", "tests",
                              "check_memory_viz.py")
-    c["gpt_memory_viz"] = ["bash", "-c",
-                           f"'{cm}' export --format memory-viz -o '{gpt}.pickle' "
-                           f"'{gpt}/trace.cmtrace' && "
-                           f"'{cm}' report --json '{gpt}/trace.cmtrace' > '{gpt}.summary.json' && "
-                           f"'{py}' '{check_viz}' '{gpt}.pickle' '{gpt}.summary.json'"]
+    for name, trace in (("gpt_memory_viz", gpt), ("gpt_native_memory_viz", gpt_native)):
+        c[name] = ["bash", "-c",
+                   f"'{cm}' export --format memory-viz -o '{trace}.pickle' "
+                   f"'{trace}/trace.cmtrace' && "
+                   f"'{cm}' report --json '{trace}/trace.cmtrace' > '{trace}.summary.json' && "
+                   f"'{py}' '{check_viz}' '{trace}.pickle' '{trace}.summary.json'"]
     c["expandable"] = ([cm, "run", "-o", out("expandable"), "--", py,
                         os.path.join(HERE, "torch_train.py"), "--steps", "3"],
                        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
@@ -167,9 +172,22 @@ def check_gpt(t, r, runs):
                  if "MemAllocAsync" in k or "MallocAsync" in k]
     t.check(case, "stream-ordered allocations' own peak = torch.cuda.max_memory_allocated()",
             stats["max_memory_allocated"], max(async_api or [None]))
-    viz = runs["gpt_memory_viz"]
-    t.check("gpt_memory_viz", "check_memory_viz.py", 0, viz["status"],
-            viz["status"] == 0 and "ok:" in viz["stdout"])
+    for name in ("gpt_memory_viz", "gpt_native_memory_viz"):
+        viz = runs[name]
+        t.check(name, "check_memory_viz.py " + viz["stdout"].strip()[:120], 0, viz["status"],
+                viz["status"] == 0 and "ok:" in viz["stdout"])
+    case = "gpt_native"
+    t.check(case, "exit status", 0, runs[case]["status"])
+    if runs[case]["status"] == 0:
+        process = main_process(r, case)
+        stats = load(os.path.join(r, "gpt_native.stats.json"))
+        torch_layers = device0(process).get("torch", {})
+        t.check(case, "tensor peak = max_memory_allocated", stats["max_memory_allocated"],
+                torch_layers.get("allocated_peak_bytes"))
+        t.check(case, "segment peak = max_memory_reserved", stats["max_memory_reserved"],
+                torch_layers.get("reserved_peak_bytes"))
+        t.check(case, "library ranges folded into their phase", True,
+                process["rolled_up_ranges"] > 0)
 
     case = "expandable"
     t.check(case, "exit status", 0, runs[case]["status"])

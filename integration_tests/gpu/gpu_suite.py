@@ -52,7 +52,8 @@ def cases(cumemtrace, programs, results):
         traced("torch_quiet", torch_py + ["--steps", "2"], "--quiet"),
         plain("torch_untraced", torch_py + ["--steps", "2"]),
         # Another CUPTI client in the program: it must keep working whatever happens to ours.
-        traced("torch_profiler", [sys.executable, "-c", PROFILED_PROGRAM]),
+        # Counts cuMemAllocAsync inside the window; gpu_profiler.py covers native mode.
+        traced("torch_profiler", [sys.executable, "-c", PROFILED_PROGRAM], "--allocator=async"),
     ]
 
 

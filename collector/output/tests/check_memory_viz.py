@@ -6,9 +6,11 @@ summary of the same trace, reading it with Python's own pickle (as PyTorch's too
 
 - segments: each segment's blocks tile it exactly (contiguous, sizes add up);
 - device_traces: replaying the actions never frees what is not allocated, never allocates an
-  address twice, and ends with exactly the segments (and active blocks) of the snapshot;
-- in async mode the highest sum of live `alloc`s is the summary's device peak, in native mode
-  the highest sum of live segments is;
+  address twice, puts every block inside a live segment without overlapping another block,
+  and ends with exactly the segments (and active blocks) of the snapshot;
+- the highest sum of live `alloc`s is the summary's device peak (async mode, and native mode
+  with the PyTorch bridge, where tensors are blocks and other memory one-block segments);
+  without any `alloc` (native mode without the bridge) the highest sum of live segments is;
 - categories are the summary's phase names or "unknown", and "unknown" is among them (the
   page itself adds it through a misspelled field and stops otherwise); times never go back
   and are wall-clock microseconds: from the process's first timestamp on.
@@ -42,7 +44,6 @@ def main(snapshot_path, summary_path):
     # The exported process: the one whose devices' peaks match (highest peak by default).
     process = max(summary["processes"],
                   key=lambda p: max([d["peak"]["bytes"] for d in p["devices"]] or [0]))
-    native = process["allocator"]["mode"] == "native"
     phases = {p["name"] for p in process["phases"]} | {"unknown"}
     peaks = {d["index"]: d["peak"]["bytes"] for d in process["devices"]}
 
@@ -54,6 +55,7 @@ def main(snapshot_path, summary_path):
         fail("categories %s without 'unknown': MemoryViz.js stops on it" % sorted(categories))
     for device, trace in enumerate(snap["device_traces"]):
         segments, blocks = {}, {}
+        blocks_known = any(e["action"] == "alloc" for e in trace)
         live = peak = 0
         last_time = 0
         for entry in trace:
@@ -70,16 +72,21 @@ def main(snapshot_path, summary_path):
                 if addr in segments:
                     fail("segment %#x allocated twice" % addr)
                 segments[addr] = size
-                if native:
+                if not blocks_known:
                     live += size
             elif action == "segment_free":
                 if segments.pop(addr, None) != size:
                     fail("segment_free of %#x that is not allocated with that size" % addr)
-                if native:
+                if any(addr <= b < addr + size for b in blocks):
+                    fail("segment_free of %#x with blocks still allocated in it" % addr)
+                if not blocks_known:
                     live -= size
             elif action == "alloc":
-                if addr in blocks or addr not in segments:
-                    fail("alloc of %#x outside a free segment" % addr)
+                if addr in blocks or not any(s <= addr and addr + size <= s + n
+                                             for s, n in segments.items()):
+                    fail("alloc of %#x (%d bytes) outside a live segment" % (addr, size))
+                if any(b < addr + size and addr < b + n for b, n in blocks.items()):
+                    fail("alloc of %#x (%d bytes) overlaps a live block" % (addr, size))
                 blocks[addr] = size
                 live += size
             elif action == "free_requested":

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <tuple>
@@ -617,6 +618,9 @@ TEST(ViewerExport, HostileNamesStayInsideTheDataScript) {
 // 0x1000 in (the one at 0x400 freed), cuBLAS's own 4 MiB, and a 20 MiB segment given back.
 TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
   StreamBuilder s(1, 4242);
+  s.handshake().set_allocator_mode("native");
+  s.handshake().mutable_clock_pair()->set_monotonic_ns(1);
+  s.handshake().mutable_clock_pair()->set_realtime_ns(1'700'000'000'000'000'000);
   s.String(1, "cuMemAlloc_v2").String(2, "libc10_cuda.so").String(3, "libcublasLt.so.13");
   s.Device(0, "GPU", 85899345920ull).Flush();
   v1::Event state;
@@ -650,11 +654,17 @@ TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
   s.Alloc(16, 0, base + (2 << 20), 20 << 20, kDevice, 7, 1, 2);
   s.Free(17, 0, base + (2 << 20), 20 << 20);
   s.Exit(20, 0).Flush();
-  auto trace = Load(WriteTempFile("bridged.cmtrace", FileBytes(s.Chunks())));
+  const std::string path = WriteTempFile("bridged.cmtrace", FileBytes(s.Chunks()));
+  auto trace = Load(path);
   ASSERT_NE(trace, nullptr);
   std::ostringstream out;
   WriteMemoryVizSnapshot(*trace, 0, out);
   const json v = Unpickle(out.str());
+  // Python's pickle and check_memory_viz.py's replay: blocks inside live segments, the
+  // device's peak replayed from the blocks.
+  const std::string check = std::string("'") + CUMEMTRACE_MEMORY_VIZ_CHECK + "' '" +
+                            CUMEMTRACE_BIN + "' '" + path + "' '" + path + ".viz'";
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
   std::map<uint64_t, json> segments;
   for (const json& segment : v.at("segments")) segments[segment.at("address")] = segment;
   ASSERT_EQ(segments.size(), 2u);  // the 2 MiB segment and cuBLAS's memory
