@@ -15,7 +15,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -31,6 +34,7 @@ int fake_cupti_domain_count(CUpti_CallbackDomain domain);
 int fake_cupti_kind_enabled(CUpti_ActivityKind kind);
 uint32_t fake_cupti_flush_period();
 int fake_cupti_latency();
+int fake_cupti_unforced_flushes();
 }
 
 namespace {
@@ -146,9 +150,8 @@ void CUPTIAPI ClientRequested(uint8_t** buffer, size_t* size, size_t* max_record
   *size = g_client_buffer_bytes;
 }
 
-void CUPTIAPI ClientCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t size, size_t valid) {
-  ++g_buffers_completed;
-  CHECK(size == g_client_buffer_bytes || size == 0);
+// The (kind, correlation) of each record in a buffer CUPTI completed.
+void ReadRecords(uint8_t* buffer, size_t valid, std::vector<std::pair<uint32_t, uint32_t>>* out) {
   CUpti_Activity* record = nullptr;
   while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     uint32_t correlation = 0;
@@ -157,9 +160,61 @@ void CUPTIAPI ClientCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t size,
     } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       correlation = reinterpret_cast<CUpti_ActivityMemcpy6*>(record)->correlationId;
     }
-    g_client_records.push_back({static_cast<uint32_t>(record->kind), correlation});
+    out->push_back({static_cast<uint32_t>(record->kind), correlation});
   }
+}
+
+void CUPTIAPI ClientCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t size, size_t valid) {
+  ++g_buffers_completed;
+  CHECK(size == g_client_buffer_bytes || size == 0);
+  ReadRecords(buffer, valid, &g_client_records);
   free(buffer);
+}
+
+// A client that keeps its buffers as Kineto does (CuptiActivityApi.cpp): the ones CUPTI
+// holds in `allocated`, the completed ones in `ready`; at the end of a profiling window it
+// flushes CUPTI only if `allocated` is not empty, i.e. only if CUPTI ever asked it for a
+// buffer, and takes what is ready. Its callbacks may run on the tracer's flush thread.
+struct KinetoLike {
+  std::mutex mutex;
+  std::set<uint8_t*> allocated;
+  std::vector<std::pair<uint8_t*, size_t>> ready;
+  int requested = 0;
+};
+KinetoLike g_kineto;
+
+void CUPTIAPI KinetoRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  std::lock_guard<std::mutex> lock(g_kineto.mutex);
+  *buffer = static_cast<uint8_t*>(aligned_alloc(8, 4096));
+  *size = 4096;
+  *max_records = 0;
+  g_kineto.allocated.insert(*buffer);
+  ++g_kineto.requested;
+}
+
+void CUPTIAPI KinetoCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  std::lock_guard<std::mutex> lock(g_kineto.mutex);
+  const bool known = g_kineto.allocated.erase(buffer) > 0;
+  CHECK(known);  // Kineto logs "unknown buffer" and drops it
+  if (known) g_kineto.ready.push_back({buffer, valid});
+}
+
+// Kineto's activityBuffers(): the records of the window.
+std::vector<std::pair<uint32_t, uint32_t>> KinetoCollect() {
+  bool any = false;
+  {
+    std::lock_guard<std::mutex> lock(g_kineto.mutex);
+    any = !g_kineto.allocated.empty();
+  }
+  if (any) CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS);
+  std::vector<std::pair<uint32_t, uint32_t>> records;
+  std::lock_guard<std::mutex> lock(g_kineto.mutex);
+  for (const auto& [buffer, valid] : g_kineto.ready) {
+    ReadRecords(buffer, valid, &records);
+    free(buffer);
+  }
+  g_kineto.ready.clear();
+  return records;
 }
 
 uint64_t CUPTIAPI ClientClock() {
@@ -323,6 +378,49 @@ int Shared() {
   CHECK(g_client_calls.size() == calls_self + 1);  // the entry; unsubscribed before the exit
   Launch();
   CHECK(g_client_calls.size() == calls_self + 1);
+
+  // Profiling windows of a Kineto-like client, short enough to end before the tracer's next
+  // flush: CUPTI would have asked the client for a buffer as soon as records came, so the
+  // client, which flushes only if it holds one, gets the window's records at its flush. The
+  // windows alternate the client's order of registering its buffer callbacks and enabling.
+  // A window the tracer's timer flushed into is checked too, but only windows it did not
+  // touch show that the client's own flush delivers the records: three of those are needed.
+  CUpti_SubscriberHandle kineto = nullptr;
+  CHECK(cuptiSubscribe(&kineto, ClientCallback, nullptr) == CUPTI_SUCCESS);
+  int untouched = 0;
+  for (int window = 0; window < 50 && untouched < 3; ++window) {
+    const int timer_flushes = fake_cupti_unforced_flushes();
+    if (window % 2 == 0) {
+      CHECK(cuptiActivityRegisterCallbacks(KinetoRequested, KinetoCompleted) == CUPTI_SUCCESS);
+    }
+    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+    CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
+    if (window % 2 == 1) {
+      CHECK(cuptiActivityRegisterCallbacks(KinetoRequested, KinetoCompleted) == CUPTI_SUCCESS);
+    }
+    std::vector<std::pair<uint32_t, uint32_t>> expected;
+    for (int i = 0; i < 3; ++i) expected.push_back({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, Launch()});
+    expected.push_back({CUPTI_ACTIVITY_KIND_MEMCPY, Memcpy()});
+    CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
+    CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+    const bool touched = fake_cupti_unforced_flushes() != timer_flushes;
+    const auto got = KinetoCollect();
+    if (got != expected) {
+      printf("kineto-like window %d%s: %zu of %zu records\n", window,
+             touched ? " (the tracer flushed during it)" : "", got.size(), expected.size());
+    }
+    CHECK(got == expected);
+    untouched += touched ? 0 : 1;
+  }
+  CHECK(untouched == 3);
+  {
+    // One buffer at a time, not one more per window.
+    std::lock_guard<std::mutex> lock(g_kineto.mutex);
+    CHECK(g_kineto.allocated.size() <= 1);
+    printf("kineto-like client: %d buffers requested\n", g_kineto.requested);
+  }
+  CHECK(cuptiUnsubscribe(kineto) == CUPTI_SUCCESS);
+  CHECK(KinetoCollect().empty());
 
   // Kineto's teardown: cuptiFinalize. CUPTI stays up for the tracer.
   CUpti_SubscriberHandle last = nullptr;

@@ -36,6 +36,7 @@ size_t g_used = 0;
 size_t g_dropped = 0;
 uint32_t g_flush_period = 0;
 uint8_t g_latency = 0;
+int g_unforced_flushes = 0;  // cuptiActivityFlushAll(0): the tracer's timer, nobody else
 
 size_t RecordSize(uint32_t kind) {
   size_t size = 16;
@@ -194,6 +195,10 @@ int fake_cupti_domain_count(CUpti_CallbackDomain domain) {
 int fake_cupti_kind_enabled(CUpti_ActivityKind kind) { return kind < kMaxKind && g_kinds[kind]; }
 uint32_t fake_cupti_flush_period() { return g_flush_period; }
 int fake_cupti_latency() { return g_latency; }
+int fake_cupti_unforced_flushes() {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  return g_unforced_flushes;
+}
 int fake_cupti_has_clock(CUpti_TimestampCallbackFunc clock) { return g_clock == clock; }
 
 // --- CUPTI's names ------------------------------------------------------------------------
@@ -322,6 +327,7 @@ CUptiResult CUPTIAPI cuptiActivityDisableContext(CUcontext, CUpti_ActivityKind k
 
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if ((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == 0) ++g_unforced_flushes;
   if (g_buffer != nullptr && (g_used > sizeof(kHeader) || (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED))) {
     CompleteCurrent();
   }
