@@ -212,9 +212,13 @@ void CuptiMux::CopyClientRecords(const uint8_t* buffer, size_t valid_size) {
       }
       if (open_.data == nullptr) {
         need_buffer = true;
+      } else if (open_.used == 0 && header > open_.size) {
+        // Too small even for what precedes CUPTI's records: handed back empty.
+        full = open_;
+        open_ = OpenBuffer{};
       } else {
         if (open_.used == 0 && header > 0) {
-          if (header <= open_.size) memcpy(open_.data, buffer, header);
+          memcpy(open_.data, buffer, header);
           open_.used = header;
         }
         while (next < extents.size()) {
@@ -282,6 +286,31 @@ void CuptiMux::UpdateFlags() {
   client_callbacks_on_.store(client_.load() != nullptr && client_bits_.Any(),
                              std::memory_order_relaxed);
   client_records_on_.store(client_wants_.Any(), std::memory_order_relaxed);
+  bool enabled = client_kinds_.Any();
+  for (uint32_t kind = 0; kind < KindBits::kMaxKind && !enabled; ++kind) {
+    enabled = context_enables_[kind] > 0;
+  }
+  client_enabled_.store(enabled, std::memory_order_release);
+}
+
+void CuptiMux::EnsureOpenBuffer() {
+  const auto requested = client_requested_.load(std::memory_order_acquire);
+  if (requested == nullptr || !client_enabled_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> lock(pack_mutex_);
+    if (open_.data != nullptr || !spares_.empty()) return;
+  }
+  OpenBuffer fresh;
+  requested(&fresh.data, &fresh.size, &fresh.max_records);
+  // A null buffer or one of size 0 is the client declining: the records that come are
+  // dropped and counted when they are copied, as today.
+  if (fresh.data == nullptr || fresh.size == 0) return;
+  std::lock_guard<std::mutex> lock(pack_mutex_);
+  if (open_.data == nullptr) {
+    open_ = fresh;
+  } else {
+    spares_.push_back(fresh);  // another thread opened one meanwhile
+  }
 }
 
 void CuptiMux::ForgetInChildAfterFork() {
@@ -462,8 +491,11 @@ void CuptiMux::EndClient(bool flush) {
   // Records of the client's kinds still inside CUPTI reach it now. Not from inside a CUPTI
   // callback (Kineto finalizes from one): those arrive with cumemtrace's next flush.
   if (flush && client_wants_.Any()) api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  client_wants_.ClearAll();
-  UpdateFlags();
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    client_wants_.ClearAll();
+    UpdateFlags();
+  }
   DeliverOpenBuffers(/*spares_too=*/true);
 }
 
@@ -472,6 +504,7 @@ CUptiResult CuptiMux::ActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc
   if (requested == nullptr || completed == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
   client_requested_.store(requested, std::memory_order_release);
   client_completed_.store(completed, std::memory_order_release);
+  EnsureOpenBuffer();  // kinds enabled before the callbacks were registered
   return CUPTI_SUCCESS;
 }
 
@@ -484,18 +517,22 @@ CUptiResult CuptiMux::ActivityEnable(CUpti_ActivityKind kind, bool and_dump) {
     // them over now, before the client's copy starts.
     api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   }
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  CUptiResult result = CUPTI_SUCCESS;
-  if (and_dump) {
-    result = api_->ActivityEnableAndDump != nullptr ? api_->ActivityEnableAndDump(kind)
-                                                    : CUPTI_ERROR_NOT_SUPPORTED;
-  } else if (!own_kinds_.Test(kind) && !client_kinds_.Test(kind) && context_enables_[kind] == 0) {
-    result = api_->ActivityEnable(kind);
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    CUptiResult result = CUPTI_SUCCESS;
+    if (and_dump) {
+      result = api_->ActivityEnableAndDump != nullptr ? api_->ActivityEnableAndDump(kind)
+                                                      : CUPTI_ERROR_NOT_SUPPORTED;
+    } else if (!own_kinds_.Test(kind) && !client_kinds_.Test(kind) &&
+               context_enables_[kind] == 0) {
+      result = api_->ActivityEnable(kind);
+    }
+    if (result != CUPTI_SUCCESS) return result;
+    client_kinds_.Set(kind, true);
+    client_wants_.Set(kind, true);
+    UpdateFlags();
   }
-  if (result != CUPTI_SUCCESS) return result;
-  client_kinds_.Set(kind, true);
-  client_wants_.Set(kind, true);
-  UpdateFlags();
+  EnsureOpenBuffer();
   return CUPTI_SUCCESS;
 }
 
@@ -509,17 +546,15 @@ CUptiResult CuptiMux::ActivityDisable(CUpti_ActivityKind kind) {
     if (!client_kinds_.Test(kind) && context_enables_[kind] == 0) return CUPTI_SUCCESS;
     client_kinds_.Set(kind, false);
     context_enables_[kind] = 0;
+    UpdateFlags();
     shared = own_kinds_.Test(kind);
-    if (!shared) {
-      // No more records of this kind are made; those already made still reach the client.
-      const CUptiResult result = api_->ActivityDisable(kind);
-      if (result != CUPTI_SUCCESS) return result;
-      return CUPTI_SUCCESS;
-    }
+    // No more records of this kind are made; those already made still reach the client.
+    if (!shared) return api_->ActivityDisable(kind);
   }
   // cumemtrace still has this kind on, so its records keep coming: what was made before
   // this call goes to the client (a forced flush copies it), nothing after.
   api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard<std::mutex> lock(control_mutex_);
   client_wants_.Set(kind, false);
   UpdateFlags();
   return CUPTI_SUCCESS;
@@ -532,15 +567,18 @@ CUptiResult CuptiMux::ActivityEnableContext(CUcontext context, CUpti_ActivityKin
   if (own_kinds_.Test(kind) && !client_wants_.Test(kind)) {
     api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   }
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  if (!own_kinds_.Test(kind) && !client_kinds_.Test(kind)) {
-    if (api_->ActivityEnableContext == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
-    const CUptiResult result = api_->ActivityEnableContext(context, kind);
-    if (result != CUPTI_SUCCESS) return result;
+  {
+    std::lock_guard<std::mutex> lock(control_mutex_);
+    if (!own_kinds_.Test(kind) && !client_kinds_.Test(kind)) {
+      if (api_->ActivityEnableContext == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
+      const CUptiResult result = api_->ActivityEnableContext(context, kind);
+      if (result != CUPTI_SUCCESS) return result;
+    }
+    ++context_enables_[kind];
+    client_wants_.Set(kind, true);
+    UpdateFlags();
   }
-  ++context_enables_[kind];
-  client_wants_.Set(kind, true);
-  UpdateFlags();
+  EnsureOpenBuffer();
   return CUPTI_SUCCESS;
 }
 
@@ -558,9 +596,11 @@ CUptiResult CuptiMux::ActivityDisableContext(CUcontext context, CUpti_ActivityKi
       api_->ActivityDisableContext(context, kind);
     }
     last_shared = context_enables_[kind] == 0 && !client_kinds_.Test(kind) && own_kinds_.Test(kind);
+    UpdateFlags();
   }
   if (last_shared) {
     api_->ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    std::lock_guard<std::mutex> lock(control_mutex_);
     client_wants_.Set(kind, false);
     UpdateFlags();
   }
@@ -572,6 +612,9 @@ CUptiResult CuptiMux::ActivityFlushAll(uint32_t flag) {
   // client's partly filled buffer is handed over too, as CUPTI's flush would.
   const CUptiResult result = api_->ActivityFlushAll(flag);
   DeliverOpenBuffers(/*spares_too=*/false);
+  // Kinds still on: CUPTI would ask for a new buffer with the next record; ask now, so that
+  // a client that flushes only while it holds a buffer (Kineto) flushes again.
+  EnsureOpenBuffer();
   return result;
 }
 

@@ -14,6 +14,10 @@
 //   full or when the client flushes, as CUPTI's own would. Copying keeps the two cadences
 //   apart: cumemtrace flushes every 100 ms, and handing the client a half-empty buffer of
 //   its own at each of those flushes would grow its memory by a buffer per flush.
+//   While the client has a kind enabled and its buffer callbacks registered, it holds one
+//   open buffer, requested at once (at the enable or the registration, and again after its
+//   own flush handed that buffer back), as CUPTI asks for one as soon as records come:
+//   Kineto flushes at the end of a window only if it was ever asked for a buffer.
 // - unsubscribe (or cuptiFinalize) disables again everything the client enabled that
 //   cumemtrace does not need, and hands it back its last records.
 // The client's callbacks are never called with one of the tracer's locks held, and its
@@ -155,7 +159,10 @@ class CuptiMux {
   Client* Lookup(CUpti_SubscriberHandle handle) const;  // the live client, or null
   // Makes CUPTI's subscription hold own | client for one domain (control_mutex_ held).
   CUptiResult Reconcile(CUpti_CallbackDomain domain);
-  void UpdateFlags();
+  void UpdateFlags();  // control_mutex_ held
+  // The client holds an open buffer while it has a kind enabled (client_enabled_) and
+  // buffer callbacks: requested now if it holds none. No lock held (calls the client).
+  void EnsureOpenBuffer();
   // The client is gone (unsubscribe or finalize): everything it enabled that cumemtrace
   // does not need is disabled, and its last records are handed to it. No lock held.
   void EndClient(bool flush);
@@ -170,6 +177,7 @@ class CuptiMux {
 
   static std::atomic<bool> client_callbacks_on_;
   static std::atomic<bool> client_records_on_;
+  std::atomic<bool> client_enabled_{false};  // a kind enabled by the client now
 
   std::mutex control_mutex_;  // subscribe, enables; never held while calling the client
   std::atomic<Client*> client_{nullptr};
