@@ -3,7 +3,8 @@
 // sample) reaches them and shares the tracer's subscription through the mux (cupti_mux.h).
 //
 // Exported: what involves the subscriber, the callbacks, the activity buffer callbacks, the
-// enabled kinds, flushes, dropped counts and the clock. Not exported, so they go to
+// enabled kinds, flushes, dropped counts, the clock and the
+// process-wide switches (turned off again when the client ends). Not exported, so they go to
 // libcupti unchanged: what is process-wide and harmless to share or takes no client state
 // (cuptiActivityGetNextRecord: the client's buffers hold CUPTI's records byte for byte;
 // cuptiGetTimestamp: CUPTI's clock is the client's when it registered one; attributes,
@@ -181,12 +182,18 @@ CUMEMTRACE_EXPORT cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallback
   CUMEMTRACE_FORWARD(cuptiActivityRegisterTimestampCallback, clock);
 }
 
-CUMEMTRACE_EXPORT cuptiActivityEnableLatencyTimestamps(uint8_t enable) {
-  if (CuptiMux::Get().Shared()) return CuptiMux::Get().ActivityEnableLatencyTimestamps(enable);
-  CUMEMTRACE_FORWARD(cuptiActivityEnableLatencyTimestamps, enable);
-}
+// The process-wide switches (CuptiMux::Switch): turned off again when the client ends.
+#define CUMEMTRACE_SWITCH(name, which)                                                    \
+  CUMEMTRACE_EXPORT name(uint8_t enable) {                                                \
+    if (CuptiMux::Get().Shared()) return CuptiMux::Get().ActivitySwitch(which, enable); \
+    CUMEMTRACE_FORWARD(name, enable);                                                     \
+  }
 
-CUMEMTRACE_EXPORT cuptiActivityEnableLaunchAttributes(uint8_t enable) {
-  if (CuptiMux::Get().Shared()) return CuptiMux::Get().ActivityEnableLaunchAttributes(enable);
-  CUMEMTRACE_FORWARD(cuptiActivityEnableLaunchAttributes, enable);
-}
+CUMEMTRACE_SWITCH(cuptiActivityEnableLatencyTimestamps, CuptiMux::kLatencyTimestamps)
+CUMEMTRACE_SWITCH(cuptiActivityEnableLaunchAttributes, CuptiMux::kLaunchAttributes)
+CUMEMTRACE_SWITCH(cuptiActivityEnableCudaEventDeviceTimestamps,
+                  CuptiMux::kCudaEventDeviceTimestamps)
+CUMEMTRACE_SWITCH(cuptiActivityEnableAllSyncRecords, CuptiMux::kAllSyncRecords)
+CUMEMTRACE_SWITCH(cuptiActivityEnableDeviceGraph, CuptiMux::kDeviceGraph)
+CUMEMTRACE_SWITCH(cuptiActivityEnableHWTrace, CuptiMux::kHWTrace)
+CUMEMTRACE_SWITCH(cuptiActivityEnableAllocationSource, CuptiMux::kAllocationSource)

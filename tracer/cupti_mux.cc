@@ -62,6 +62,8 @@ uint32_t CallbackBits::DomainSize(CUpti_CallbackDomain domain) {
 static_assert(CUPTI_DRIVER_TRACE_CBID_SIZE <= CallbackBits::kMaxCbid, "driver ids outgrew the bits");
 static_assert(CUPTI_RUNTIME_TRACE_CBID_SIZE <= CallbackBits::kMaxCbid, "runtime ids outgrew the bits");
 static_assert(CUPTI_ACTIVITY_KIND_COUNT <= KindBits::kMaxKind, "activity kinds outgrew the bits");
+static_assert(sizeof(CuptiApi::Switches) / sizeof(CuptiApi::Switches[0]) == CuptiMux::kSwitches,
+              "one CUPTI entry point per switch");
 
 bool CallbackBits::Valid(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   return domain > CUPTI_CB_DOMAIN_INVALID && domain < CUPTI_CB_DOMAIN_SIZE &&
@@ -480,13 +482,11 @@ void CuptiMux::EndClient(bool flush) {
     }
     client_kinds_.ClearAll();
     if (client_flush_period_ && api_->ActivityFlushPeriod != nullptr) api_->ActivityFlushPeriod(0);
-    if (client_latency_ && api_->ActivityEnableLatencyTimestamps != nullptr) {
-      api_->ActivityEnableLatencyTimestamps(0);
+    client_flush_period_ = false;
+    for (int i = 0; i < kSwitches; ++i) {
+      if (client_switches_[i] && api_->Switches[i] != nullptr) api_->Switches[i](0);
+      client_switches_[i] = false;
     }
-    if (client_launch_attributes_ && api_->ActivityEnableLaunchAttributes != nullptr) {
-      api_->ActivityEnableLaunchAttributes(0);
-    }
-    client_flush_period_ = client_latency_ = client_launch_attributes_ = false;
   }
   // Records of the client's kinds still inside CUPTI reach it now. Not from inside a CUPTI
   // callback (Kineto finalizes from one): those arrive with cumemtrace's next flush.
@@ -653,19 +653,21 @@ CUptiResult CuptiMux::ActivityRegisterTimestampCallback(CUpti_TimestampCallbackF
   return result;
 }
 
-CUptiResult CuptiMux::ActivityEnableLatencyTimestamps(uint8_t enable) {
-  if (api_->ActivityEnableLatencyTimestamps == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
-  std::lock_guard<std::mutex> lock(control_mutex_);
-  const CUptiResult result = api_->ActivityEnableLatencyTimestamps(enable);
-  if (result == CUPTI_SUCCESS) client_latency_ = enable != 0;
-  return result;
+const char* CuptiMux::SwitchName(Switch which) {
+  static const char* const kNames[kSwitches] = {
+      "cuptiActivityEnableLatencyTimestamps",         "cuptiActivityEnableLaunchAttributes",
+      "cuptiActivityEnableCudaEventDeviceTimestamps", "cuptiActivityEnableAllSyncRecords",
+      "cuptiActivityEnableDeviceGraph",               "cuptiActivityEnableHWTrace",
+      "cuptiActivityEnableAllocationSource"};
+  return which >= 0 && which < kSwitches ? kNames[which] : "";
 }
 
-CUptiResult CuptiMux::ActivityEnableLaunchAttributes(uint8_t enable) {
-  if (api_->ActivityEnableLaunchAttributes == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
+CUptiResult CuptiMux::ActivitySwitch(Switch which, uint8_t enable) {
+  const auto func = api_->Switches[which];
+  if (func == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
   std::lock_guard<std::mutex> lock(control_mutex_);
-  const CUptiResult result = api_->ActivityEnableLaunchAttributes(enable);
-  if (result == CUPTI_SUCCESS) client_launch_attributes_ = enable != 0;
+  const CUptiResult result = func(enable);
+  if (result == CUPTI_SUCCESS) client_switches_[which] = enable != 0;
   return result;
 }
 

@@ -136,8 +136,20 @@ class CuptiMux {
   CUptiResult ActivityFlushPeriod(uint32_t ms);
   CUptiResult ActivityGetNumDroppedRecords(CUcontext context, uint32_t stream_id, size_t* dropped);
   CUptiResult ActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc clock);
-  CUptiResult ActivityEnableLatencyTimestamps(uint8_t enable);
-  CUptiResult ActivityEnableLaunchAttributes(uint8_t enable);
+  // Process-wide switches of the form cuptiActivityEnableX(uint8_t enable), each off (0)
+  // by default: what the client turns on is turned off again when it ends.
+  enum Switch : int {
+    kLatencyTimestamps,
+    kLaunchAttributes,
+    kCudaEventDeviceTimestamps,  // Kineto's CUDA_SYNC activity
+    kAllSyncRecords,
+    kDeviceGraph,
+    kHWTrace,
+    kAllocationSource,
+    kSwitches
+  };
+  static const char* SwitchName(Switch which);
+  CUptiResult ActivitySwitch(Switch which, uint8_t enable);
 
   // The clock the client gave CUPTI, or null (CuptiSession maps its records back).
   CUpti_TimestampCallbackFunc client_clock() const {
@@ -189,8 +201,7 @@ class CuptiMux {
   KindBits client_wants_;      // copied to the client: enabled now, or still in flight
   uint32_t context_enables_[KindBits::kMaxKind] = {};  // client's per-context enables
   bool client_flush_period_ = false;
-  bool client_latency_ = false;
-  bool client_launch_attributes_ = false;
+  bool client_switches_[kSwitches] = {};
 
   std::atomic<CUpti_BuffersCallbackRequestFunc> client_requested_{nullptr};
   std::atomic<CUpti_BuffersCallbackCompleteFunc> client_completed_{nullptr};

@@ -81,8 +81,9 @@ bool CuptiSession::LoadCupti(std::string* error) {
   Resolve(handle, "cuptiActivityEnableContext", &api_.ActivityEnableContext);
   Resolve(handle, "cuptiActivityDisableContext", &api_.ActivityDisableContext);
   Resolve(handle, "cuptiActivityFlushPeriod", &api_.ActivityFlushPeriod);
-  Resolve(handle, "cuptiActivityEnableLatencyTimestamps", &api_.ActivityEnableLatencyTimestamps);
-  Resolve(handle, "cuptiActivityEnableLaunchAttributes", &api_.ActivityEnableLaunchAttributes);
+  for (int i = 0; i < CuptiMux::kSwitches; ++i) {
+    Resolve(handle, CuptiMux::SwitchName(static_cast<CuptiMux::Switch>(i)), &api_.Switches[i]);
+  }
   if (!ok) *error = "libcupti.so.13 lacks an entry point the tracer needs";
   return ok;
 }

@@ -47,8 +47,9 @@ struct CuptiApi {
   decltype(&cuptiActivityEnableContext) ActivityEnableContext = nullptr;
   decltype(&cuptiActivityDisableContext) ActivityDisableContext = nullptr;
   decltype(&cuptiActivityFlushPeriod) ActivityFlushPeriod = nullptr;
-  decltype(&cuptiActivityEnableLatencyTimestamps) ActivityEnableLatencyTimestamps = nullptr;
-  decltype(&cuptiActivityEnableLaunchAttributes) ActivityEnableLaunchAttributes = nullptr;
+  // Process-wide switches a client may turn on (cupti_mux.h: CuptiMux::Switch), by index.
+  using SwitchFunc = CUptiResult(CUPTIAPI*)(uint8_t);
+  SwitchFunc Switches[7] = {};
 };
 
 

@@ -35,6 +35,7 @@ int fake_cupti_kind_enabled(CUpti_ActivityKind kind);
 uint32_t fake_cupti_flush_period();
 int fake_cupti_latency();
 int fake_cupti_unforced_flushes();
+int fake_cupti_switches();
 }
 
 namespace {
@@ -274,6 +275,15 @@ int Shared() {
   CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) == CUPTI_SUCCESS);
   CHECK(cuptiActivityFlushPeriod(50) == CUPTI_SUCCESS);
   CHECK(cuptiActivityEnableLatencyTimestamps(1) == CUPTI_SUCCESS);
+  // The other process-wide switches (Kineto turns CudaEventDeviceTimestamps on for its
+  // CUDA_SYNC activity): reach CUPTI, and are off again after the client.
+  CHECK(cuptiActivityEnableLaunchAttributes(1) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableCudaEventDeviceTimestamps(1) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableAllSyncRecords(1) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableDeviceGraph(1) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableHWTrace(1) == CUPTI_SUCCESS);
+  CHECK(cuptiActivityEnableAllocationSource(1) == CUPTI_SUCCESS);
+  CHECK(fake_cupti_switches() == 111111);
 
   std::vector<Seen> expected_calls;
   std::vector<std::pair<uint32_t, uint32_t>> expected_records;
@@ -334,6 +344,7 @@ int Shared() {
                                     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
   CHECK(fake_cupti_flush_period() == 0);
   CHECK(fake_cupti_latency() == 0);
+  CHECK(fake_cupti_switches() == 0);
   const size_t calls_before = g_client_calls.size();
   Launch();
   const uint64_t a3 = Alloc(16384);

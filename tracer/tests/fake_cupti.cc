@@ -36,6 +36,9 @@ size_t g_used = 0;
 size_t g_dropped = 0;
 uint32_t g_flush_period = 0;
 uint8_t g_latency = 0;
+// LaunchAttributes, CudaEventDeviceTimestamps, AllSyncRecords, DeviceGraph, HWTrace,
+// AllocationSource, in this order (fake_cupti_switches).
+uint8_t g_switches[6] = {};
 int g_unforced_flushes = 0;  // cuptiActivityFlushAll(0): the tracer's timer, nobody else
 
 size_t RecordSize(uint32_t kind) {
@@ -195,6 +198,12 @@ int fake_cupti_domain_count(CUpti_CallbackDomain domain) {
 int fake_cupti_kind_enabled(CUpti_ActivityKind kind) { return kind < kMaxKind && g_kinds[kind]; }
 uint32_t fake_cupti_flush_period() { return g_flush_period; }
 int fake_cupti_latency() { return g_latency; }
+// The switches above as a number, one decimal digit each (0 or 1), in their order.
+int fake_cupti_switches() {
+  int value = 0;
+  for (uint8_t on : g_switches) value = value * 10 + (on ? 1 : 0);
+  return value;
+}
 int fake_cupti_unforced_flushes() {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   return g_unforced_flushes;
@@ -388,7 +397,30 @@ CUptiResult CUPTIAPI cuptiActivityEnableLatencyTimestamps(uint8_t enable) {
   g_latency = enable;
   return CUPTI_SUCCESS;
 }
-CUptiResult CUPTIAPI cuptiActivityEnableLaunchAttributes(uint8_t) { return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiActivityEnableLaunchAttributes(uint8_t enable) {
+  g_switches[0] = enable;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableCudaEventDeviceTimestamps(uint8_t enable) {
+  g_switches[1] = enable;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableAllSyncRecords(uint8_t enable) {
+  g_switches[2] = enable;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableDeviceGraph(uint8_t enable) {
+  g_switches[3] = enable;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableHWTrace(uint8_t enable) {
+  g_switches[4] = enable;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiActivityEnableAllocationSource(uint8_t enable) {
+  g_switches[5] = enable;
+  return CUPTI_SUCCESS;
+}
 
 CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char** text) {
   if (text == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
