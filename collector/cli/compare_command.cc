@@ -15,7 +15,7 @@
 #include "collector/cli/trace_summary.h"
 #include "collector/engine/analyzed_trace.h"
 #include "collector/output/exports.h"
-#include "collector/output/run_figures_json.h"
+#include "collector/output/run_figures.h"
 
 namespace cumemtrace {
 namespace {

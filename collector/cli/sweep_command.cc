@@ -22,7 +22,7 @@
 #include "collector/cli/output_names.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/output/exports.h"
-#include "collector/output/run_figures_json.h"
+#include "collector/output/run_figures.h"
 
 namespace cumemtrace {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "collector/engine/analysis.h"
 #include "collector/engine/analyzed_trace.h"
-#include "collector/engine/run_figures.h"
+#include "collector/output/run_figures.h"
 
 namespace cumemtrace {
 

@@ -4,51 +4,24 @@
 #include <sstream>
 
 #include "collector/output/exports.h"
+#include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
 
-class CsvTable {
- public:
-  explicit CsvTable(std::initializer_list<const char*> header) {
-    Row();
-    for (const char* name : header) Field(std::string(name));
-  }
-  CsvTable& Row() {
-    if (!text_.empty()) text_ += "\r\n";
-    first_ = true;
-    return *this;
-  }
-  CsvTable& Field(const std::string& value) {
-    if (!first_) text_ += ',';
-    first_ = false;
-    if (value.find_first_of(",\"\r\n") == std::string::npos) {
-      text_ += value;
-    } else {
-      text_ += '"';
-      for (char c : value) {
-        if (c == '"') text_ += '"';
-        text_ += c;
-      }
-      text_ += '"';
-    }
-    return *this;
-  }
-  CsvTable& Field(uint64_t value) { return Field(std::to_string(value)); }
-  CsvTable& Process(const ProcessReport& p) { return Field(uint64_t{p.stream_id}).Field(uint64_t{p.pid}); }
-  std::string Text() const { return text_ + "\r\n"; }
+using internal::CsvTable;
 
- private:
-  std::string text_;
-  bool first_ = true;
-};
+// A row of a table that starts with the process's stream_id and pid.
+CsvTable& ProcessRow(CsvTable& table, const ProcessReport& p) {
+  return table.Row().Field(uint64_t{p.stream_id}).Field(uint64_t{p.pid});
+}
 
 std::string PhaseOrNone(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
 
 void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
                 const std::map<std::string, OriginStats>& groups) {
   for (const auto& [name, g] : groups) {
-    table.Row().Process(p).Field(uint64_t{d.index}).Field(name).Field(g.allocations)
+    ProcessRow(table, p).Field(uint64_t{d.index}).Field(name).Field(g.allocations)
         .Field(g.allocated_bytes).Field(g.peak_bytes).Field(g.live_at_peak_bytes)
         .Field(g.live_at_exit_bytes);
   }
@@ -78,7 +51,7 @@ void AppendTrainingTables(const Report& report,
   for (const ProcessReport& p : report.processes) {
     for (const IterationPhaseStats& s : p.iterations.phases) {
       for (const IterationPhaseDevice& d : s.devices) {
-        iterations.Row().Process(p).Field(s.phase).Field(s.inferred ? "true" : "false")
+        ProcessRow(iterations, p).Field(s.phase).Field(s.inferred ? "true" : "false")
             .Field(uint64_t{d.index}).Field(s.iterations_with_phase)
             .Field(s.in_warmup ? Signed(s.warmup_ns) : std::string());
         spread(iterations, s.time_ns);
@@ -90,12 +63,12 @@ void AppendTrainingTables(const Report& report,
     }
     for (const DeviceReport& d : p.devices) {
       for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
-        classes.Row().Process(p).Field(uint64_t{d.index}).Field(name).Field(bytes)
+        ProcessRow(classes, p).Field(uint64_t{d.index}).Field(name).Field(bytes)
             .Field(d.lifetime_at_peak.activation_memory_bytes);
       }
     }
     for (const AllocationLifetime& a : p.lifetimes) {
-      lifetimes.Row().Process(p).Field(uint64_t{a.device}).Field(uint64_t{a.stream}).Field(a.kind)
+      ProcessRow(lifetimes, p).Field(uint64_t{a.device}).Field(uint64_t{a.stream}).Field(a.kind)
           .Field(a.api).Field(a.library).Field(a.address).Field(a.bytes).Field(a.birth_ns)
           .Field(a.death_ns < 0 ? std::string() : Signed(a.death_ns))
           .Field(PhaseOrNone(a.birth_phase))
@@ -122,7 +95,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
   CsvTable kinds({"stream_id", "pid", "device", "kind", "allocations", "releases",
                   "allocated_bytes", "released_bytes", "peak_bytes", "live_at_exit_count",
                   "live_at_exit_bytes"});
-  const std::initializer_list<const char*> origin_header = {
+  const std::vector<std::string> origin_header = {
       "stream_id", "pid", "device", "name", "allocations", "allocated_bytes", "peak_bytes",
       "live_at_peak_bytes", "live_at_exit_bytes"};
   CsvTable apis(origin_header);
@@ -139,7 +112,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
 
   for (const ProcessReport& p : report.processes) {
     for (const DeviceReport& d : p.devices) {
-      devices.Row().Process(p).Field(uint64_t{d.index}).Field(d.name)
+      ProcessRow(devices, p).Field(uint64_t{d.index}).Field(d.name)
           .Field(d.has_info ? std::to_string(d.total_memory_bytes) : std::string())
           .Field(d.peak.bytes).Field(d.peak.seen ? std::to_string(d.peak.time_ns) : std::string())
           .Field(d.peak.live_count).Field(d.live_at_exit_count).Field(d.live_at_exit_bytes)
@@ -148,11 +121,11 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
           .Field(d.not_program.released_unknown_bytes).Field(d.kernel_count)
           .Field(d.kernel_busy_ns);
       for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
-        live.Row().Process(p).Field(uint64_t{d.index}).Field(PhaseOrNone(g.phase)).Field(g.kind)
+        ProcessRow(live, p).Field(uint64_t{d.index}).Field(PhaseOrNone(g.phase)).Field(g.kind)
             .Field(g.count).Field(g.bytes);
       }
       for (const auto& [kind, k] : d.by_kind) {
-        kinds.Row().Process(p).Field(uint64_t{d.index}).Field(kind).Field(k.allocations)
+        ProcessRow(kinds, p).Field(uint64_t{d.index}).Field(kind).Field(k.allocations)
             .Field(k.releases).Field(k.allocated_bytes).Field(k.released_bytes)
             .Field(k.peak_bytes).Field(k.live_at_exit_count).Field(k.live_at_exit_bytes);
       }
@@ -161,7 +134,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
     }
     for (const PhaseReport& ph : p.phases) {
       for (const PhaseDeviceStats& d : ph.devices) {
-        phases.Row().Process(p).Field(ph.name).Field(uint64_t{d.index}).Field(ph.occurrences)
+        ProcessRow(phases, p).Field(ph.name).Field(uint64_t{d.index}).Field(ph.occurrences)
             .Field(ph.total_ns).Field(ph.still_open).Field(d.bytes_at_entry).Field(d.peak_bytes)
             .Field(d.peak_above_entry_bytes).Field(d.allocated_bytes).Field(d.allocations)
             .Field(d.freed_bytes).Field(d.frees).Field(d.failed_allocations).Field(d.kernels)
@@ -174,7 +147,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
       }
     }
     for (const FailedAllocationReport& f : p.failed_allocations) {
-      failed.Row().Process(p).Field(f.time_ns).Field(uint64_t{f.device}).Field(f.api)
+      ProcessRow(failed, p).Field(f.time_ns).Field(uint64_t{f.device}).Field(f.api)
           .Field(f.caller).Field(f.requested_bytes).Field(std::to_string(f.error_code))
           .Field(f.error_name).Field(f.kind).Field(uint64_t{f.thread_id})
           .Field(PhaseOrNone(f.phase)).Field(f.device_in_use_bytes).Field(f.device_free_bytes)

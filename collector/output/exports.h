@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collector/engine/report.h"
-#include "collector/engine/run_figures.h"
+#include "collector/output/run_figures.h"
 #include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace {

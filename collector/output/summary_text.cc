@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "collector/output/summary.h"
+#include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
+
+using internal::PrintTable;
 
 std::string Format(const char* fmt, double value) {
   char buf[64];
@@ -63,7 +66,6 @@ std::string Plural(uint64_t n, const std::string& one, const std::string& many =
   return Grouped(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
 }
 
-// `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers.
 // A command line on one terminal line: control characters escaped, long ones shortened
 // (`python -c "..."` carries whole programs).
 std::string OneLine(const std::string& text, size_t max_chars) {
@@ -86,27 +88,6 @@ std::string OneLine(const std::string& text, size_t max_chars) {
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-void PrintTable(std::ostream& out, const std::string& indent,
-                const std::vector<std::vector<std::string>>& rows, const std::string& align) {
-  if (rows.empty()) return;
-  std::vector<size_t> width(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
-      width[c] = std::max(width[c], row[c].size());
-    }
-  }
-  for (const auto& row : rows) {
-    std::string line = indent;
-    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
-      const bool left = c < align.size() && align[c] == 'l';
-      line += (c == 0 ? "" : "  ") + (left ? row[c] + pad : pad + row[c]);
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out << line << '\n';
-  }
 }
 
 std::string ExitText(const ExitStatus& exit) {

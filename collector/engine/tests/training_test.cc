@@ -15,7 +15,7 @@
 #include "collector/output/summary.h"
 #include "collector/engine/phase_rules.h"
 #include "collector/engine/report.h"
-#include "collector/engine/run_figures.h"
+#include "collector/output/run_figures.h"
 #include "collector/engine/tests/trace_builder.h"
 
 namespace cumemtrace {

@@ -1,5 +1,7 @@
-// The headline figures of one traced run, for putting runs side by side (`cumemtrace
-// compare`) and for memory-vs-parameter tables (`cumemtrace sweep`).
+// The headline figures of one traced run, picked from its Report, for putting runs side by
+// side (`cumemtrace compare`) and for memory-vs-parameter tables (`cumemtrace sweep`): as a
+// text table, CSV, or JSON (schemas cumemtrace.compare/1 and cumemtrace.sweep/1, docs/cli.md),
+// each run with its difference from the first.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,8 @@
 namespace cumemtrace {
 
 struct PhaseFigures {
-  uint64_t peak_bytes = 0;                       // highest inside the phase (all occurrences)
-  int64_t peak_above_entry_median_bytes = -1;    // over iterations 2..N; -1 when unknown
+  uint64_t peak_bytes = 0;                     // highest inside the phase (all occurrences)
+  int64_t peak_above_entry_median_bytes = -1;  // over iterations 2..N; -1 when unknown
   uint64_t allocated_bytes = 0;
 };
 
@@ -33,10 +35,11 @@ struct RunFigures {
 // The process with the highest device peak, on its device with the highest peak.
 RunFigures FiguresOf(const Report& report, const std::string& label);
 
-// Runs side by side, with each run's difference from the first. Text and CSV (one row per
-// run and metric: label,metric,bytes,difference_from_first).
+// Runs side by side, with each run's difference from the first. The CSV has one row per run
+// and metric: label,pid,device,metric,bytes,difference_from_first.
 std::string CompareText(const std::vector<RunFigures>& runs);
 std::string CompareCsv(const std::vector<RunFigures>& runs);
+std::string CompareJson(const std::vector<RunFigures>& runs);
 
 struct SweepPoint {
   std::string label;  // the command's label
@@ -48,5 +51,6 @@ struct SweepPoint {
 // Memory versus the parameter: one row per value, one column group per label.
 std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points);
 std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>& points);
+std::string SweepJson(const std::string& parameter, const std::vector<SweepPoint>& points);
 
 }  // namespace cumemtrace

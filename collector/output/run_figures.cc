@@ -1,9 +1,11 @@
-#include "collector/engine/run_figures.h"
+#include "collector/output/run_figures.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
+#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
@@ -16,16 +18,6 @@ std::string Mib(int64_t bytes) {
 
 std::string SignedMib(int64_t bytes) {
   return (bytes >= 0 ? "+" : "-") + Mib(bytes >= 0 ? bytes : -bytes);
-}
-
-std::string Csv(const std::string& field) {
-  if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
-  std::string quoted = "\"";
-  for (char c : field) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
 }
 
 // (metric name, value or -1 when the run lacks it), in a fixed order for every run.
@@ -49,7 +41,8 @@ std::vector<std::pair<std::string, int64_t>> Metrics(const RunFigures& r,
     m.emplace_back(phase + ": peak", has ? static_cast<int64_t>(it->second.peak_bytes) : -1);
     m.emplace_back(phase + ": +above entry (median)",
                    has ? it->second.peak_above_entry_median_bytes : -1);
-    m.emplace_back(phase + ": allocated", has ? static_cast<int64_t>(it->second.allocated_bytes) : -1);
+    m.emplace_back(phase + ": allocated",
+                   has ? static_cast<int64_t>(it->second.allocated_bytes) : -1);
   }
   return m;
 }
@@ -65,26 +58,56 @@ std::vector<std::string> AllPhases(const std::vector<const RunFigures*>& runs) {
 }
 
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()), 0);
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  std::ostringstream out;
+  internal::PrintTable(out, "", rows, "l");
+  return out.str();
+}
+
+using nlohmann::json;
+
+json FiguresData(const RunFigures& f) {
+  json d = {{"label", f.label}, {"found", f.found}};
+  if (!f.found) return d;
+  json phases = json::object();
+  for (const std::string& name : f.phase_order) {
+    const auto it = f.phases.find(name);
+    if (it == f.phases.end()) continue;
+    const PhaseFigures& p = it->second;
+    phases[name] = {{"peak_bytes", p.peak_bytes},
+                    {"peak_above_entry_median_bytes", p.peak_above_entry_median_bytes < 0
+                                                          ? json(nullptr)
+                                                          : json(p.peak_above_entry_median_bytes)},
+                    {"allocated_bytes", p.allocated_bytes}};
   }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      const std::string& cell = row[i];
-      if (i == 0) {
-        line += cell + std::string(width[i] - cell.size(), ' ');
-      } else {
-        line += "  " + std::string(width[i] - cell.size(), ' ') + cell;
-      }
+  const auto persistent = f.lifetime_bytes.find("persistent");
+  d.update({{"pid", f.pid},
+            {"device", f.device},
+            {"peak_bytes", f.peak_bytes},
+            {"iterations", f.iterations},
+            // Lifetime classes exist only for runs with training iterations.
+            {"lifetime_bytes", f.iterations > 0 ? json(f.lifetime_bytes) : json(nullptr)},
+            {"persistent_bytes",
+             f.iterations > 0 ? json(persistent == f.lifetime_bytes.end() ? 0 : persistent->second)
+                              : json(nullptr)},
+            {"activation_memory_bytes",
+             f.iterations > 0 ? json(f.activation_memory_bytes) : json(nullptr)},
+            {"phases", phases}});
+  return d;
+}
+
+// b - a for the numbers both have, recursively; null where either lacks one.
+json Difference(const json& a, const json& b) {
+  if (a.is_object() && b.is_object()) {
+    json d = json::object();
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      if (a.contains(it.key())) d[it.key()] = Difference(a.at(it.key()), it.value());
     }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
+    return d;
   }
-  return out;
+  if (a.is_number() && b.is_number() && !a.is_boolean() && !b.is_boolean()) {
+    return b.get<int64_t>() - a.get<int64_t>();
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -169,19 +192,23 @@ std::string CompareCsv(const std::vector<RunFigures>& runs) {
   std::vector<const RunFigures*> pointers;
   for (const RunFigures& r : runs) pointers.push_back(&r);
   const std::vector<std::string> phases = AllPhases(pointers);
-  std::string out = "label,pid,device,metric,bytes,difference_from_first\r\n";
-  if (runs.empty()) return out;
+  internal::CsvTable csv({"label", "pid", "device", "metric", "bytes", "difference_from_first"});
+  if (runs.empty()) return csv.Text();
   const auto base = Metrics(runs[0], phases);
   for (const RunFigures& r : runs) {
     const auto metrics = Metrics(r, phases);
     for (size_t m = 0; m < metrics.size(); ++m) {
       const int64_t v = metrics[m].second;
-      out += Csv(r.label) + "," + std::to_string(r.pid) + "," + std::to_string(r.device) + "," +
-             Csv(metrics[m].first) + "," + (v < 0 ? "" : std::to_string(v)) + "," +
-             (v < 0 || base[m].second < 0 ? "" : std::to_string(v - base[m].second)) + "\r\n";
+      csv.Row()
+          .Field(r.label)
+          .Field(uint64_t{r.pid})
+          .Field(uint64_t{r.device})
+          .Field(metrics[m].first)
+          .Field(v < 0 ? "" : std::to_string(v))
+          .Field(v < 0 || base[m].second < 0 ? "" : std::to_string(v - base[m].second));
     }
   }
-  return out;
+  return csv.Text();
 }
 
 std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points) {
@@ -206,16 +233,16 @@ std::string SweepText(const std::string& parameter, const std::vector<SweepPoint
         if (p.label == label && p.value == value) point = &p;
       }
       if (point == nullptr || !point->figures.found) {
-        const std::string why = point == nullptr ? "-"
-                                                 : "exit " + std::to_string(point->exit_status);
+        const std::string why =
+            point == nullptr ? "-" : "exit " + std::to_string(point->exit_status);
         row.insert(row.end(), {why, "-", "-"});
         continue;
       }
       const RunFigures& f = point->figures;
       auto it = f.lifetime_bytes.find("persistent");
-      row.push_back(Mib(static_cast<int64_t>(f.peak_bytes)) +
-                    (point->exit_status != 0 ? " (exit " + std::to_string(point->exit_status) + ")"
-                                             : ""));
+      row.push_back(
+          Mib(static_cast<int64_t>(f.peak_bytes)) +
+          (point->exit_status != 0 ? " (exit " + std::to_string(point->exit_status) + ")" : ""));
       row.push_back(Mib(it == f.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second)));
       row.push_back(Mib(static_cast<int64_t>(f.activation_memory_bytes)));
     }
@@ -225,26 +252,61 @@ std::string SweepText(const std::string& parameter, const std::vector<SweepPoint
 }
 
 std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>& points) {
-  std::string out = "label," + Csv(parameter) +
-                    ",exit_status,peak_bytes,persistent_bytes,activation_memory_bytes,"
-                    "gradient_bytes,temporary_bytes,iterations\r\n";
+  internal::CsvTable csv({"label", parameter, "exit_status", "peak_bytes", "persistent_bytes",
+                          "activation_memory_bytes", "gradient_bytes", "temporary_bytes",
+                          "iterations"});
   for (const SweepPoint& p : points) {
     const RunFigures& f = p.figures;
     auto bytes = [&f](const char* c) {
       auto it = f.lifetime_bytes.find(c);
       return std::to_string(it == f.lifetime_bytes.end() ? 0 : it->second);
     };
-    out += Csv(p.label) + "," + Csv(p.value) + "," + std::to_string(p.exit_status) + ",";
+    csv.Row().Field(p.label).Field(p.value).Field(std::to_string(p.exit_status));
     if (f.found) {
-      out += std::to_string(f.peak_bytes) + "," + bytes("persistent") + "," +
-             std::to_string(f.activation_memory_bytes) + "," + bytes("gradient") + "," +
-             bytes("temporary") + "," + std::to_string(f.iterations);
+      csv.Field(f.peak_bytes)
+          .Field(bytes("persistent"))
+          .Field(f.activation_memory_bytes)
+          .Field(bytes("gradient"))
+          .Field(bytes("temporary"))
+          .Field(f.iterations);
     } else {
-      out += ",,,,,";
+      for (int i = 0; i < 6; ++i) csv.Field(std::string());
     }
-    out += "\r\n";
   }
-  return out;
+  return csv.Text();
+}
+
+std::string CompareJson(const std::vector<RunFigures>& runs) {
+  json out = {{"schema", "cumemtrace.compare/1"}, {"runs", json::array()}};
+  json first;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    json d = FiguresData(runs[i]);
+    if (i == 0) first = d;
+    if (i > 0 && first.value("found", false) && d.value("found", false)) {
+      json diff = json::object();
+      for (const char* key : {"peak_bytes", "persistent_bytes", "activation_memory_bytes",
+                              "iterations", "lifetime_bytes", "phases"}) {
+        if (first.contains(key) && d.contains(key)) diff[key] = Difference(first[key], d[key]);
+      }
+      d["difference_from_first"] = diff;
+    }
+    out["runs"].push_back(d);
+  }
+  return out.dump(2) + "\n";
+}
+
+std::string SweepJson(const std::string& parameter, const std::vector<SweepPoint>& points) {
+  json out = {
+      {"schema", "cumemtrace.sweep/1"}, {"parameter", parameter}, {"points", json::array()}};
+  for (const SweepPoint& p : points) {
+    json d = FiguresData(p.figures);
+    d["label"] = p.label;
+    d["value"] = p.value;
+    d["exit_status"] = p.exit_status;
+    d["page"] = p.page.empty() ? json(nullptr) : json(p.page);
+    out["points"].push_back(d);
+  }
+  return out.dump(2) + "\n";
 }
 
 }  // namespace cumemtrace

@@ -1,0 +1,74 @@
+// Internal: the two table writers of the output layer, a text table aligned in columns (the
+// terminal summary, compare and sweep) and a CSV table (the summary's CSV files, compare's and
+// sweep's --csv).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace cumemtrace::internal {
+
+// `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers. The first
+// row sets the number of columns; trailing blanks are cut.
+inline void PrintTable(std::ostream& out, const std::string& indent,
+                       const std::vector<std::vector<std::string>>& rows,
+                       const std::string& align) {
+  if (rows.empty()) return;
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      const bool left = c < align.size() && align[c] == 'l';
+      line += (c == 0 ? "" : "  ") + (left ? row[c] + pad : pad + row[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << '\n';
+  }
+}
+
+// RFC 4180: comma-separated, CRLF line ends, fields with a comma, quote or line break quoted,
+// quotes doubled.
+class CsvTable {
+ public:
+  explicit CsvTable(const std::vector<std::string>& header) {
+    Row();
+    for (const std::string& name : header) Field(name);
+  }
+  CsvTable& Row() {
+    if (!text_.empty()) text_ += "\r\n";
+    first_ = true;
+    return *this;
+  }
+  CsvTable& Field(const std::string& value) {
+    if (!first_) text_ += ',';
+    first_ = false;
+    if (value.find_first_of(",\"\r\n") == std::string::npos) {
+      text_ += value;
+    } else {
+      text_ += '"';
+      for (char c : value) {
+        if (c == '"') text_ += '"';
+        text_ += c;
+      }
+      text_ += '"';
+    }
+    return *this;
+  }
+  CsvTable& Field(uint64_t value) { return Field(std::to_string(value)); }
+  std::string Text() const { return text_ + "\r\n"; }
+
+ private:
+  std::string text_;
+  bool first_ = true;
+};
+
+}  // namespace cumemtrace::internal
