@@ -40,6 +40,7 @@
       phase: column(r.phase, Int32Array), depth: column(r.depth, Uint8Array),
     };
     p.bands = outermostRanges(p.range);
+    p.stackTable = decodeStacks(p.stacks);
     const windows = (p.iterations && p.iterations.windows_ns) || [];
     p.iterationStarts = Float64Array.from(windows, (w) => w[0]);
     for (const d of p.devices) {
@@ -61,8 +62,74 @@
       api: column(a.api, Uint32Array), library: column(a.library, Uint32Array),
       kind: column(a.kind, Uint8Array),
       lifetime: a.lifetime_class ? column(a.lifetime_class, Uint8Array) : null,
+      // Index into the process' stacks (-1: none); a JSON array, or base64 int32 as the
+      // other columns are.
+      stack: a.stack === undefined || a.stack === null ? null
+        : Array.isArray(a.stack) ? Int32Array.from(a.stack, (v) => (Number.isInteger(v) ? v : -1))
+          : column(a.stack, Int32Array),
     };
     return d.alloc;
+  }
+
+  // ---- stacks (run --stacks) ----------------------------------------------------------------
+  // "stacks": {"frames": {"function", "file", "line", "kind"} as columns, "stacks": lists of
+  // frame indices, innermost first}. Frames are the traced program's strings (any bytes a
+  // function or file may be called): they only ever reach the page as text nodes. Absent
+  // when the trace has no stacks; a malformed index is dropped rather than trusted.
+  function decodeStacks(s) {
+    if (!s || typeof s !== 'object' || !s.frames || !Array.isArray(s.stacks)) return null;
+    const f = s.frames, fn = f.function || [], file = f.file || [], line = f.line || [], kind = f.kind || [];
+    const text = (v) => (v === undefined || v === null ? '' : String(v));
+    const frames = [];
+    for (let i = 0; i < fn.length; i++) {
+      const fr = { fn: text(fn[i]), file: text(file[i]), line: Number.isFinite(Number(line[i])) ? Number(line[i]) : 0,
+        kind: kind[i] === 'python' ? 'python' : 'native' };
+      fr.label = frameLabel(fr, false);
+      fr.short = frameLabel(fr, true);
+      fr.system = isSystemFrame(fr);
+      // Frames equal in all but their index are one box of the flame graph.
+      fr.key = `${fr.kind}\u0000${fr.fn}\u0000${fr.file}\u0000${fr.line}`;
+      frames.push(fr);
+    }
+    const stacks = s.stacks.map((st) => (Array.isArray(st)
+      ? st.filter((k) => Number.isInteger(k) && k >= 0 && k < frames.length) : []));
+    return { frames, stacks, userFrames: new Map() };
+  }
+  // "file:line in function"; an unsymbolized native frame is its address in its module.
+  // `short`: the file's last two path components, for a table cell.
+  function frameLabel(fr, short) {
+    let file = fr.file;
+    if (short) { const parts = file.split(/[\/\\]/); file = parts.slice(-2).join('/'); }
+    const fn = fr.fn || '(unknown function)';
+    if (fr.line > 0 && file) return `${file}:${fr.line} in ${fn}`;
+    if (file) return `${fn} in ${file}`;
+    return fn;
+  }
+  // Frames of the interpreter, the standard library, installed packages (torch) and the CUDA
+  // and C runtimes: what the program runs on, not where it asked for memory.
+  const SYSTEM_PYTHON = /(^|[\/\\])(site-packages|dist-packages)[\/\\]|[\/\\]lib[\/\\]python3[^\/\\]*[\/\\]|^<frozen /;
+  const SYSTEM_NATIVE = /^(\/usr\/lib|\/lib|\/lib64|\/usr\/local\/cuda)\/|(^|[\/\\])(site-packages|dist-packages)[\/\\]|(^|[\/\\])(lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+|cuda|cudart|cupti|nvrtc|nvToolsExt|nvtx3interop|cublas|cublasLt|cudnn\w*|nccl|c10\w*|torch\w*|python3[\w.]*|cumemtrace\w*)([-.][^\/\\]*)?\.so[\d.]*|python3?[\d.]*|ld-linux[\w.-]*)$/;
+  function isSystemFrame(fr) {
+    return fr.kind === 'python' ? SYSTEM_PYTHON.test(fr.file) : SYSTEM_NATIVE.test(fr.file);
+  }
+  // The frames of allocation i (indices, innermost first), or null.
+  function stackOf(p, a, i) {
+    const T = p.stackTable;
+    if (!T || !a.stack) return null;
+    const s = a.stack[i];
+    return s >= 0 && s < T.stacks.length && T.stacks[s].length ? T.stacks[s] : null;
+  }
+  // The innermost frame of the program's own code (the line that asked for the memory), or
+  // the innermost frame when every frame is the runtime's; null without a stack.
+  function userFrame(p, a, i) {
+    const frames = stackOf(p, a, i);
+    if (!frames) return null;
+    const T = p.stackTable, s = a.stack[i];
+    if (!T.userFrames.has(s)) {
+      const k = frames.find((f) => !T.frames[f].system);
+      T.userFrames.set(s, T.frames[k === undefined ? frames[0] : k]);
+    }
+    return T.userFrames.get(s);
   }
 
   // The outermost NVTX ranges (depth 0), which the phase bands draw, with the running maximum
@@ -952,6 +1019,7 @@
     panel.replaceChildren(el('h2', {}, isPeak ? `Live at the peak of GPU ${d.index}` : 'Live at an instant'));
     if (step < 0) {
       panel.append(el('p', {}, `GPU ${d.index} at ${fmtTime(t)}: nothing allocated yet.`));
+      showFlame(p, d, a, [], 0, `on GPU ${d.index} at ${fmtTime(t)}`);
       return;
     }
     const classNames = p.lifetime_classes || [];
@@ -1017,6 +1085,7 @@
       a.lifetime ? (CLASS_LABELS[classNames[a.lifetime[i]]] || classNames[a.lifetime[i]] || '(unknown)') : '',
       p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)'];
     const LARGEST = 25;
+    const withStacks = Boolean(p.stackTable && a.stack);
     const filter = el('input', { id: 'live-filter', type: 'search', size: '38',
       placeholder: 'filter: forward cudaMalloc >1MiB', 'aria-label': 'filter the live allocations' });
     const largestHost = el('div', { id: 'largest' });
@@ -1025,29 +1094,197 @@
       const match = live.filter((i) => {
         if (!sizes.every((f) => f(a.bytes[i]))) return false;
         if (!words.length) return true;
-        const text = rowText(i).join(' ').toLowerCase();
+        const f = withStacks ? userFrame(p, a, i) : null;
+        const text = (rowText(i).join(' ') + (f ? ' ' + f.label : '')).toLowerCase();
         return words.every((w) => text.includes(w));
       });
       let matched = 0;
       for (const i of match) matched += a.bytes[i];
       const rows = match.slice(0, LARGEST).map((i) => {
         const [phase, kind, lifetime, apiName, library] = rowText(i);
-        return {
-          attrs: { 'data-bytes': a.bytes[i], 'data-phase': phaseName(p, a.phase[i]) },
-          cells: [num(fmtBytes(a.bytes[i]), a.bytes[i]), phase, kind, lifetime, apiName, library,
-            num(fmtTime(d.time[a.birth[i]]), d.time[a.birth[i]])],
-        };
+        const cells = [num(fmtBytes(a.bytes[i]), a.bytes[i]), phase, kind, lifetime, apiName, library,
+          num(fmtTime(d.time[a.birth[i]]), d.time[a.birth[i]])];
+        const attrs = { 'data-bytes': a.bytes[i], 'data-phase': phaseName(p, a.phase[i]), 'data-alloc': i };
+        if (withStacks) {
+          const f = userFrame(p, a, i);
+          cells.push(f ? el('span', { class: 'frame', title: f.label }, f.short) : el('span', { class: 'muted' }, '(no stack)'));
+          attrs.class = 'has-stack';
+          attrs.title = 'click: its whole stack';
+          if (f) attrs['data-frame'] = f.label;
+        }
+        return { attrs, cells };
       });
       largestHost.replaceChildren(
         el('h3', {}, `largest ${rows.length} of ${fmtInt(match.length)}` +
           (match.length !== live.length ? ` matching (${fmtBytes(matched)} of ${fmtBytes(total)})` : '')),
-        table(['bytes', 'allocated in', 'kind', 'lifetime', 'API', 'library', 'allocated at'], rows, { id: 'live-largest' }));
+        table(['bytes', 'allocated in', 'kind', 'lifetime', 'API', 'library', 'allocated at',
+          ...(withStacks ? ['allocated by (innermost frame of the program)'] : [])], rows, { id: 'live-largest' }));
     };
     filter.addEventListener('input', showLargest);
     showLargest();
     panel.append(grid, el('div', { class: 'filter-row' }, el('label', {}, 'Filter ', filter),
-      el('span', { class: 'muted hint' }, ' words match phase, kind, lifetime, API, library; >, <, >=, <= a size (1MiB, 512KiB)')),
+      el('span', { class: 'muted hint' }, ' words match phase, kind, lifetime, API, library' +
+        (withStacks ? ', the allocating frame' : '') + '; >, <, >=, <= a size (1MiB, 512KiB)')),
     largestHost);
+    if (withStacks) {
+      // The whole stack of one allocation: the largest at first, then the row clicked.
+      const detail = el('div', { id: 'stack-detail' });
+      largestHost.addEventListener('click', (e) => {
+        const tr = e.target.closest && e.target.closest('tr[data-alloc]');
+        if (tr) showStack(p, d, a, +tr.dataset.alloc, detail);
+      });
+      panel.append(detail);
+      if (live.length) showStack(p, d, a, live[0], detail);
+    }
+    showFlame(p, d, a, live, total, isPeak ? `at the peak of GPU ${d.index}` : `on GPU ${d.index} at ${fmtTime(at)}`);
+  }
+
+  // One allocation's stack, innermost frame first, the program's own frames in bold.
+  function showStack(p, d, a, i, host) {
+    const frames = stackOf(p, a, i), user = userFrame(p, a, i);
+    const what = `${fmtBytes(a.bytes[i])} allocation (${phaseLabel(p, a.phase[i])}, ` +
+      `${p.strings[a.api[i]] || '(unknown API)'}, allocated at ${fmtTime(d.time[a.birth[i]])})`;
+    host.dataset.alloc = String(i);
+    if (!frames) {
+      host.replaceChildren(el('h3', {}, `Stack of the ${what}`), el('p', { class: 'muted' }, 'No stack was recorded for it.'));
+      return;
+    }
+    const T = p.stackTable;
+    host.replaceChildren(el('h3', {}, `Stack of the ${what}, innermost frame first`),
+      el('ol', { class: 'stack-frames' }, ...frames.map((k) => {
+        const f = T.frames[k];
+        return el('li', { class: (f.system ? 'system' : 'user') + (f === user ? ' allocating' : ''), 'data-kind': f.kind },
+          el('span', { class: 'frame-kind' }, f.kind), ' ', f.label);
+      })),
+      el('p', { class: 'muted hint' }, 'bold: the program\'s own code (not the interpreter, installed packages ' +
+        'or the CUDA and C runtimes); the highlighted frame is the one the tables name.'));
+  }
+
+  // ---- flame graph of the live bytes by stack -----------------------------------------------
+  // The allocations of a live set merged along their stacks, outermost frame at the top (an
+  // icicle): each box is a frame reached by the same path from the top, as wide as the bytes
+  // allocated below it. Allocations without a stack are one "(no stack)" box.
+  const FLAME_ROW = 18;
+  function flameTree(p, a, live) {
+    const T = p.stackTable;
+    const node = (label, frame, parent) => ({ label, frame, parent, bytes: 0, count: 0, children: new Map(),
+      depth: parent ? parent.depth + 1 : 0 });
+    const root = node('all live allocations', null, null);
+    const child = (n, key, label, frame) => {
+      let c = n.children.get(key);
+      if (!c) { c = node(label, frame, n); n.children.set(key, c); }
+      return c;
+    };
+    let depth = 0;
+    for (const i of live) {
+      const b = a.bytes[i], frames = stackOf(p, a, i);
+      root.bytes += b; root.count++;
+      if (!frames) {
+        const c = child(root, '', '(no stack)', null);
+        c.bytes += b; c.count++;
+        continue;
+      }
+      let n = root;
+      for (let k = frames.length - 1; k >= 0; k--) {
+        const f = T.frames[frames[k]];
+        n = child(n, f.key, f.label, f);
+        n.bytes += b; n.count++;
+      }
+      depth = Math.max(depth, frames.length);
+    }
+    return { root, depth };
+  }
+  function flameColor(n) {
+    if (!n.frame) return n.parent ? '#d1d5db' : '#e5e7eb';
+    let h = 0;
+    for (let k = 0; k < n.frame.fn.length; k++) h = (h * 31 + n.frame.fn.charCodeAt(k)) >>> 0;
+    const light = n.frame.system ? 80 : 66;
+    return n.frame.kind === 'python' ? `hsl(${20 + h % 35}, 85%, ${light}%)` : `hsl(${195 + h % 35}, 60%, ${light}%)`;
+  }
+  function showFlame(p, d, a, live, total, when) {
+    const host = document.getElementById('flame');
+    if (!p.stackTable || !a.stack) {
+      host.hidden = true;
+      host.replaceChildren();
+      api.flame = () => null;
+      return;
+    }
+    host.hidden = false;
+    const { root } = flameTree(p, a, live);
+    const graph = el('div', { id: 'flame-graph', class: 'flame' });
+    const reset = el('button', { type: 'button', id: 'flame-reset', hidden: '' }, 'zoom out to all');
+    host.replaceChildren(el('h2', {}, `Live ${when}, by stack`),
+      el('p', { class: 'muted hint' }, `${fmtBytes(total)} (${fmtInt(total)} B) in ${fmtInt(live.length)} allocations. ` +
+        'Outermost frame at the top; each box is as wide as the bytes allocated below it. Hover: the frame and its ' +
+        'bytes; click: zoom into it; click a bar above: back out. ', reset),
+      graph);
+    let boxes = [];
+    let focus = root;
+    const draw = () => {
+      const width = graph.clientWidth || 1000;
+      boxes = [];
+      const out = [];
+      // The path to the focus, full width; below it the focus' subtree to scale.
+      const path = [];
+      for (let n = focus; n; n = n.parent) path.unshift(n);
+      const box = (n, x, w, row) => {
+        const b = el('div', { class: 'flame-box' + (n.frame && !n.frame.system ? ' user' : ''),
+          'data-node': String(boxes.length), 'data-bytes': String(n.bytes), 'data-depth': String(n.depth),
+          'data-label': n.label,
+          style: `left:${(100 * x).toFixed(4)}%;width:${(100 * w).toFixed(4)}%;top:${row * FLAME_ROW}px;` +
+            `background:${flameColor(n)}` }, n.frame ? n.frame.short : n.label);
+        boxes.push(n);
+        out.push(b);
+      };
+      path.forEach((n, row) => box(n, 0, 1, row));
+      let rows = path.length;
+      const base = focus.bytes || 1;
+      const lay = (n, x, row) => {
+        const kids = [...n.children.values()].sort((u, v) => v.bytes - u.bytes);
+        let cx = x;
+        for (const c of kids) {
+          const w = c.bytes / base;
+          if (w * width < 1 || out.length >= 4000) break;  // too thin to see, and so is the rest
+          box(c, cx, w, row);
+          rows = Math.max(rows, row + 1);
+          lay(c, cx, row + 1);
+          cx += w;
+        }
+      };
+      lay(focus, 0, path.length);
+      graph.style.height = rows * FLAME_ROW + 'px';
+      graph.replaceChildren(...out);
+      reset.hidden = focus === root;
+    };
+    const nodeAt = (e) => {
+      const b = e.target.closest && e.target.closest('.flame-box');
+      return b ? boxes[+b.dataset.node] : null;
+    };
+    graph.addEventListener('mousemove', (e) => {
+      const n = nodeAt(e);
+      if (!n) { hideTooltip(); return; }
+      const lines = [n.frame ? n.frame.label : n.label];
+      if (n.frame) lines.push(`${n.frame.kind} frame` + (n.frame.system ? ' (runtime or installed package)' : ' (the program\'s own)'));
+      lines.push(`${fmtBytes(n.bytes)} (${fmtInt(n.bytes)} B), ${(100 * n.bytes / (root.bytes || 1)).toFixed(1)} % of the live bytes`,
+        `${fmtInt(n.count)} allocation${n.count === 1 ? '' : 's'}`,
+        n === focus ? (n.parent ? 'click: back out one level' : '') : 'click: zoom into it');
+      showTooltip(e, lines.filter((l) => l));
+    });
+    graph.addEventListener('mouseleave', hideTooltip);
+    graph.addEventListener('click', (e) => {
+      const n = nodeAt(e);
+      if (!n) return;
+      focus = n === focus && n.parent ? n.parent : n;
+      draw();
+    });
+    reset.addEventListener('click', () => { focus = root; draw(); });
+    draw();
+    api.flame = () => ({
+      rootBytes: root.bytes, liveBytes: total, liveCount: live.length, focus: focus.label,
+      width: graph.clientWidth,
+      boxes: [...graph.children].map((b) => ({ label: b.dataset.label, bytes: Number(b.dataset.bytes),
+        depth: Number(b.dataset.depth), x: b.offsetLeft, w: b.offsetWidth, top: b.offsetTop })),
+    });
   }
 
   // ---- tables -----------------------------------------------------------------------------
