@@ -2,13 +2,13 @@
 // figures). The input is a synthetic training program's trace (synthetic_trace.h): NVTX
 // phases, stream-ordered allocations that reuse their addresses, frees and kernels, encoded
 // by the tracer's own encoder.
-//   Collector/DecodeAndTimeline - trace bytes in memory -> AnalyzeTraceBytes -> Report: framing,
+//   Collector/DecodeAndTimeline - trace bytes in memory -> Analyze -> Report: framing,
 //                                 decoding, the reorder window, the streaming sweep, phases,
 //                                 tables (what `cumemtrace report` runs, without the file).
-//   Collector/AnalyzeTraceFile  - the same through AnalyzeTraceFile on a file (what
+//   Collector/AnalyzeTraceFile  - the same through Analyze on a file (what
 //                                 `cumemtrace report` runs), page cache warm.
-//   Collector/InMemory          - trace bytes in memory -> chunks -> TraceAnalyzer: the path
-//                                 that keeps every event (live collection, exports).
+//   Collector/InMemory          - trace bytes in memory -> chunks -> bytes -> Analyze with
+//                                 every event sorted (AnalysisOptions::sorted).
 #include <benchmark/benchmark.h>
 
 #include <unistd.h>
@@ -20,8 +20,7 @@
 #include <string>
 
 #include "benchmarks/synthetic_trace.h"
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/format/framing.h"
 #include "collector/format/trace_file.h"
 
@@ -61,13 +60,13 @@ void BM_DecodeAndTimeline(benchmark::State& state) {
   const SyntheticTrace& trace = TraceOf(static_cast<uint64_t>(state.range(0)));
   for (auto _ : state) {
     std::string error;
-    std::unique_ptr<Report> report = AnalyzeTraceBytes(trace.bytes, AnalysisOptions(), &error);
-    if (report == nullptr) {
+    std::unique_ptr<AnalyzedTrace> analyzed = Analyze({"", trace.bytes}, AnalysisOptions(), &error);
+    if (analyzed == nullptr) {
       state.SkipWithError(error.c_str());
       break;
     }
-    CheckReport(state, *report, trace);
-    benchmark::DoNotOptimize(report.get());
+    CheckReport(state, *analyzed->report, trace);
+    benchmark::DoNotOptimize(analyzed.get());
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(trace.stats.events));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(trace.bytes.size()));
@@ -83,7 +82,7 @@ void BM_InMemory(benchmark::State& state) {
   const SyntheticTrace& trace = TraceOf(static_cast<uint64_t>(state.range(0)));
   const std::string_view body = std::string_view(trace.bytes).substr(TraceFilePreamble().size());
   for (auto _ : state) {
-    TraceAnalyzer analyzer{AnalysisOptions()};
+    std::string bytes(TraceFilePreamble());
     FrameDecoder frames(v1::MAX_FILE_CHUNK_BYTES);
     frames.Append(body.data(), body.size());
     v1::TraceChunk chunk;
@@ -93,11 +92,13 @@ void BM_InMemory(benchmark::State& state) {
         state.SkipWithError("corrupt chunk");
         break;
       }
-      analyzer.AddChunk(chunk);
+      AppendChunk(chunk, &bytes);
     }
-    std::unique_ptr<Report> report = analyzer.Finish();
-    CheckReport(state, *report, trace);
-    benchmark::DoNotOptimize(report.get());
+    AnalysisOptions sorted;
+    sorted.sorted = true;
+    std::unique_ptr<AnalyzedTrace> analyzed = Analyze({"", bytes}, sorted, nullptr);
+    CheckReport(state, *analyzed->report, trace);
+    benchmark::DoNotOptimize(analyzed.get());
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(trace.stats.events));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(trace.bytes.size()));
@@ -119,13 +120,13 @@ void BM_AnalyzeTraceFile(benchmark::State& state) {
   close(fd);
   for (auto _ : state) {
     std::string error;
-    std::unique_ptr<Report> report = AnalyzeTraceFile(path, AnalysisOptions(), &error);
-    if (report == nullptr) {
+    std::unique_ptr<AnalyzedTrace> analyzed = Analyze({path, {}}, AnalysisOptions(), &error);
+    if (analyzed == nullptr) {
       state.SkipWithError(error.c_str());
       break;
     }
-    CheckReport(state, *report, trace);
-    benchmark::DoNotOptimize(report.get());
+    CheckReport(state, *analyzed->report, trace);
+    benchmark::DoNotOptimize(analyzed.get());
   }
   unlink(path.c_str());
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(trace.stats.events));

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 

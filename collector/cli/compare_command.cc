@@ -13,7 +13,7 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/output/exports.h"
 #include "collector/output/run_figures.h"
 
@@ -81,6 +81,8 @@ int CompareCommand(int argc, char** argv) {
   AnalysisOptions options;
   std::string error;
   if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("compare", error);
+  AnalysisOptions exact = options;  // the page draws every event, in exact order
+  exact.timelines = exact.sorted = true;
 
   std::vector<RunFigures> runs;
   std::vector<std::unique_ptr<AnalyzedTrace>> traces;  // only for the page
@@ -99,7 +101,7 @@ int CompareCommand(int argc, char** argv) {
         LogLine(error);
         return 1;
       }
-      traces.push_back(AnalyzeTraceFileDetailed(path, options, &error));
+      traces.push_back(Analyze({path, {}}, exact, &error));
       if (traces.back() == nullptr) {
         LogLine(error);
         return 1;

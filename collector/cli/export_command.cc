@@ -20,7 +20,7 @@
 #include "collector/cli/output_names.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/output/exports.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 namespace {
@@ -126,7 +126,7 @@ int ExportCompareHtml(const std::vector<std::string>& args, const AnalysisOption
   std::vector<ViewerRun> runs;
   std::string error;
   for (size_t i = 0; i < paths.size(); ++i) {
-    traces.push_back(AnalyzeTraceFileDetailed(paths[i], options, &error));
+    traces.push_back(Analyze({paths[i], {}}, options, &error));
     if (traces.back() == nullptr) {
       LogLine(error);
       return 1;
@@ -203,6 +203,7 @@ int ExportCommand(int argc, char** argv) {
   std::string error;
   AnalysisOptions options;
   if (!ToAnalysisOptions(flags, &options, &error)) return UsageError("export", error);
+  options.timelines = options.sorted = true;  // exports draw every event, in exact order
   if (optind + 1 < argc) {
     if (format != Format::kHtml) {
       return UsageError("export", std::string("one trace at a time, except for --format html ") +
@@ -238,7 +239,7 @@ int ExportCommand(int argc, char** argv) {
 
   // lifetimes.csv has a row per allocation; the viewer groups a live set by lifetime class.
   options.keep_lifetimes = format == Format::kCsv || format == Format::kHtml;
-  std::unique_ptr<AnalyzedTrace> trace = AnalyzeTraceFileDetailed(path, options, &error);
+  std::unique_ptr<AnalyzedTrace> trace = Analyze({path, {}}, options, &error);
   if (trace == nullptr) {
     LogLine(error);
     return 1;

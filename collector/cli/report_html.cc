@@ -4,7 +4,7 @@
 
 #include "collector/cli/cli_support.h"
 #include "collector/output/exports.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 

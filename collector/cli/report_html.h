@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 

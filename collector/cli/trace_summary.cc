@@ -5,8 +5,7 @@
 #include <sstream>
 
 #include "collector/cli/cli_support.h"
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/output/summary.h"
 
 namespace cumemtrace {
@@ -14,19 +13,16 @@ namespace cumemtrace {
 bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
                         TraceSummary* summary, std::string* error,
                         std::unique_ptr<AnalyzedTrace>* detailed) {
-  std::unique_ptr<Report> owned;
-  if (detailed == nullptr) {
-    owned = AnalyzeTraceFile(path, options, error);
-  } else {
-    // With the lifetimes, the viewer groups what was live at an instant by lifetime class too.
-    AnalysisOptions keep = options;
-    keep.keep_lifetimes = true;
-    *detailed = AnalyzeTraceFileDetailed(path, keep, error, /*summary_order=*/true);
+  AnalysisOptions with = options;
+  if (detailed != nullptr) {
+    // The timelines in the summary's order, so that the summary is the one `report` writes;
+    // with the lifetimes, the viewer groups what was live at an instant by lifetime class too.
+    with.timelines = true;
+    with.keep_lifetimes = true;
   }
-  const Report* report = detailed == nullptr ? owned.get()
-                         : *detailed == nullptr ? nullptr
-                                                : (*detailed)->report.get();
-  if (report == nullptr) return false;
+  std::unique_ptr<AnalyzedTrace> trace = Analyze({path, {}}, with, error);
+  if (trace == nullptr) return false;
+  const Report* report = trace->report.get();
   if (report->truncated) {
     summary->warning = path + " is cut short (" + report->truncation_reason +
                        "); the report covers everything before that point";
@@ -35,6 +31,7 @@ bool SummarizeTraceFile(const std::string& path, const AnalysisOptions& options,
   std::ostringstream text;
   PrintSummaryText(*report, text);
   summary->text = text.str();
+  if (detailed != nullptr) *detailed = std::move(trace);
   return true;
 }
 
@@ -64,9 +61,9 @@ bool FiguresOfTrace(const std::string& path, const AnalysisOptions& options,
                     const std::string& label, RunFigures* figures, std::string* error) {
   std::string trace = path;
   if (!ResolveTracePath(&trace, error)) return false;
-  std::unique_ptr<Report> report = AnalyzeTraceFile(trace, options, error);
-  if (report == nullptr) return false;
-  *figures = FiguresOf(*report, label);
+  std::unique_ptr<AnalyzedTrace> analyzed = Analyze({trace, {}}, options, error);
+  if (analyzed == nullptr) return false;
+  *figures = FiguresOf(*analyzed->report, label);
   return true;
 }
 

@@ -6,8 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/output/run_figures.h"
 
 namespace cumemtrace {

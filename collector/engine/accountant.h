@@ -19,8 +19,7 @@
 #include <vector>
 
 #include "collector/engine/address_map.h"
-#include "collector/engine/analysis.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/decoded_stream.h"
 #include "collector/engine/failed_allocations.h"
 #include "collector/engine/phase_inference.h"

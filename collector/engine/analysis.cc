@@ -1,11 +1,10 @@
-// The entry points of analysis.h and analyzed_trace.h, all one analysis (trace_analysis.h)
-// in different modes: `report` orders events through a reorder window and keeps only the
-// live set and what was live at the peak; exports and the lifetime rows sort every event
-// and keep every allocation.
+// Analyze (engine.h): one analysis (trace_analysis.h) in the mode the options ask for:
+// `report` orders events through a reorder window and keeps only the live set and what was
+// live at the peak; exports and the lifetime rows sort every event and keep every
+// allocation.
 #include <functional>
 #include <utility>
 
-#include "collector/engine/analysis.h"
 #include "collector/engine/job_summary.h"
 #include "collector/engine/stream_decoder.h"
 #include "collector/engine/trace_analysis.h"
@@ -308,20 +307,6 @@ std::unique_ptr<AnalyzedTrace> Analyze(const std::function<bool(TraceFileReader*
   return analysis.Take();
 }
 
-Mode ModeFor(const AnalysisOptions& options, bool sorted) {
-  // One row per allocation: the output is as large as the trace anyway.
-  if (options.keep_lifetimes) return Mode{true, Retention::kKeepAll};
-  return Mode{sorted, Retention::kLiveAndPeak};
-}
-
-std::unique_ptr<AnalyzedTrace> AnalyzeFile(const std::string& path, const AnalysisOptions& options,
-                                           Mode mode, std::string* error) {
-  auto trace = Analyze([&path](TraceFileReader* r) { return r->Open(path); }, options, mode,
-                       StreamingOptions(), nullptr, error);
-  if (trace != nullptr) trace->report->trace_file = path;
-  return trace;
-}
-
 }  // namespace
 
 std::unique_ptr<AnalyzedTrace> AnalyzeBytes(std::string_view bytes, const AnalysisOptions& options,
@@ -334,53 +319,21 @@ std::unique_ptr<AnalyzedTrace> AnalyzeBytes(std::string_view bytes, const Analys
 
 }  // namespace internal
 
-// Chunks are kept as a trace file's bytes, for the passes to read again.
-class TraceAnalyzer::Impl {
- public:
-  explicit Impl(const AnalysisOptions& options)
-      : options_(options), bytes_(TraceFilePreamble()) {}
-  AnalysisOptions options_;
-  std::string bytes_;
-  bool truncated_ = false;
-  std::string truncation_reason_;
-};
-
-TraceAnalyzer::TraceAnalyzer(const AnalysisOptions& options)
-    : impl_(std::make_unique<Impl>(options)) {}
-TraceAnalyzer::~TraceAnalyzer() = default;
-void TraceAnalyzer::AddChunk(const v1::TraceChunk& chunk) { AppendChunk(chunk, &impl_->bytes_); }
-void TraceAnalyzer::MarkTruncated(const std::string& reason) {
-  // The first reason is the cause; anything after it follows from it.
-  if (!impl_->truncated_) impl_->truncation_reason_ = reason;
-  impl_->truncated_ = true;
-}
-std::unique_ptr<Report> TraceAnalyzer::Finish() {
-  std::unique_ptr<AnalyzedTrace> trace =
-      internal::AnalyzeBytes(impl_->bytes_, impl_->options_, internal::ModeFor(impl_->options_, true),
-                             internal::StreamingOptions(), nullptr, nullptr);
-  trace->report->truncated = impl_->truncated_;
-  trace->report->truncation_reason = impl_->truncation_reason_;
-  return std::move(trace->report);
-}
-
-std::unique_ptr<Report> AnalyzeTraceFile(const std::string& path, const AnalysisOptions& options,
-                                         std::string* error) {
-  auto trace = internal::AnalyzeFile(path, options, internal::ModeFor(options, false), error);
-  return trace == nullptr ? nullptr : std::move(trace->report);
-}
-
-std::unique_ptr<Report> AnalyzeTraceBytes(std::string_view bytes, const AnalysisOptions& options,
-                                          std::string* error) {
-  auto trace = internal::AnalyzeBytes(bytes, options, internal::Mode(), internal::StreamingOptions(),
-                                      nullptr, error);
-  return trace == nullptr ? nullptr : std::move(trace->report);
-}
-
-std::unique_ptr<AnalyzedTrace> AnalyzeTraceFileDetailed(const std::string& path,
-                                                        const AnalysisOptions& options,
-                                                        std::string* error, bool summary_order) {
-  return internal::AnalyzeFile(path, options,
-                               internal::Mode{!summary_order, internal::Retention::kKeepAll}, error);
+std::unique_ptr<AnalyzedTrace> Analyze(const TraceSource& source, const AnalysisOptions& options,
+                                       std::string* error) {
+  internal::Mode mode{options.sorted, internal::Retention::kLiveAndPeak};
+  if (options.timelines || options.keep_lifetimes) mode.retention = internal::Retention::kKeepAll;
+  // One row per allocation: the output is as large as the trace anyway.
+  if (options.keep_lifetimes && !options.timelines) mode.sorted = true;
+  if (!source.path.empty()) {
+    const std::string& path = source.path;
+    auto trace = internal::Analyze([&path](TraceFileReader* r) { return r->Open(path); }, options,
+                                   mode, internal::StreamingOptions(), nullptr, error);
+    if (trace != nullptr) trace->report->trace_file = path;
+    return trace;
+  }
+  return internal::AnalyzeBytes(source.bytes, options, mode, internal::StreamingOptions(), nullptr,
+                                error);
 }
 
 }  // namespace cumemtrace

@@ -11,7 +11,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
+#include "cumemtrace/v1/trace.pb.h"
 
 namespace cumemtrace::internal {
 
@@ -25,17 +26,6 @@ enum class EventType : uint8_t {
   kRangeClose,  // NVTX pop or end
 };
 
-// v1::MemoryKind values 0..7, and two of the analysis's own for PyTorch's layers, made at
-// decode time from the bridge's events (torch_layers.h).
-constexpr int kMemoryKinds = 10;
-constexpr uint8_t kTorchAllocatedKind = 8;  // tensors: the caching allocator's blocks
-constexpr uint8_t kTorchReservedKind = 9;   // its segments (driver memory, holding blocks)
-// Program-own device memory (design.md "What counts where"): DEVICE, ARRAY and tensors; the
-// segments that hold the tensors are not counted again.
-inline bool IsDeviceMemory(uint8_t kind) {
-  return kind == 3 || kind == 4 || kind == kTorchAllocatedKind;
-}
-inline bool IsStaticMemory(uint8_t kind) { return kind == 6 || kind == 7; }
 
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
 inline int TieRank(EventType type) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
 

@@ -1,4 +1,4 @@
-// The result of analyzing a trace: plain data, filled by TraceAnalyzer, read by SummaryJson,
+// The result of analyzing a trace: plain data, filled by Analyze (engine.h), read by SummaryJson,
 // PrintSummaryText and anything else that wants the figures (viewers, exports, tests).
 // Times named *_ns are relative to the process's first timestamp unless named *_abs_ns
 // (absolute, in the stream's timestamp clock). Byte counts are exact.

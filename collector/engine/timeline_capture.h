@@ -1,4 +1,4 @@
-// Internal: fills a ProcessTimeline (analyzed_trace.h) at the end of a sweep that kept
+// Internal: fills a ProcessTimeline (engine.h) at the end of a sweep that kept
 // everything (Retention::kKeepAll), from the events as swept and every allocation.
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collector/engine/accountant.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/decoded_stream.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"

@@ -1,4 +1,4 @@
-// Internal: one analysis of a trace, as the public entry points (analysis.h) run it: the
+// Internal: one analysis of a trace, as the entry point (engine.h) runs it: the
 // reader's chunks are decoded (stream_decoder.h), each process's events go through its event
 // order (event_order.h) to its Accountant (accountant.h), and processes whose phases are
 // inferred are read again for the inference's passes (phase_inference.h), then swept again
@@ -11,8 +11,7 @@
 #include <string_view>
 
 #include "collector/engine/accountant.h"
-#include "collector/engine/analysis.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/event_order.h"
 
 namespace cumemtrace::internal {

@@ -1,4 +1,4 @@
-// Exports of an analyzed trace (collector/engine/analyzed_trace.h) to files that other tools open: Perfetto's
+// Exports of an analyzed trace (collector/engine/engine.h) to files that other tools open: Perfetto's
 // native trace, Chrome's JSON trace, PyTorch's memory_viz snapshot, CSV tables, and the
 // self-contained HTML viewer. docs/exports.md describes each. The functions only write to
 // the stream they are given; the caller checks it and owns the files.
@@ -11,9 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/output/run_figures.h"
-#include "collector/engine/analyzed_trace.h"
 
 namespace cumemtrace {
 

@@ -26,7 +26,7 @@
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
 #include "collector/output/pickle_writer.h"
-#include "collector/engine/decoded_stream.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 namespace {
@@ -143,8 +143,8 @@ void SegmentWithBlocks(PickleWriter& w, uint32_t device, const TimelineAllocatio
   EndSegment(w);
 }
 
-bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == internal::kTorchReservedKind; }
-bool IsTensor(const TimelineAllocation& a) { return a.kind == internal::kTorchAllocatedKind; }
+bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == kTorchReservedKind; }
+bool IsTensor(const TimelineAllocation& a) { return a.kind == kTorchAllocatedKind; }
 
 void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, PickleWriter& w) {
   w.BeginDict();
@@ -175,7 +175,7 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
     }
     // Memory PyTorch never sees: a segment of its own, holding one block.
     for (const TimelineAllocation& a : t.allocations) {
-      if (a.device_slot == slot && a.live_at_exit && internal::IsDeviceMemory(a.kind) &&
+      if (a.device_slot == slot && a.live_at_exit && IsDeviceMemory(a.kind) &&
           !IsTensor(a)) {
         Segment(w, t.devices[slot].index, a, /*blocks_known=*/true);
       }
@@ -199,7 +199,7 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
     std::vector<Step> steps;
     for (const TimelineAllocation& a : t.allocations) {
       if (t.devices[a.device_slot].index != ordinal) continue;
-      const bool library = internal::IsDeviceMemory(a.kind) && !IsTensor(a);
+      const bool library = IsDeviceMemory(a.kind) && !IsTensor(a);
       if (!IsTorchSegment(a) && !IsTensor(a) && !library) continue;
       if (!IsTensor(a)) steps.push_back({a.birth_ns, "segment_alloc", &a});
       if (!IsTorchSegment(a)) steps.push_back({a.birth_ns, "alloc", &a});
@@ -275,7 +275,7 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   w.Str("segments");
   w.BeginList();
   for (const TimelineAllocation& a : t.allocations) {
-    if (internal::IsDeviceMemory(a.kind) && a.live_at_exit) {
+    if (IsDeviceMemory(a.kind) && a.live_at_exit) {
       Segment(w, t.devices[a.device_slot].index, a, blocks_known);
     }
   }

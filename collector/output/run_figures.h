@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 

@@ -7,8 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "collector/engine/report.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace::internal {
 

@@ -1,11 +1,11 @@
-// The summary of a Report (collector/engine/report.h): summary.json and the text that
+// The summary of a Report (collector/engine/engine.h): summary.json and the text that
 // `run` and `report` print.
 #pragma once
 
 #include <ostream>
 #include <string>
 
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 

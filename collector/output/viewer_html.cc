@@ -15,7 +15,7 @@
 
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
-#include "collector/engine/decoded_stream.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 namespace internal {
@@ -129,7 +129,7 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   std::vector<double> bytes;
   std::vector<uint8_t> kind, lifetime_class;
   for (const TimelineAllocation& a : t.allocations) {
-    if (a.device_slot != slot || !internal::IsDeviceMemory(a.kind)) continue;
+    if (a.device_slot != slot || !IsDeviceMemory(a.kind)) continue;
     if (a.lifetime_class != nullptr) {
       const auto it =
           std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);

@@ -1,5 +1,5 @@
 // libFuzzer target for `cumemtrace report`: a trace file of any content goes through
-// AnalyzeTraceFile (TraceFileReader + TraceAnalyzer) and both renderings of the summary.
+// Analyze (the trace reader and the engine) and both renderings of the summary.
 // The input is handed over as a real file (a memfd) so the reader's own I/O path runs.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,8 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/output/summary.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,14 +24,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   std::string error;
-  std::unique_ptr<Report> report = AnalyzeTraceFile(path, AnalysisOptions{}, &error);
+  std::unique_ptr<AnalyzedTrace> analyzed = Analyze({path, {}}, AnalysisOptions{}, &error);
   close(fd);
-  if (report == nullptr) {
+  if (analyzed == nullptr) {
     if (error.empty()) abort();  // a file that is refused is refused with a reason
     return 0;
   }
+  const Report& report = *analyzed->report;
   std::ostringstream text;
-  PrintSummaryText(*report, text);
-  if (SummaryJson(*report).empty()) abort();
+  PrintSummaryText(report, text);
+  if (SummaryJson(report).empty()) abort();
   return 0;
 }

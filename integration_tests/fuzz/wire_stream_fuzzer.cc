@@ -13,9 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
+#include "collector/engine/engine.h"
 #include "collector/format/framing.h"
-#include "collector/engine/report.h"
 #include "collector/format/trace_file.h"
 #include "collector/format/wire_validator.h"
 #include "collector/output/summary.h"
@@ -71,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Read back what was written: every accepted frame, byte for byte, nothing else.
   FrameDecoder reread(v1::MAX_FILE_CHUNK_BYTES);
   reread.Append(file.data(), file.size());
-  TraceAnalyzer analyzer(AnalysisOptions{});
+  std::string trace(TraceFilePreamble());
   v1::TraceChunk chunk;
   size_t index = 0;
   for (std::string_view frame; reread.Next(&frame) == FrameDecoder::Status::kFrame; ++index) {
@@ -80,11 +79,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         chunk.wire_frame() != accepted[index]) {
       abort();
     }
-    analyzer.AddChunk(chunk);
+    AppendChunk(chunk, &trace);
   }
   if (index != accepted.size() || reread.pending_bytes() != 0) abort();
 
-  std::unique_ptr<Report> report = analyzer.Finish();
+  AnalysisOptions sorted;
+  sorted.sorted = true;
+  std::unique_ptr<AnalyzedTrace> analyzed = Analyze({"", trace}, sorted, nullptr);
+  if (analyzed == nullptr) abort();
+  const Report* report = analyzed->report.get();
   std::ostringstream text;
   PrintSummaryText(*report, text);
   const std::string json = SummaryJson(*report);

@@ -6,8 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 
 namespace cumemtrace {
 namespace {
@@ -22,9 +21,9 @@ nlohmann::json Load(const std::string& name) {
 
 std::unique_ptr<Report> Analyze(const std::string& trace) {
   std::string error;
-  auto report = AnalyzeTraceFile(kGolden + "/" + trace, AnalysisOptions{}, &error);
-  EXPECT_NE(report, nullptr) << error;
-  return report;
+  auto analyzed = cumemtrace::Analyze({kGolden + "/" + trace, {}}, AnalysisOptions{}, &error);
+  EXPECT_NE(analyzed, nullptr) << error;
+  return analyzed == nullptr ? nullptr : std::move(analyzed->report);
 }
 
 // The traced program's process (interpreters may start helpers of their own).

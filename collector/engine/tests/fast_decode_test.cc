@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 #include "collector/output/summary.h"
 

@@ -17,8 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 #include "collector/engine/trace_analysis.h"
 #include "collector/format/trace_file.h"
@@ -50,8 +49,7 @@ std::unique_ptr<Report> AnalyzeIn(const std::vector<v1::TraceChunk>& chunks, Mod
 
 std::string StreamingJson(const std::vector<v1::TraceChunk>& chunks, const AnalysisOptions& o) {
   std::string error;
-  auto report = AnalyzeTraceBytes(FileBytes(chunks), o, &error);
-  EXPECT_NE(report, nullptr) << error;
+  auto report = AnalyzeIn(chunks, internal::Mode(), o);
   return report == nullptr ? std::string() : SummaryJson(*report);
 }
 
@@ -81,7 +79,7 @@ TEST(OrderAndRetention, GoldenTracesGiveTheInMemoryReport) {
       AnalysisOptions options;
       options.infer_phases = infer;  // without inference, the torch traces stream too
       std::string error;
-      auto streamed = AnalyzeTraceFile(path, options, &error);
+      auto streamed = AnalyzeFile(path, options, &error);
       ASSERT_NE(streamed, nullptr) << error;
       auto in_memory = Analyze(chunks, options);
       in_memory->trace_file = path;
@@ -399,7 +397,7 @@ TEST(OrderAndRetention, AnEventOlderThanTheWindowIsCountedAndStillAccounted) {
   b.Flush();
   b.Exit(s + 6 * s, 0);
   std::string error;
-  auto report = AnalyzeTraceBytes(FileBytes(b.Chunks()), AnalysisOptions(), &error);
+  auto report = AnalyzeIn(b.Chunks(), internal::Mode());
   ASSERT_NE(report, nullptr) << error;
   const ProcessReport& p = report->processes.at(0);
   EXPECT_EQ(p.late_events, 1u);

@@ -4,7 +4,7 @@
 // max_memory_reserved() would report for this sequence.
 #include <gtest/gtest.h>
 
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 
 namespace cumemtrace {

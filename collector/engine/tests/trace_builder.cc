@@ -257,13 +257,13 @@ std::vector<v1::TraceChunk> Concat(const std::vector<std::vector<v1::TraceChunk>
 
 std::unique_ptr<Report> Analyze(const std::vector<v1::TraceChunk>& chunks,
                                 const AnalysisOptions& options) {
-  TraceAnalyzer analyzer(options);
-  for (const v1::TraceChunk& chunk : chunks) analyzer.AddChunk(chunk);
-  auto report = analyzer.Finish();
+  const std::string bytes = FileBytes(chunks);
+  AnalysisOptions sorted = options;
+  sorted.sorted = true;
+  auto report = std::move(cumemtrace::Analyze({"", bytes}, sorted, nullptr)->report);
   // Every test that analyzes through here also checks that the other orders and retention
   // policies (trace_analysis.h) write the same summary: the reorder window that `report`
   // runs, and keeping every allocation, as the exports do.
-  const std::string bytes = FileBytes(chunks);
   using internal::Retention;
   for (const internal::Mode mode : {internal::Mode{false, Retention::kLiveAndPeak},
                                     internal::Mode{false, Retention::kKeepAll},
@@ -275,6 +275,12 @@ std::unique_ptr<Report> Analyze(const std::vector<v1::TraceChunk>& chunks,
         << (mode.retention == Retention::kKeepAll) << " differs";
   }
   return report;
+}
+
+std::unique_ptr<Report> AnalyzeFile(const std::string& path, const AnalysisOptions& options,
+                                    std::string* error) {
+  auto trace = cumemtrace::Analyze({path, {}}, options, error);
+  return trace == nullptr ? nullptr : std::move(trace->report);
 }
 
 std::string FileBytes(const std::vector<v1::TraceChunk>& chunks) {

@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace cumemtrace::testing {
@@ -73,6 +72,9 @@ class StreamBuilder {
 std::vector<v1::TraceChunk> Concat(const std::vector<std::vector<v1::TraceChunk>>& parts);
 std::unique_ptr<Report> Analyze(const std::vector<v1::TraceChunk>& chunks,
                                 const AnalysisOptions& options = AnalysisOptions());
+// The Report of a trace file, null with *error when it cannot be read.
+std::unique_ptr<Report> AnalyzeFile(const std::string& path, const AnalysisOptions& options,
+                                    std::string* error);
 // Preamble, file header, then the chunks: the bytes of a trace file.
 std::string FileBytes(const std::vector<v1::TraceChunk>& chunks);
 // Writes bytes to a fresh file under the test temp dir and returns its path.

@@ -2,8 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 
 namespace cumemtrace {
@@ -72,7 +71,7 @@ TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
 
     // The analyzer still produces a report, marked truncated exactly when cut mid-chunk.
     std::string error;
-    auto report = AnalyzeTraceFile(path, AnalysisOptions(), &error);
+    auto report = testing::AnalyzeFile(path, AnalysisOptions(), &error);
     ASSERT_NE(report, nullptr) << "cut " << cut << ": " << error;
     EXPECT_EQ(report->truncated, !on_boundary) << "cut " << cut;
     if (!on_boundary) {
@@ -91,7 +90,7 @@ TEST(TraceFile, WrongPreambleIsNotATraceFile) {
   EXPECT_FALSE(reader.Open(path));
   EXPECT_NE(reader.error().find("not a cumemtrace trace file"), std::string::npos);
   std::string error;
-  EXPECT_EQ(AnalyzeTraceFile(path, AnalysisOptions(), &error), nullptr);
+  EXPECT_EQ(testing::AnalyzeFile(path, AnalysisOptions(), &error), nullptr);
   EXPECT_NE(error.find(path), std::string::npos) << error;
 }
 
@@ -105,7 +104,7 @@ TEST(TraceFile, WrongVersionSaysWhichVersion) {
 
 TEST(TraceFile, MissingFileNamesTheFile) {
   std::string error;
-  EXPECT_EQ(AnalyzeTraceFile("/nonexistent/x.cmtrace", AnalysisOptions(), &error), nullptr);
+  EXPECT_EQ(testing::AnalyzeFile("/nonexistent/x.cmtrace", AnalysisOptions(), &error), nullptr);
   EXPECT_NE(error.find("/nonexistent/x.cmtrace"), std::string::npos) << error;
 }
 
@@ -114,7 +113,7 @@ TEST(TraceFile, CorruptChunkAfterValidStartGivesTruncatedReport) {
   bytes += std::string("\x05\xff\xff\xff\xff\xff", 6);  // a 5-byte chunk that is not a message
   const std::string path = WriteTempFile("corrupt.cmtrace", bytes);
   std::string error;
-  auto report = AnalyzeTraceFile(path, AnalysisOptions(), &error);
+  auto report = testing::AnalyzeFile(path, AnalysisOptions(), &error);
   ASSERT_NE(report, nullptr) << error;
   EXPECT_TRUE(report->truncated);
   EXPECT_NE(report->truncation_reason.find("corrupt"), std::string::npos);

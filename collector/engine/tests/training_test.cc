@@ -10,11 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "collector/engine/analysis.h"
+#include "collector/engine/engine.h"
 #include "collector/output/exports.h"
 #include "collector/output/summary.h"
 #include "collector/engine/phase_rules.h"
-#include "collector/engine/report.h"
 #include "collector/output/run_figures.h"
 #include "collector/engine/tests/trace_builder.h"
 
@@ -210,7 +209,7 @@ TEST(Inference, FileAnalysisReportsProgressPerPass) {
     calls.emplace_back(pass, done, total);
   };
   std::string error;
-  auto report = AnalyzeTraceFile(path, options, &error);
+  auto report = testing::AnalyzeFile(path, options, &error);
   ASSERT_NE(report, nullptr) << error;
   ASSERT_TRUE(report->processes.at(0).phase_inference.applied);
   ASSERT_FALSE(calls.empty());

@@ -19,7 +19,7 @@
 #include "collector/output/slice_tracks.h"
 #include "collector/output/pickle_writer.h"
 #include "collector/engine/tests/trace_builder.h"
-#include "collector/engine/analyzed_trace.h"
+#include "collector/engine/engine.h"
 #include "collector/output/summary.h"
 #include "perfetto/perfetto_trace_subset.pb.h"
 
@@ -33,9 +33,16 @@ using nlohmann::json;
 #error "CUMEMTRACE_GOLDEN_DIR must name integration_tests/golden"
 #endif
 
+// What `export` asks for: the timelines, every event in exact order.
+AnalysisOptions Exact() {
+  AnalysisOptions options;
+  options.timelines = options.sorted = true;
+  return options;
+}
+
 std::unique_ptr<AnalyzedTrace> Load(const std::string& path) {
   std::string error;
-  auto trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  auto trace = Analyze({path, {}}, Exact(), &error);
   EXPECT_NE(trace, nullptr) << error;
   return trace;
 }
@@ -703,7 +710,7 @@ TEST(DropGaps, AppearInTheChromeTimelineAndTheTextReport) {
   const std::string path =
       testing::WriteTempFile("drops.cmtrace", testing::FileBytes(s.Chunks()));
   std::string error;
-  auto trace = AnalyzeTraceFileDetailed(path, AnalysisOptions(), &error);
+  auto trace = Analyze({path, {}}, testing::Exact(), &error);
   ASSERT_NE(trace, nullptr) << error;
   std::ostringstream chrome;
   WriteChromeTrace(*trace, chrome);

@@ -5,8 +5,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "collector/engine/analysis.h"
-#include "collector/engine/report.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 #include "collector/output/summary.h"
 
