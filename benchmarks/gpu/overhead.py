@@ -10,7 +10,7 @@ round so that drift of the machine falls on all of them alike.
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
 the same runs with another build (the one before a change), interleaved with the rest, so
-that the cost of a change is measured in one run.
+that the cost of a change is measured in one run (mux_overhead.sh: the CUPTI multiplexer).
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
