@@ -424,6 +424,28 @@ int Shared() {
     untouched += touched ? 0 : 1;
   }
   CHECK(untouched == 3);
+  // A client that collects while its kinds stay on (Kineto's continuous tracing): after
+  // its flush handed its buffer back, CUPTI would ask for another with the next record, so
+  // its next collection finds one to flush.
+  CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  untouched = 0;
+  for (int round = 0; round < 50 && untouched < 3; ++round) {
+    const int timer_flushes = fake_cupti_unforced_flushes();
+    const uint32_t launched = Launch();
+    const bool touched = fake_cupti_unforced_flushes() != timer_flushes;
+    const auto got = KinetoCollect();
+    const std::vector<std::pair<uint32_t, uint32_t>> expected{
+        {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, launched}};
+    if (got != expected) {
+      printf("kineto-like collection %d with the kind on%s: %zu records\n", round,
+             touched ? " (the tracer flushed meanwhile)" : "", got.size());
+    }
+    CHECK(got == expected);
+    untouched += touched ? 0 : 1;
+  }
+  CHECK(untouched == 3);
+  CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS);
+  CHECK(KinetoCollect().empty());
   {
     // One buffer at a time, not one more per window.
     std::lock_guard<std::mutex> lock(g_kineto.mutex);
