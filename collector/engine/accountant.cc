@@ -259,16 +259,10 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
     r.still_open = n.still_open;
     r.first_open_ns = rel(n.first_open_ns);
     for (uint32_t slot = 0; slot < slot_device.size(); ++slot) {
-      const PhaseCounters& c = phases.counters(static_cast<int32_t>(i), slot);
       PhaseDeviceStats d;
+      static_cast<PhaseCounters&>(d) = phases.counters(static_cast<int32_t>(i), slot);
       d.index = slot_device[slot];
       SetPhaseWindows(by_phase[i], slot, &d);
-      d.allocated_bytes = c.allocated_bytes;
-      d.freed_bytes = c.freed_bytes;
-      d.allocations = c.allocations;
-      d.frees = c.frees;
-      d.failed_allocations = c.failed_allocations;
-      d.kernels = c.kernels;
       r.devices.push_back(d);
     }
     p->phases.push_back(std::move(r));
@@ -312,7 +306,7 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention,
       phases_(0, stream, rules),
       last_group_{kNone, kNone} {}
 
-void Accountant::SetInferred(const InferenceOutcome& outcome, std::vector<Event> ranges) {
+void Accountant::SetInferred(const PhaseInferenceReport& outcome, std::vector<Event> ranges) {
   inferred_ = true;
   scan_inference_ = false;
   inference_ = outcome;
@@ -558,7 +552,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   p.events = events;
   p.late_events = late_events;
   ShiftRecordsToRealtime(&s);
-  if (options_.infer_phases) ReportInference(inference_, &p);
+  if (options_.infer_phases) p.phase_inference = inference_;
 
   // Devices named only by the stream's records get a slot too.
   for (const auto& [index, info] : s.device_info) SlotOf(index);

@@ -89,7 +89,7 @@ class Accountant {
 
   // For the last pass of a process whose phases are inferred: the outcome and the ranges,
   // swept among the events, after those of the same key.
-  void SetInferred(const InferenceOutcome& outcome, std::vector<Event> ranges);
+  void SetInferred(const PhaseInferenceReport& outcome, std::vector<Event> ranges);
 
   // The next event in the sweep's order (its tie rank in Event::pad).
   void Sweep(const Event& e) {
@@ -105,7 +105,7 @@ class Accountant {
                        ProcessTimeline* timeline);
   // After Finish(): the phases can be inferred, and need passes 2 and 3 (the outcome so far).
   bool needs_inference() const { return needs_inference_; }
-  const InferenceOutcome& inference() const { return inference_; }
+  const PhaseInferenceReport& inference() const { return inference_; }
 
   // The sweep's order: time, then the tie rule of design.md (Event::pad); arrival breaks the
   // remaining ties.
@@ -140,7 +140,7 @@ class Accountant {
   std::vector<Event> synthetic_;  // inferred phase ranges, sorted
   size_t next_synthetic_ = 0;
   bool inferred_ = false;
-  InferenceOutcome inference_;
+  PhaseInferenceReport inference_;
   InferenceScan inference_scan_;
 
   PhaseTracker phases_;

@@ -32,7 +32,7 @@ struct Process {
   uint64_t events = 0;
   bool batch_before_handshake = false;
   StreamingStats stats;
-  InferenceOutcome outcome;
+  PhaseInferenceReport outcome;
   std::vector<Burst> bursts;
   uint64_t forward_start = 0;
   std::vector<uint64_t> optimizer_end;
@@ -208,7 +208,7 @@ class TraceAnalysis {
         p.forward_start = p.bursts_scan->scan.forward_start();
         if (p.bursts.empty()) {
           // Not applied after all: the first sweep's report stands, with the reason.
-          ReportInference(p.outcome, &report);
+          report.phase_inference = p.outcome;
           p.stage = Process::Stage::kDone;
         } else {
           p.stage = p.outcome.signal == "memory" ? Process::Stage::kGradients

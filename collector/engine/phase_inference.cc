@@ -58,10 +58,10 @@ void InferenceScan::Add(const Event& e) {
   }
 }
 
-InferenceOutcome InferenceScan::Decide(const DecodedStream& s, const PhaseRules& rules,
+PhaseInferenceReport InferenceScan::Decide(const DecodedStream& s, const PhaseRules& rules,
                                        bool* more) const {
   *more = false;
-  InferenceOutcome out;
+  PhaseInferenceReport out;
   for (const auto& [tid, name] : s.thread_names) {
     if (name.rfind("pt_autograd", 0) == 0) out.autograd_threads.push_back(tid);
   }
@@ -119,7 +119,7 @@ void BurstScan::Add(const Event& e) {
   }
 }
 
-std::vector<Burst> BurstScan::Finish(InferenceOutcome* out) {
+std::vector<Burst> BurstScan::Finish(PhaseInferenceReport* out) {
   out->signal = "memory";
   std::vector<Burst> bursts = std::move(memory_.bursts);
   if (kernels_.bursts.size() > bursts.size()) {
@@ -158,7 +158,7 @@ void GradientScan::Add(const Event& e) {
 
 std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
                                   const std::vector<uint64_t>& optimizer_end,
-                                  uint64_t forward_start, InferenceOutcome* out) {
+                                  uint64_t forward_start, PhaseInferenceReport* out) {
   std::vector<Event> events;
   // The calling thread's first recorded work opens the first forward pass.
   if (forward_start == 0 || forward_start > bursts[0].first_ns) forward_start = bursts[0].first_ns;
@@ -188,17 +188,6 @@ void AddInferredNames(DecodedStream* s) {
   s->strings[kForwardId] = "forward";
   s->strings[kBackwardId] = "backward";
   s->strings[kOptimizerId] = "optimizer";
-}
-
-void ReportInference(const InferenceOutcome& o, ProcessReport* p) {
-  PhaseInferenceReport& r = p->phase_inference;
-  r.applied = o.applied;
-  r.reason = o.reason;
-  r.signal = o.signal;
-  r.calling_thread = o.calling_thread;
-  r.autograd_threads = o.autograd_threads;
-  r.backward_passes = o.backward_passes;
-  r.optimizers_inferred = o.optimizers_inferred;
 }
 
 }  // namespace cumemtrace::internal

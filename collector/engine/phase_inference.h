@@ -27,23 +27,13 @@
 
 namespace cumemtrace::internal {
 
-struct InferenceOutcome {
-  bool applied = false;
-  std::string reason;          // why it was (not) applied
-  std::string signal;          // "memory" or "kernels": what the bursts were read from
-  uint32_t calling_thread = 0;
-  std::vector<uint32_t> autograd_threads;
-  uint64_t backward_passes = 0;
-  uint64_t optimizers_inferred = 0;
-};
-
 // Pass 1: named ranges and device memory events per thread.
 class InferenceScan {
  public:
   void Add(const Event& e);
   // Decides from what was seen (and the stream's thread names and strings): not applied
   // (with the reason), or the calling thread found and passes 2 and 3 needed (*more).
-  InferenceOutcome Decide(const DecodedStream& s, const PhaseRules& rules, bool* more) const;
+  PhaseInferenceReport Decide(const DecodedStream& s, const PhaseRules& rules, bool* more) const;
 
  private:
   std::vector<std::pair<uint32_t, uint32_t>> range_names_;  // (domain, message), first seen first
@@ -61,10 +51,10 @@ struct Burst {
 // Pass 2: bursts of the autograd threads' work between the calling thread's.
 class BurstScan {
  public:
-  explicit BurstScan(const InferenceOutcome& decided) : decided_(decided) {}
+  explicit BurstScan(const PhaseInferenceReport& decided) : decided_(decided) {}
   void Add(const Event& e);
   // The bursts of the chosen signal; sets out->signal, or out->reason when there are none.
-  std::vector<Burst> Finish(InferenceOutcome* out);
+  std::vector<Burst> Finish(PhaseInferenceReport* out);
   uint64_t forward_start() const { return forward_start_; }
 
  private:
@@ -73,7 +63,7 @@ class BurstScan {
     bool open = false;
     void Add(uint64_t ts, bool autograd);
   };
-  const InferenceOutcome& decided_;
+  const PhaseInferenceReport& decided_;
   Finder memory_, kernels_;
   uint64_t forward_start_ = 0;  // the calling thread's first memory point
 };
@@ -81,13 +71,13 @@ class BurstScan {
 // Pass 3 (memory signal only): when the gradients born in each burst are freed.
 class GradientScan {
  public:
-  GradientScan(const InferenceOutcome& decided, const std::vector<Burst>& bursts)
+  GradientScan(const PhaseInferenceReport& decided, const std::vector<Burst>& bursts)
       : decided_(decided), bursts_(bursts), optimizer_end_(bursts.size(), 0) {}
   void Add(const Event& e);
   const std::vector<uint64_t>& optimizer_end() const { return optimizer_end_; }
 
  private:
-  const InferenceOutcome& decided_;
+  const PhaseInferenceReport& decided_;
   const std::vector<Burst>& bursts_;
   std::vector<uint64_t> optimizer_end_;
   std::unordered_map<uint64_t, size_t> born_in_burst_;  // (device, address) -> burst
@@ -98,10 +88,8 @@ class GradientScan {
 // same key; sets the outcome's counts. `optimizer_end` empty: none inferred.
 std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
                                   const std::vector<uint64_t>& optimizer_end,
-                                  uint64_t forward_start, InferenceOutcome* out);
+                                  uint64_t forward_start, PhaseInferenceReport* out);
 // The names of the synthesized ranges' message ids.
 void AddInferredNames(DecodedStream* s);
-// The outcome as the report says it.
-void ReportInference(const InferenceOutcome& o, ProcessReport* p);
 
 }  // namespace cumemtrace::internal

@@ -15,17 +15,6 @@
 
 namespace cumemtrace::internal {
 
-// Per phase (range name) and device slot, summed or maxed over occurrences.
-// (Entry and peak figures come from the OccurrenceRecords, one occurrence at a time.)
-struct PhaseCounters {
-  uint64_t allocated_bytes = 0;
-  uint64_t freed_bytes = 0;
-  uint64_t allocations = 0;
-  uint64_t frees = 0;
-  uint64_t failed_allocations = 0;
-  uint64_t kernels = 0;
-};
-
 // A phase: one canonical name (after the rules), possibly several range names.
 struct PhaseName {
   uint32_t domain_id = 0;

@@ -157,7 +157,18 @@ struct PhaseWindow {
   uint64_t peak_above_entry_bytes = 0;
 };
 
-struct PhaseDeviceStats {
+// Per phase and device, summed over the events attributed to it. (Entry and peak figures
+// come from one occurrence at a time.)
+struct PhaseCounters {
+  uint64_t allocated_bytes = 0;
+  uint64_t freed_bytes = 0;
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  uint64_t failed_allocations = 0;
+  uint64_t kernels = 0;
+};
+
+struct PhaseDeviceStats : PhaseCounters {
   uint32_t index = 0;
   // The occurrence with the highest peak (the earliest of equals), so that the three figures
   // of a row come from one occurrence and add up.
@@ -167,12 +178,6 @@ struct PhaseDeviceStats {
   PhaseWindow first;   // the first occurrence (warm-up)
   PhaseWindow steady;  // occurrences 2..n: the one whose rise is the lower median
   uint64_t steady_of = 0;  // n - 1: how many occurrences `steady` is the median of (0: n <= 1)
-  uint64_t allocated_bytes = 0;         // sums over attributed events
-  uint64_t freed_bytes = 0;
-  uint64_t allocations = 0;
-  uint64_t frees = 0;
-  uint64_t failed_allocations = 0;
-  uint64_t kernels = 0;
 };
 
 struct PhaseReport {

@@ -1,6 +1,7 @@
 // SummaryJson: the Report as "cumemtrace.summary/1" (docs/summary.md documents every key).
 #include <nlohmann/json.hpp>
 
+#include "collector/output/report_json.h"
 #include "collector/output/summary.h"
 
 namespace cumemtrace {
@@ -94,8 +95,7 @@ Json DeviceJson(const DeviceReport& d) {
   j["live_at_exit"] = {{"count", d.live_at_exit_count}, {"bytes", d.live_at_exit_bytes}};
   j["kernels"] = {{"count", d.kernel_count}, {"busy_ns", d.kernel_busy_ns}};
   j["reallocated_live_address"] = d.reallocated_live_address;
-  j["lifetime_at_peak"] = {{"bytes_by_class", d.lifetime_at_peak.bytes_by_class},
-                           {"activation_memory_bytes", d.lifetime_at_peak.activation_memory_bytes}};
+  j["lifetime_at_peak"] = internal::LifetimeAtPeakJson(d.lifetime_at_peak);
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
@@ -107,43 +107,9 @@ Json DeviceJson(const DeviceReport& d) {
   return j;
 }
 
-Json SpreadJson(const Spread& s) {
-  if (s.count == 0) return Json();
+Json SpreadJson(const Spread& s, bool empty_spreads) {
+  if (s.count == 0 && !empty_spreads) return Json();
   return {{"count", s.count}, {"median", s.median}, {"min", s.min}, {"max", s.max}};
-}
-
-Json IterationsJson(const IterationReport& r) {
-  Json j;
-  j["source"] = r.source.empty() ? Json() : Json(r.source);
-  j["range"] = r.range.empty() ? Json() : Json(r.range);
-  j["note"] = r.note.empty() ? Json() : Json(r.note);
-  j["count"] = r.count;
-  Json windows = Json::array();
-  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
-  j["windows_ns"] = std::move(windows);
-  j["warmup_ns"] = r.count > 0 ? Json(r.warmup_ns) : Json();
-  j["duration_ns"] = SpreadJson(r.duration_ns);
-  Json phases = Json::array();
-  for (const IterationPhaseStats& s : r.phases) {
-    Json devices = Json::array();
-    for (const IterationPhaseDevice& d : s.devices) {
-      devices.push_back(
-          {{"index", d.index},
-           {"warmup_peak_above_entry_bytes",
-            s.in_warmup ? Json(d.warmup_peak_above_entry_bytes) : Json()},
-           {"warmup_net_change_bytes", s.in_warmup ? Json(d.warmup_net_change_bytes) : Json()},
-           {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes)},
-           {"net_change_bytes", SpreadJson(d.net_change_bytes)}});
-    }
-    phases.push_back({{"phase", s.phase},
-                      {"inferred", s.inferred},
-                      {"iterations_with_phase", s.iterations_with_phase},
-                      {"warmup_ns", s.in_warmup ? Json(s.warmup_ns) : Json()},
-                      {"time_ns", SpreadJson(s.time_ns)},
-                      {"devices", std::move(devices)}});
-  }
-  j["phases"] = std::move(phases);
-  return j;
 }
 
 Json PhaseJson(const PhaseReport& p) {
@@ -272,7 +238,7 @@ Json ProcessJson(const ProcessReport& p) {
                           {"autograd_threads", inf.autograd_threads},
                           {"backward_passes", inf.backward_passes},
                           {"optimizers_inferred", inf.optimizers_inferred}};
-  j["iterations"] = IterationsJson(p.iterations);
+  j["iterations"] = internal::IterationsJson(p.iterations);
   j["nvtx_marks"] = p.nvtx_marks;
   j["unmatched_range_closes"] = p.unmatched_range_closes;
   auto failures = [](const std::vector<FailedAllocationReport>& list) {
@@ -301,6 +267,48 @@ Json ProcessJson(const ProcessReport& p) {
 }
 
 }  // namespace
+
+namespace internal {
+
+Json IterationsJson(const IterationReport& r, bool empty_spreads) {
+  Json j;
+  j["source"] = r.source.empty() ? Json() : Json(r.source);
+  j["range"] = r.range.empty() ? Json() : Json(r.range);
+  j["note"] = r.note.empty() ? Json() : Json(r.note);
+  j["count"] = r.count;
+  Json windows = Json::array();
+  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
+  j["windows_ns"] = std::move(windows);
+  j["warmup_ns"] = r.count > 0 ? Json(r.warmup_ns) : Json();
+  j["duration_ns"] = SpreadJson(r.duration_ns, empty_spreads);
+  Json phases = Json::array();
+  for (const IterationPhaseStats& s : r.phases) {
+    Json devices = Json::array();
+    for (const IterationPhaseDevice& d : s.devices) {
+      devices.push_back(
+          {{"index", d.index},
+           {"warmup_peak_above_entry_bytes",
+            s.in_warmup ? Json(d.warmup_peak_above_entry_bytes) : Json()},
+           {"warmup_net_change_bytes", s.in_warmup ? Json(d.warmup_net_change_bytes) : Json()},
+           {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes, empty_spreads)},
+           {"net_change_bytes", SpreadJson(d.net_change_bytes, empty_spreads)}});
+    }
+    phases.push_back({{"phase", s.phase},
+                      {"inferred", s.inferred},
+                      {"iterations_with_phase", s.iterations_with_phase},
+                      {"warmup_ns", s.in_warmup ? Json(s.warmup_ns) : Json()},
+                      {"time_ns", SpreadJson(s.time_ns, empty_spreads)},
+                      {"devices", std::move(devices)}});
+  }
+  j["phases"] = std::move(phases);
+  return j;
+}
+
+Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
+  return {{"bytes_by_class", l.bytes_by_class}, {"activation_memory_bytes", l.activation_memory_bytes}};
+}
+
+}  // namespace internal
 
 std::string SummaryJson(const Report& report) {
   Json j;

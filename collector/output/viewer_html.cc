@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "collector/output/exports.h"
+#include "collector/output/report_json.h"
 #include "collector/output/slice_tracks.h"
 #include "collector/engine/engine.h"
 
@@ -66,49 +67,6 @@ std::string Column(const std::vector<T>& values) {
 const std::vector<std::string> kLifetimeClassNames = {"persistent", "activation", "gradient",
                                                       "temporary", "other"};
 constexpr uint8_t kUnknownLifetimeClass = 0xFF;
-
-json SpreadData(const Spread& s) {
-  return {{"count", s.count}, {"median", s.median}, {"min", s.min}, {"max", s.max}};
-}
-
-// The same layout as summary.json's "iterations" (docs/summary.md), so that the viewer and
-// the summary cannot disagree on what a median is.
-json IterationsData(const IterationReport& r) {
-  json windows = json::array();
-  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
-  json phases = json::array();
-  for (const IterationPhaseStats& s : r.phases) {
-    json devices = json::array();
-    for (const IterationPhaseDevice& d : s.devices) {
-      devices.push_back(
-          {{"index", d.index},
-           {"warmup_peak_above_entry_bytes",
-            s.in_warmup ? json(d.warmup_peak_above_entry_bytes) : json(nullptr)},
-           {"warmup_net_change_bytes", s.in_warmup ? json(d.warmup_net_change_bytes) : json(nullptr)},
-           {"peak_above_entry_bytes", SpreadData(d.peak_above_entry_bytes)},
-           {"net_change_bytes", SpreadData(d.net_change_bytes)}});
-    }
-    phases.push_back({{"phase", s.phase},
-                      {"inferred", s.inferred},
-                      {"iterations_with_phase", s.iterations_with_phase},
-                      {"warmup_ns", s.in_warmup ? json(s.warmup_ns) : json(nullptr)},
-                      {"time_ns", SpreadData(s.time_ns)},
-                      {"devices", devices}});
-  }
-  return {{"source", r.source.empty() ? json(nullptr) : json(r.source)},
-          {"range", r.range.empty() ? json(nullptr) : json(r.range)},
-          {"note", r.note.empty() ? json(nullptr) : json(r.note)},
-          {"count", r.count},
-          {"windows_ns", windows},
-          {"warmup_ns", r.count > 0 ? json(r.warmup_ns) : json(nullptr)},
-          {"duration_ns", SpreadData(r.duration_ns)},
-          {"phases", phases}};
-}
-
-json LifetimeAtPeakData(const LifetimeAtPeak& l) {
-  return {{"bytes_by_class", l.bytes_by_class},
-          {"activation_memory_bytes", l.activation_memory_bytes}};
-}
 
 json StepsData(const DeviceTimeline& dt) {
   std::vector<double> step_time, step_bytes;
@@ -164,7 +122,7 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
             {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
             {"peak_live_allocations", dr.peak.live_count},
             {"kernel_count", dr.kernel_count},
-            {"lifetime_at_peak", LifetimeAtPeakData(dr.lifetime_at_peak)},
+            {"lifetime_at_peak", internal::LifetimeAtPeakJson(dr.lifetime_at_peak)},
             {"steps", StepsData(dt)},
             {"allocations",
              {{"n", birth.size()}, {"birth_step", Column(birth)}, {"death_step", Column(death)},
@@ -251,7 +209,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
           {"phase_names", t.phase_names},
           {"phases", phases},
           {"failed_allocations", failed},
-          {"iterations", IterationsData(p.iterations)},
+          {"iterations", internal::IterationsJson(p.iterations, true)},
           {"lifetime_classes", kLifetimeClassNames},
           {"ranges",
            {{"n", start.size()}, {"start_ns", Column(start)}, {"end_ns", Column(end)},
@@ -293,8 +251,8 @@ json CompareRunData(const ViewerRun& run) {
             {"peak_bytes", dr.peak.bytes},
             {"peak_time_ns", dr.peak.seen ? json(dr.peak.time_ns) : json(nullptr)},
             {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
-            {"lifetime_at_peak", LifetimeAtPeakData(dr.lifetime_at_peak)},
-            {"iterations", IterationsData(it)},
+            {"lifetime_at_peak", internal::LifetimeAtPeakJson(dr.lifetime_at_peak)},
+            {"iterations", internal::IterationsJson(it, true)},
             {"steps", StepsData(dt)}});
   return r;
 }

@@ -1,0 +1,18 @@
+// Internal: parts of summary.json (summary_json.cc) that the viewer's page data embeds with the
+// same layout, so that the page and the summary cannot disagree on what a median is.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "collector/engine/engine.h"
+
+namespace cumemtrace::internal {
+
+// summary.json's "iterations" (docs/summary.md). A spread of no iterations is null there;
+// with `empty_spreads`, an object of zeros (what the page reads).
+nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_spreads = false);
+
+// A device's "lifetime_at_peak".
+nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
+
+}  // namespace cumemtrace::internal
