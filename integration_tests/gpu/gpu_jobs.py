@@ -40,7 +40,10 @@ def run(args):
     script = os.path.join(HERE, "ddp_train.py")
     records = {}
     started = time.monotonic()
-    proc = subprocess.run([args.cumemtrace, "run", "-o", os.path.join(r, "ddp"), "--",
+    # --allocator=async in both jobs: check_ranks compares each rank's cuMemAllocAsync peak
+    # with its max_memory_allocated (`run` leaves PyTorch's caching allocator by default).
+    proc = subprocess.run([args.cumemtrace, "run", "-o", os.path.join(r, "ddp"),
+                           "--allocator=async", "--",
                            *torchrun("--standalone", "--nproc_per_node=2", script,
                                      "--stats-dir", os.path.join(r, "ddp_stats"))],
                           capture_output=True, text=True, timeout=300)
@@ -53,7 +56,8 @@ def run(args):
     for node in (0, 1):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(node))
         nodes.append(subprocess.Popen(
-            [args.cumemtrace, "run", "-o", os.path.join(r, f"host{node}"), "--",
+            [args.cumemtrace, "run", "-o", os.path.join(r, f"host{node}"), "--allocator=async",
+             "--",
              *torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1",
                        "--master_addr=127.0.0.1", "--master_port=29533", script,
                        "--stats-dir", os.path.join(r, "two_hosts_stats"))],

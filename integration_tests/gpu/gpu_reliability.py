@@ -35,10 +35,10 @@ def record(proc, started):
             "stderr": proc.stderr.decode(errors="replace")}
 
 
-def traced(args, name, command):
+def traced(args, name, command, *options):
     started = time.monotonic()
     out = os.path.join(args.results, name)
-    proc = subprocess.run([args.cumemtrace, "run", "-o", out, "--", *command],
+    proc = subprocess.run([args.cumemtrace, "run", "-o", out, *options, "--", *command],
                           capture_output=True, timeout=300)
     result = record(proc, started)
     report = subprocess.run([args.cumemtrace, "report", out], capture_output=True, timeout=120)
@@ -92,7 +92,10 @@ def run(args):
         records[case] = traced(args, case, [faults, "die", name,
                                             os.path.join(args.results, case + ".stats.json"), "2000"])
     records["collector_killed"] = collector_killed(args)
-    records["torch_profiler"] = traced(args, "torch_profiler", [sys.executable, "-c", PROFILED_PROGRAM])
+    # The async allocator: every tensor is its own cuMemAllocAsync, which check_profiler
+    # counts (`run` leaves PyTorch on its caching allocator by default).
+    records["torch_profiler"] = traced(args, "torch_profiler", [sys.executable, "-c", PROFILED_PROGRAM],
+                                       "--allocator=async")
     with open(os.path.join(args.results, "runs.json"), "w") as f:
         json.dump(records, f, indent=1)
 
