@@ -63,12 +63,12 @@ RecordQueue::RecordQueue(size_t capacity_events)
       // message still fits whole in the default 32 MiB ring).
       max_text_bytes_(ring_bytes_ / 8 - sizeof(ring::Record)) {}
 
-int RecordQueue::Create() {
+int RecordQueue::Create(bool shared) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (header_ != nullptr) return -1;
   mapping_bytes_ = ring::kHeaderBytes + ring_bytes_;
   void* memory = MAP_FAILED;
-  int fd = memfd_create("cumemtrace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  int fd = shared ? memfd_create("cumemtrace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
   if (fd >= 0) {
     fd = MoveToHighDescriptor(fd);
     // Sealed against shrinking: a collector that maps it can never be handed a SIGBUS.

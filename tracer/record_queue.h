@@ -36,7 +36,8 @@ class RecordQueue {
   // descriptor (close-on-exec, at a high number) for the handshake, and the caller closes it
   // once sent. Otherwise private memory and -1: the tracer works as before, without what the
   // collector could read after a crash. Before this, Push drops nothing and keeps nothing.
-  int Create();
+  // shared=false (CUMEMTRACE_SHARED_RING=0) asks for the private memory: the socket alone.
+  int Create(bool shared = true);
   bool created() const { return header_ != nullptr; }
   bool shared() const { return shared_; }
   uint64_t ring_bytes() const { return ring_bytes_; }

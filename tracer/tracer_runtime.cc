@@ -53,6 +53,14 @@ size_t QueueCapacityFromEnv() {
   return (end != nullptr && *end == '\0' && n > 0) ? static_cast<size_t>(n) : kDefaultQueueRecords;
 }
 
+// CUMEMTRACE_SHARED_RING=0: the ring stays in the tracer's private memory and records reach
+// the collector through the socket only (what the tracer falls back to where memfd is not
+// allowed): to measure what the shared ring costs, and to turn it off.
+bool SharedRingFromEnv() {
+  const char* value = getenv("CUMEMTRACE_SHARED_RING");
+  return value == nullptr || strcmp(value, "0") != 0;
+}
+
 std::string DefaultSocketPath() {
   if (const char* runtime_dir = getenv("XDG_RUNTIME_DIR"); runtime_dir && *runtime_dir) {
     return std::string(runtime_dir) + "/cumemtrace/collector.sock";
@@ -257,7 +265,7 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   // Leaked with the runtime (see the class comment).
   g_sender = new SenderState();
   SenderState& s = *g_sender;
-  s.ring_fd = queue_.Create();
+  s.ring_fd = queue_.Create(SharedRingFromEnv());
   if (s.ring_fd >= 0) {
     struct stat st {};
     fstat(s.ring_fd, &st);

@@ -12,6 +12,11 @@ round so that drift of the machine falls on all of them alike.
 the same runs with another build (the one before a change), interleaved with the rest, so
 that the cost of a change is measured in one run (mux_overhead.sh: the CUPTI multiplexer).
 
+"cumemtrace (socket only)" and "cumemtrace --no-kernels (socket only)" are the same build
+with CUMEMTRACE_SHARED_RING=0: the tracer keeps its ring in private memory and the collector
+gets records through the socket alone, so the difference to "cumemtrace" is what the shared
+ring (records kept when the program dies) costs.
+
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
 for --allocator=async, to the untraced run with the async allocator too.
@@ -27,6 +32,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+SOCKET_ONLY = {"CUMEMTRACE_SHARED_RING": "0"}
 
 
 def cpu_plan():
@@ -69,6 +75,10 @@ def python_configs(cumemtrace, scratch, only, baseline=None):
         # The default: the program's allocator untouched, tensors through the PyTorch bridge.
         "cumemtrace": (run("default"), {}),
         "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
+        # What the shared ring costs: the same, records through the socket only.
+        "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
+        "cumemtrace --no-kernels (socket only)":
+            (run("socket-nokernels", "--no-kernels"), SOCKET_ONLY),
         # What the bridge itself costs: segments only, as without a bridge.
         "cumemtrace --no-kernels, bridge off":
             (run("nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
@@ -88,6 +98,9 @@ def libtorch_configs(cumemtrace, program, scratch, baseline=None):
         "untraced, async allocator": (argv, ASYNC),
         "cumemtrace": (run("lt-default"), {}),
         "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
+        "cumemtrace (socket only)": (run("lt-socket"), SOCKET_ONLY),
+        "cumemtrace --no-kernels (socket only)":
+            (run("lt-socket-nokernels", "--no-kernels"), SOCKET_ONLY),
         "cumemtrace --no-kernels, bridge off":
             (run("lt-nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
         "cumemtrace --allocator=async": (run("lt-async", "--allocator=async"), {}),

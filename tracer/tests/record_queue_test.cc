@@ -51,6 +51,19 @@ TEST(RecordQueue, DropsAndCountsWhenFullWithTheTimeWindow) {
   EXPECT_EQ(dropped_total, 3u);
 }
 
+// CUMEMTRACE_SHARED_RING=0: private memory, no descriptor for the collector, same queue.
+TEST(RecordQueue, PrivateWhenTheSharedRingIsTurnedOff) {
+  RecordQueue queue(2);
+  EXPECT_EQ(queue.Create(/*shared=*/false), -1);
+  EXPECT_TRUE(queue.created());
+  EXPECT_FALSE(queue.shared());
+  EXPECT_TRUE(queue.Push(At(1, "kept")));
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].text, "kept");
+}
+
 TEST(RecordQueue, WrapsAroundAndKeepsEveryFieldAndString) {
   RecordQueue queue(2);
   const int fd = queue.Create();
