@@ -77,6 +77,15 @@ __attribute__((constructor)) void OnLoad() {
   // Without LD_PRELOAD we were loaded by the driver or by NVTX, whose entry points come
   // next and start the tracer themselves.
   if (!NamedInPreload(self)) return;
+  // Each NVTX instance's first call dlopens NVTX_INJECTION64_PATH while the NVTX header's
+  // fork race is open (docs/reliability.md). ld.so finds a loaded library by the name it was
+  // loaded under; by another spelling (LD_PRELOAD by a relative path or through a symlink)
+  // it opens and reads the file to compare identities, about 10 us more inside the race.
+  // A no-load dlopen by that spelling now adds it to the library's names, once.
+  const char* nvtx_path = getenv("NVTX_INJECTION64_PATH");
+  if (nvtx_path != nullptr && SameFile(nvtx_path, self)) {
+    if (void* handle = dlopen(nvtx_path, RTLD_LAZY | RTLD_NOLOAD)) dlclose(handle);
+  }
   TracerRuntime& runtime = TracerRuntime::Get();
   runtime.Start(v1::INJECTION_MODE_LD_PRELOAD);
   if (other_tool) {
@@ -104,9 +113,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 // includes the header-only NVTX has its own).
 extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
     NvtxGetExportTableFunc_t get_export_table) {
-  // Fork waits while this runs: a child forked now would spin in the NVTX header forever.
+  // The NVTX header's fork race is open while this runs (a child forked now spins in the
+  // header forever), so it does the least it can: fill the function tables. When NVTX
+  // loaded the tracer (no LD_PRELOAD), the tracer's own start (its ring, the connection,
+  // the sender thread: about 250 us) waits for the first recorded event. Fork also waits
+  // while this runs.
   const cumemtrace::tracer::InitScope init;
-  TracerRuntime::Get().Start(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
+  TracerRuntime::Get().StartAtFirstEvent(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
 }
 

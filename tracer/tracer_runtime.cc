@@ -227,12 +227,32 @@ void TracerRuntime::Notice(v1::NoticeLevel level, const std::string& code,
   notices_.push_back(std::move(notice));
 }
 
-void TracerRuntime::Start(v1::InjectionMode mode) {
+void TracerRuntime::StartAtFirstEvent(v1::InjectionMode mode) {
+  if (started_.load()) return;
+  pending_mode_.store(mode);
+  start_pending_.store(true);
+  recording_.store(true);  // so the hooks record; the first record starts the tracer
+}
+
+void TracerRuntime::StartPending(uint64_t first_event_ns) {
+  Start(static_cast<v1::InjectionMode>(pending_mode_.load()), first_event_ns);
+  start_pending_.store(false, std::memory_order_release);
+}
+
+namespace {
+thread_local bool t_in_start = false;  // Start never recurses, but must not deadlock if it did
+}  // namespace
+
+void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   const InitScope init;
-  if (started_.exchange(true)) return;
+  if (started_.load() || t_in_start) return;
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  if (started_.load()) return;  // another thread started it while this one waited
+  t_in_start = true;
   pid_ = getpid();
   mode_ = mode;
-  start_ns_ = MonotonicNs();
+  const uint64_t now = MonotonicNs();
+  start_ns_ = start_ns != 0 && start_ns < now ? start_ns : now;
   // Unset: kernels at their launch; "0": none; "1" (or "records"): CUPTI's GPU records too.
   const char* kernels = getenv("CUMEMTRACE_KERNELS");
   kernels_ = KernelRecording::kLaunches;
@@ -299,6 +319,9 @@ void TracerRuntime::Start(v1::InjectionMode mode) {
   pthread_sigmask(SIG_SETMASK, &all, &previous);
   std::thread(&TracerRuntime::SenderMain, this).detach();
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  // Last: a thread that finds it set goes on to use the ring made above.
+  started_.store(true);
+  t_in_start = false;
 }
 
 void TracerRuntime::StartCupti() {
@@ -424,7 +447,9 @@ void TracerRuntime::AtForkChild() {
   TracerRuntime& self = Get();
   ++g_tid_generation;
   const bool parent_was_recording = self.recording_.load();
+  const bool parent_start_pending = self.start_pending_.load();
   self.recording_.store(false);
+  new (&self.start_mutex_) std::mutex();
   self.queue_.ResetInChildAfterFork();
   ResetNvtxInChildAfterFork();
   g_inits_in_progress.store(0);
@@ -450,14 +475,12 @@ void TracerRuntime::AtForkChild() {
   if (self.started_.load() && parent_was_recording) {
     self.started_.store(false);
     self.cupti_started_.store(true);  // never CUPTI in this child
-    self.restart_in_child_.store(true);
+    self.pending_mode_.store(self.mode_);
+    self.start_pending_.store(true);
     self.recording_.store(true);  // hooks queue events; the first one starts the stream
+  } else if (!self.started_.load() && parent_start_pending) {
+    self.recording_.store(true);  // the parent had not started yet: neither has the child
   }
-}
-
-void TracerRuntime::RestartInForkedChild() {
-  if (!restart_in_child_.exchange(false)) return;
-  Start(mode_);
 }
 
 void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) {

@@ -38,8 +38,13 @@ class TracerRuntime {
   static TracerRuntime& Get();
 
   // Connects to the collector and starts the sender thread, once per process. Safe to call
-  // from every entry point.
-  void Start(v1::InjectionMode mode);
+  // from every entry point and from several threads at once: a caller returns when the
+  // tracer has started. start_ns, when not 0, is the earliest time the trace covers.
+  void Start(v1::InjectionMode mode, uint64_t start_ns = 0);
+  // NVTX's init callback: Start is left to the first recorded event (unless the tracer has
+  // started already), so that the NVTX header's init, and with it its fork race, stays
+  // short. Hooks record meanwhile; the first record starts the tracer before it is queued.
+  void StartAtFirstEvent(v1::InjectionMode mode);
   // Starts CUPTI (once). From the driver's InitializeInjection, or from the constructor when
   // CUDA_INJECTION64_PATH already names another library.
   void StartCupti();
@@ -47,8 +52,9 @@ class TracerRuntime {
   // True while events are wanted: hooks test this first and return at once otherwise.
   bool recording() const { return recording_.load(std::memory_order_relaxed); }
   void Record(HostRecord&& record) {
-    // A forked child's first event starts its own stream (see AtForkChild).
-    if (restart_in_child_.load(std::memory_order_relaxed)) RestartInForkedChild();
+    // The first event starts the tracer when NVTX loaded it, and a forked child's first
+    // event starts the child's own stream (see AtForkChild).
+    if (start_pending_.load(std::memory_order_acquire)) StartPending(record.timestamp_ns);
     queue_.Push(record);
     // The ring holds a copy of the bridge's state (sent once per process).
     delete record.torch_bridge_state;
@@ -84,15 +90,20 @@ class TracerRuntime {
   static void AtForkPrepare();
   static void AtForkParent();
   static void AtForkChild();
-  void RestartInForkedChild();
+  void StartPending(uint64_t first_event_ns);
 
   std::atomic<bool> started_{false};
   std::atomic<bool> cupti_started_{false};
   std::atomic<bool> stepped_aside_{false};
   std::atomic<bool> recording_{false};
   std::atomic<bool> exit_flush_registered_{false};
-  // Set in a forked child of a recording process until its first event starts its stream.
-  std::atomic<bool> restart_in_child_{false};
+  // Set until the first event starts the tracer: after NVTX's init callback when NVTX loaded
+  // the tracer, and in a forked child of a recording process; with the mode to start in.
+  std::atomic<bool> start_pending_{false};
+  std::atomic<int> pending_mode_{v1::INJECTION_MODE_UNSPECIFIED};
+  // Held for the whole of Start: a second caller waits until the tracer has started (its
+  // ring exists), so no thread's first event is pushed into a ring not yet made.
+  std::mutex start_mutex_;
   bool exit_and_fork_handlers_registered_ = false;  // inherited by forked children
   pid_t pid_ = 0;
   v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
