@@ -125,10 +125,6 @@ int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts) {
 
 namespace {
 
-cumemtrace::Spread ToReport(const internal::Spread& s) {
-  return cumemtrace::Spread{s.count, s.median, s.min, s.max};
-}
-
 void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
                        uint64_t first_ns, const IterationDetection& detection, ProcessReport* p) {
   IterationReport& r = p->iterations;
@@ -148,7 +144,7 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
       durations.push_back(d);
     }
   }
-  r.duration_ns = ToReport(SpreadOf(durations));
+  r.duration_ns = SpreadOf(durations);
   if (detection.windows.empty()) return;
 
   const std::vector<PhaseName>& names = phases.names();
@@ -196,7 +192,7 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
       }
     }
     if (stats.iterations_with_phase == 0) continue;
-    stats.time_ns = ToReport(SpreadOf(times));
+    stats.time_ns = SpreadOf(times);
     for (size_t s = 0; s < slots; ++s) {
       IterationPhaseDevice d;
       d.index = slot_device[s];
@@ -204,8 +200,8 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
         d.warmup_peak_above_entry_bytes = above_of[row * slots + s];
         d.warmup_net_change_bytes = net_of[row * slots + s];
       }
-      d.peak_above_entry_bytes = ToReport(SpreadOf(above[s]));
-      d.net_change_bytes = ToReport(SpreadOf(net[s]));
+      d.peak_above_entry_bytes = SpreadOf(above[s]);
+      d.net_change_bytes = SpreadOf(net[s]);
       stats.devices.push_back(d);
     }
     r.phases.push_back(std::move(stats));

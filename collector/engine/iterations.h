@@ -30,12 +30,6 @@ IterationDetection DetectIterations(const std::vector<PhaseName>& names,
                                     const std::string& requested);
 
 // Values of one metric over iterations 2..N (the first, warm-up, is reported apart).
-struct Spread {
-  uint64_t count = 0;
-  int64_t median = 0;  // the lower median: an observed value, exact to the byte
-  int64_t min = 0;
-  int64_t max = 0;
-};
 Spread SpreadOf(std::vector<int64_t> values);
 
 // Index of the window holding `ts`, or -1 (before the first, after the last, or between).

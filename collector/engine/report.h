@@ -225,7 +225,7 @@ struct PhaseInferenceReport {
 // One metric over iterations 2..N; the lower median is an observed value.
 struct Spread {
   uint64_t count = 0;
-  int64_t median = 0;
+  int64_t median = 0;  // the lower median: an observed value, exact to the byte
   int64_t min = 0;
   int64_t max = 0;
 };

@@ -34,8 +34,9 @@ const char* InjectionName(int mode) {
 
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
 
-// The fields of the three hot payloads, as protobuf's accessors return them. Both decoding
-// paths fill these and turn them into compact events through the same functions below.
+// The fields of the three hot payloads, as protobuf's accessors return them (in the order
+// the slow path lists them). Both decoding paths fill these and turn them into compact
+// events through the same functions below.
 struct MemoryFields {
   int32_t operation = 0;
   uint64_t address = 0;
@@ -513,16 +514,9 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kMemory: {
       const v1::MemoryOp& m = event.memory();
-      MemoryFields f;
-      f.operation = m.operation();
-      f.address = m.address();
-      f.bytes = m.bytes();
-      f.kind = m.kind();
-      f.device = m.device();
-      f.stream = m.stream();
-      f.thread_id = m.thread_id();
-      f.api_name_id = m.api_name_id();
-      f.caller_module_id = m.caller_module_id();
+      const MemoryFields f{m.operation(), m.address(),     m.bytes(),
+                           m.kind(),      m.device(),      m.stream(),
+                           m.thread_id(), m.api_name_id(), m.caller_module_id()};
       if (!CompactMemory(f, &e)) return;
       break;
     }
@@ -543,23 +537,13 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kKernel: {
       const v1::Kernel& k = event.kernel();
-      KernelFields f;
-      f.name_id = k.name_id();
-      f.device = k.device();
-      f.stream = k.stream();
-      f.end_ns = k.end_ns();
-      f.thread_id = k.thread_id();
-      CompactKernel(f, &e);
+      CompactKernel(KernelFields{k.name_id(), k.device(), k.stream(), k.end_ns(), k.thread_id()},
+                    &e);
       break;
     }
     case v1::Event::kNvtx: {
       const v1::Nvtx& n = event.nvtx();
-      NvtxFields f;
-      f.operation = n.operation();
-      f.thread_id = n.thread_id();
-      f.domain_id = n.domain_id();
-      f.message_id = n.message_id();
-      f.range_id = n.range_id();
+      const NvtxFields f{n.operation(), n.thread_id(), n.domain_id(), n.message_id(), n.range_id()};
       if (!CompactNvtx(f, &e)) return;
       break;
     }

@@ -96,25 +96,16 @@ void AddAnnotation(pp::TrackEvent* event, const std::string& name, const std::st
   a->set_string_value(value);
 }
 
-uint64_t CounterTrack(PerfettoWriter& w, uint64_t parent, const std::string& name) {
+// A track under `parent`; with `bytes`, a counter track of bytes.
+uint64_t NamedTrack(PerfettoWriter& w, uint64_t parent, const std::string& name,
+                    bool bytes = false) {
   pp::TracePacket packet;
   pp::TrackDescriptor* d = packet.mutable_track_descriptor();
   const uint64_t uuid = w.NewUuid();
   d->set_uuid(uuid);
   d->set_parent_uuid(parent);
   d->set_name(name);
-  d->mutable_counter()->set_unit(pp::CounterDescriptor::UNIT_SIZE_BYTES);
-  w.Descriptor(packet);
-  return uuid;
-}
-
-uint64_t NamedTrack(PerfettoWriter& w, uint64_t parent, const std::string& name) {
-  pp::TracePacket packet;
-  pp::TrackDescriptor* d = packet.mutable_track_descriptor();
-  const uint64_t uuid = w.NewUuid();
-  d->set_uuid(uuid);
-  d->set_parent_uuid(parent);
-  d->set_name(name);
+  if (bytes) d->mutable_counter()->set_unit(pp::CounterDescriptor::UNIT_SIZE_BYTES);
   w.Descriptor(packet);
   return uuid;
 }
@@ -142,19 +133,19 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     const char* what = p.allocator_mode == "native" && !p.torch.attached ? " device memory (allocator segments)"
                                                     : " device memory in use";
     if (!dt.device_memory.empty()) {
-      const uint64_t track = CounterTrack(w, process_track, gpu + what);
+      const uint64_t track = NamedTrack(w, process_track, gpu + what, true);
       w.Counter(track, offset, 0);
       for (const MemoryStep& s : dt.device_memory) w.Counter(track, offset + s.time_ns, s.bytes);
     }
     if (!dt.static_memory.empty()) {
       const uint64_t track =
-          CounterTrack(w, process_track, gpu + " module globals (not the program's)");
+          NamedTrack(w, process_track, gpu + " module globals (not the program's)", true);
       w.Counter(track, offset, 0);
       for (const MemoryStep& s : dt.static_memory) w.Counter(track, offset + s.time_ns, s.bytes);
     }
     if (dr.not_program.tracer_bytes > 0) {
       const uint64_t track =
-          CounterTrack(w, process_track, gpu + " tracer buffers (not the program's)");
+          NamedTrack(w, process_track, gpu + " tracer buffers (not the program's)", true);
       w.Counter(track, offset, dr.not_program.tracer_bytes);
       w.Counter(track, end, dr.not_program.tracer_bytes);
     }
