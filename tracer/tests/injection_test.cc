@@ -227,6 +227,52 @@ TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) {
   ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD);
 }
 
+// The allocations a thread's first NVTX call makes (nvtx_alloc_probe.cc), with the tracer
+// preloaded by `preload` (from the root folder, so a path without its leading '/' is a
+// relative spelling) and NVTX_INJECTION64_PATH set to `nvtx_path` (unset when null).
+std::string AllocationsInNvtxInit(const std::string& preload, const char* nvtx_path) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir("/") != 0) _exit(126);
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    if (nvtx_path != nullptr) {
+      setenv("NVTX_INJECTION64_PATH", nvtx_path, 1);
+    } else {
+      unsetenv("NVTX_INJECTION64_PATH");
+    }
+    unsetenv("CUDA_INJECTION64_PATH");
+    setenv("CUMEMTRACE_SOCKET", "/nonexistent/cumemtrace.sock", 1);
+    setenv("CUMEMTRACE_QUIET", "1", 1);
+    dup2(out[1], 1);
+    execl(CUMEMTRACE_NVTX_ALLOC_PROBE, CUMEMTRACE_NVTX_ALLOC_PROBE, nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return text;
+}
+
+// NVTX's init is the window of the NVTX header's fork race, and glibc's fork holds malloc's
+// locks: an allocation there keeps the thread inside the window for a whole concurrent fork
+// (docs/reliability.md). The header's first dlopen of the preloaded tracer made one (and
+// opened the file when LD_PRELOAD spelled the path differently); the constructor now makes
+// that dlopen itself, before the program has threads.
+TEST(NvtxInit, AllocatesNothingWithTheTracerPreloaded) {
+  const std::string absolute = CUMEMTRACE_TRACER_LIB;
+  ASSERT_EQ(absolute[0], '/');
+  EXPECT_EQ(AllocationsInNvtxInit(absolute, absolute.c_str()), "0\n") << "as run sets it";
+  EXPECT_EQ(AllocationsInNvtxInit(absolute.substr(1), nullptr), "0\n")
+      << "LD_PRELOAD by a relative path";
+}
+
 // CUMEMTRACE_SHARED_RING=0 (the socket-only configuration of the overhead benchmarks): no
 // ring is offered to the collector, and every record still arrives through the socket.
 TEST_F(ProbeRun, WithTheSharedRingOffEverythingArrivesThroughTheSocket) {
