@@ -246,6 +246,11 @@ thread_local bool t_in_start = false;  // Start never recurses, but must not dea
 void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   const InitScope init;
   if (started_.load() || t_in_start) return;
+  // Before the lock: a fork while another thread holds it must find the handlers that wait
+  // for Start and give the child a free lock (a forked child inherits the registration).
+  if (!fork_handlers_registered_.exchange(true)) {
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+  }
   std::lock_guard<std::mutex> lock(start_mutex_);
   if (started_.load()) return;  // another thread started it while this one waited
   t_in_start = true;
@@ -265,10 +270,9 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   const char* socket = getenv("CUMEMTRACE_SOCKET");
   socket_path_ = (socket != nullptr && *socket) ? socket : DefaultSocketPath();
 
-  // A forked child inherits these registrations: it must not add a second pair.
-  if (!exit_and_fork_handlers_registered_) {
-    exit_and_fork_handlers_registered_ = true;
-    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+  // A forked child inherits this registration: it must not add a second one.
+  if (!exit_handler_registered_) {
+    exit_handler_registered_ = true;
     // Registered now, it runs after the program's later-registered exit handlers: the last
     // word of the stream. It does not touch CUPTI (that handler is registered later).
     on_exit(OnExit, nullptr);

@@ -104,7 +104,8 @@ class TracerRuntime {
   // Held for the whole of Start: a second caller waits until the tracer has started (its
   // ring exists), so no thread's first event is pushed into a ring not yet made.
   std::mutex start_mutex_;
-  bool exit_and_fork_handlers_registered_ = false;  // inherited by forked children
+  bool exit_handler_registered_ = false;  // inherited by forked children
+  std::atomic<bool> fork_handlers_registered_{false};  // inherited by forked children
   pid_t pid_ = 0;
   v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
   KernelRecording kernels_ = KernelRecording::kLaunches;
