@@ -12,6 +12,7 @@
 
 #include "tracer/api_catalog.h"
 #include "tracer/caller_module.h"
+#include "tracer/stack_capture.h"
 #include "tracer/torch_bridge/torch_bridge.h"
 #include "tracer/clock.h"
 #include "tracer/cupti_mux.h"
@@ -456,6 +457,11 @@ HostRecord CuptiSession::MemoryRecord(const ApiInfo& api, int row, const CUpti_C
     record.caller = CallerModule();
     // PyTorch's caching allocator taking its first segment: attach the bridge (tensors).
     TorchBridge::Get().OnAllocationCall(record.caller);
+  }
+  if (const uint8_t mode = CurrentStackMode(); mode != kStacksOff && !release) {
+    const StackWords stack = CaptureStack(mode);
+    record.stack = stack.words;
+    record.stack_words = stack.count;
   }
   return record;
 }

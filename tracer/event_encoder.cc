@@ -63,7 +63,10 @@ size_t EventEncoder::DiscardBatch(uint64_t* first_ns, uint64_t* last_ns) {
   if (first_ns != nullptr) *first_ns = first;
   if (last_ns != nullptr) *last_ns = last;
   // The sequence number still advances: the collector sees the gap.
-  if (n > 0) ++next_sequence_;
+  if (n > 0) {
+    ++next_sequence_;
+    ++discarded_batches_;
+  }
   batch_.Clear();
   return n;
 }

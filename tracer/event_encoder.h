@@ -37,6 +37,9 @@ class EventEncoder {
   size_t DiscardBatch(uint64_t* first_ns = nullptr, uint64_t* last_ns = nullptr);
 
   uint64_t next_sequence() const { return next_sequence_; }
+  // Batches thrown away so far: definitions made by other interners (stacks) before a
+  // change of this count may have been lost and are made again.
+  uint64_t discarded_batches() const { return discarded_batches_; }
   // Copied into each batch flushed from now on (EventBatch.ring_position, ring_dropped): how
   // far in the shared ring the events added so far reach.
   void set_ring_cursor(uint64_t position, uint64_t dropped) {
@@ -48,6 +51,7 @@ class EventEncoder {
   size_t max_events_per_batch_;
   v1::EventBatch batch_;
   uint64_t next_sequence_ = 0;
+  uint64_t discarded_batches_ = 0;
   uint64_t ring_position_ = 0;
   uint64_t ring_dropped_ = 0;
   uint32_t next_string_id_ = 1;

@@ -76,6 +76,12 @@ struct HostRecord {
   // kLaunch: the kernel's name as CUPTI gives it (owned by the driver); `text` holds a copy
   // the first time a thread launches it, the sender maps the pointer to that name after.
   const char* symbol = nullptr;
+  // Allocations with `run --stacks` (kMemory, kTorchAllocator ALLOC): the thread's stack in
+  // the ring's layout (shared_ring.h StackHeader and its words). Borrowed: in a hook, the
+  // capture's thread-local buffer; after RecordQueue::TakeAll, the queue's, valid until the
+  // next TakeAll. nullptr: none.
+  const uint64_t* stack = nullptr;
+  uint32_t stack_words = 0;
 };
 
 }  // namespace cumemtrace::tracer

@@ -21,7 +21,7 @@ namespace ring = v1::ring;
 
 // Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
 // shared_ring.h, which the collector reads: a new field must be added to all three.
-static_assert(sizeof(HostRecord) == 240, "HostRecord changed: carry the field through the ring");
+static_assert(sizeof(HostRecord) == 256, "HostRecord changed: carry the field through the ring");
 static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
                   static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
                   static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
@@ -116,7 +116,9 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   const uint64_t payload = record.type == HostRecord::Type::kTorchAllocator ? sizeof(ring::TorchPayload)
                            : record.type == HostRecord::Type::kLaunch      ? sizeof(uint64_t)
                                : std::min<uint64_t>(bridge_state.size(), max_text_bytes_);
-  const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain + payload);
+  // A stack follows the type's payload (shared_ring.h kFlagStack).
+  const uint64_t stack = record.stack != nullptr ? uint64_t{record.stack_words} * 8 : 0;
+  const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain + payload + stack);
   const uint64_t write = header_->write_position;
   const uint64_t offset = write % ring_bytes_;
   // A record never wraps: the end of the area is padded and it starts again at 0.
@@ -152,11 +154,11 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   r.release = record.release ? 1 : 0;
   r.is_async = record.is_async ? 1 : 0;
   r.memory_kind = record.memory_kind;
-  r.reserved = 0;
+  r.flags = stack > 0 ? ring::kFlagStack : 0;
   r.text_bytes = static_cast<uint32_t>(text);
   r.caller_bytes = static_cast<uint32_t>(caller);
   r.domain_bytes = static_cast<uint32_t>(domain);
-  r.payload_bytes = static_cast<uint32_t>(payload);
+  r.payload_bytes = static_cast<uint32_t>(payload + stack);
   unsigned char* strings = at + sizeof(ring::Record);
   memcpy(strings, record.text.data(), text);
   memcpy(strings + text, record.caller.data(), caller);
@@ -179,6 +181,7 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   } else if (payload > 0) {
     memcpy(payload_at, bridge_state.data(), payload);
   }
+  if (stack > 0) memcpy(payload_at + payload, record.stack, stack);
   // Published last: the collector never reads a record that is not whole.
   Store(&header_->write_position, write + padding + size);
   return true;
@@ -217,6 +220,10 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     drops_taken_ = total;
   }
   if (dropped_total != nullptr) *dropped_total = drops_taken_;
+  // Stacks are copied out of the ring here and the records point into this buffer once it
+  // has stopped growing.
+  taken_stack_words_.clear();
+  std::vector<std::pair<size_t, size_t>> stacks;  // (record, offset in taken_stack_words_)
   // Only this thread reads, and writers never touch [read_position_, write): no lock.
   while (read_position_ < write) {
     const unsigned char* at = data_ + read_position_ % ring_bytes_;
@@ -274,8 +281,21 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
       record.torch_bridge_state = new v1::TorchBridgeState();
       record.torch_bridge_state->ParseFromArray(payload, static_cast<int>(r.payload_bytes));
     }
+    if ((r.flags & ring::kFlagStack) != 0) {
+      const uint32_t fixed = record.type == HostRecord::Type::kTorchAllocator
+                                 ? static_cast<uint32_t>(sizeof(ring::TorchPayload))
+                                 : 0;
+      if (r.payload_bytes > fixed && (r.payload_bytes - fixed) % 8 == 0) {
+        const size_t words = (r.payload_bytes - fixed) / 8;
+        stacks.emplace_back(out->size() - 1, taken_stack_words_.size());
+        taken_stack_words_.resize(taken_stack_words_.size() + words);
+        memcpy(&taken_stack_words_[stacks.back().second], payload + fixed, words * 8);
+        record.stack_words = static_cast<uint32_t>(words);
+      }
+    }
     if (ends != nullptr) ends->push_back(read_position_);
   }
+  for (const auto& [index, offset] : stacks) (*out)[index].stack = &taken_stack_words_[offset];
   return drops;
 }
 

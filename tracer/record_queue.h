@@ -51,7 +51,8 @@ class RecordQueue {
   void PushPastCapacity(const HostRecord& record);
   // Sender only: appends the records written since the last call to *out (cleared first),
   // with the ring position after each in *ends, and returns the drops since the last call;
-  // *dropped_total is the running total of drops.
+  // *dropped_total is the running total of drops. A record's `stack` points into the queue
+  // until the next call.
   DropWindow TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends = nullptr,
                      uint64_t* dropped_total = nullptr);
   // Sender only: every record below `position` has reached the kernel's socket buffer.
@@ -81,6 +82,7 @@ class RecordQueue {
   bool shared_ = false;
   uint64_t read_position_ = 0;  // the sender's
   uint64_t drops_taken_ = 0;    // the sender's
+  std::vector<uint64_t> taken_stack_words_;  // the sender's: stacks of the last TakeAll
 };
 
 }  // namespace cumemtrace::tracer

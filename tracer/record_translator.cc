@@ -117,6 +117,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
     case HostRecord::Type::kDeviceSeen:
       return;  // the sender queries the device and emits DeviceInfo itself
     case HostRecord::Type::kTorchAllocator: {
+      const uint32_t stack_id = stacks_.Intern(record.stack, record.stack_words);
       v1::TorchAllocatorEvent* torch =
           encoder_->AddEvent(record.timestamp_ns)->mutable_torch_allocator();
       torch->set_action(static_cast<v1::TorchAllocatorAction>(record.torch.action));
@@ -131,6 +132,7 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       torch->set_reserved_bytes_current(record.torch.reserved_current);
       torch->set_pool_id_first(record.torch.pool_first);
       torch->set_pool_id_second(record.torch.pool_second);
+      torch->set_stack_id(stack_id);
       return;
     }
     case HostRecord::Type::kTorchBridgeState:
@@ -199,6 +201,7 @@ void RecordTranslator::EmitMemory(const HostRecord& record, const ApiInfo* api, 
                                   const Live& memory) {
   const uint32_t api_id = api != nullptr ? encoder_->Intern(api->name) : 0;
   const uint32_t caller_id = record.caller.empty() ? 0 : encoder_->Intern(record.caller);
+  const uint32_t stack_id = stacks_.Intern(record.stack, record.stack_words);
   v1::MemoryOp* op = encoder_->AddEvent(record.timestamp_ns)->mutable_memory();
   op->set_operation(record.release ? v1::MEMORY_OPERATION_RELEASE
                                    : v1::MEMORY_OPERATION_ALLOCATE);
@@ -212,6 +215,7 @@ void RecordTranslator::EmitMemory(const HostRecord& record, const ApiInfo* api, 
   op->set_thread_id(record.thread_id);
   op->set_api_name_id(api_id);
   op->set_caller_module_id(caller_id);
+  op->set_stack_id(stack_id);
 }
 
 void RecordTranslator::AddMemory(const CUpti_ActivityMemory4& record) {

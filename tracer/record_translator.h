@@ -14,6 +14,7 @@
 #include "tracer/correlation_table.h"
 #include "tracer/event_encoder.h"
 #include "tracer/host_record.h"
+#include "tracer/stack_interner.h"
 
 namespace cumemtrace::tracer {
 
@@ -30,7 +31,10 @@ class RecordTranslator {
  public:
   RecordTranslator(EventEncoder* encoder, CorrelationTable* correlations,
                    const ErrorNamer* error_namer)
-      : encoder_(encoder), correlations_(correlations), error_namer_(error_namer) {}
+      : encoder_(encoder),
+        correlations_(correlations),
+        error_namer_(error_namer),
+        stacks_(encoder, &module_lookup_) {}
 
   // CUPTI timestamps are shifted by this much to land on the tracer's clock (0 when CUPTI
   // was told to use CLOCK_MONOTONIC itself).
@@ -85,6 +89,8 @@ class RecordTranslator {
   std::unordered_map<std::string, std::unique_ptr<std::string>> modules_;
   const ErrorNamer* error_namer_;
   CuptiClockMap cupti_clock_;
+  ModuleLookup module_lookup_;
+  StackInterner stacks_;
 };
 
 }  // namespace cumemtrace::tracer

@@ -23,7 +23,9 @@
 #include "tracer/correlation_table.h"
 #include "tracer/cupti_session.h"
 #include "tracer/event_encoder.h"
+#include "tracer/python_frames.h"
 #include "tracer/record_translator.h"
+#include "tracer/stack_capture.h"
 #include "tracer/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
@@ -265,6 +267,8 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   if (kernels != nullptr && (kernels[0] == '1' || strcmp(kernels, "records") == 0)) {
     kernels_ = KernelRecording::kRecords;
   }
+  // Off unless asked for: hooks then pay one relaxed load (stack_capture.h).
+  g_stack_mode.store(ParseStackMode(getenv("CUMEMTRACE_STACKS")), std::memory_order_relaxed);
   const char* quiet = getenv("CUMEMTRACE_QUIET");
   quiet_ = quiet != nullptr && quiet[0] == '1';
   const char* socket = getenv("CUMEMTRACE_SOCKET");
@@ -456,6 +460,7 @@ void TracerRuntime::AtForkChild() {
   new (&self.start_mutex_) std::mutex();
   self.queue_.ResetInChildAfterFork();
   ResetNvtxInChildAfterFork();
+  ResetPythonFramesInChildAfterFork();
   g_inits_in_progress.store(0);
   // Rebuilt, never destroyed: another parent thread may have held them, and the parent's
   // sender was waiting on the condition variable (a copied waiter can block notify).
@@ -514,6 +519,7 @@ void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) 
   handshake->set_kernels_enabled(kernels_ == KernelRecording::kRecords);
   handshake->set_kernel_launches_enabled(kernels_ == KernelRecording::kLaunches);
   handshake->set_trace_start_ns(start_ns_);
+  handshake->set_stacks(StackModeName(CurrentStackMode()));
   // torchrun and SLURM name each process's place in the job in its environment.
   auto env_int = [](const char* first, const char* second, int32_t* out) {
     for (const char* name : {first, second}) {

@@ -53,6 +53,13 @@ Options:
                           about 1 us per launch); by default kernels are counted at their
                           launch call, on their thread, without GPU times
       --no-kernels        do not record kernels at all (memory and NVTX only)
+      --stacks[=KIND]     record where each allocation was made: KIND python (the default
+                          when only --stacks is given) records the Python stack of the
+                          allocating thread, native its native return addresses (named
+                          after the run from the program's files), all both. Threads that
+                          do not hold Python's GIL have no Python stack. The summary lists
+                          the stacks that held the most memory at the peak; report.html and
+                          the memory_viz export show each allocation's stack
       --quiet             silence the tracer's notices and do not print the summary
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
@@ -186,7 +193,7 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
                                           const std::string& allocator,
                                           const std::string& kernels,
-                                          bool quiet,
+                                          const std::string& stacks, bool quiet,
                                           const std::vector<std::string>& python_phases) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -218,6 +225,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   }
   set("CUMEMTRACE_SOCKET", socket);
   if (!kernels.empty()) set("CUMEMTRACE_KERNELS", kernels);
+  if (!stacks.empty()) set("CUMEMTRACE_STACKS", stacks);
   if (quiet) set("CUMEMTRACE_QUIET", "1");
   if (value_of("PYTORCH_CUDA_ALLOC_CONF") != nullptr) {
     set("CUMEMTRACE_ALLOCATOR_MODE", "user");
@@ -307,6 +315,7 @@ int RunCommand(int argc, char** argv) {
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
       {"kernels", no_argument, nullptr, 'K'},
+      {"stacks", optional_argument, nullptr, 'S'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"help", no_argument, nullptr, 'h'},
@@ -317,6 +326,7 @@ int RunCommand(int argc, char** argv) {
   // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
   std::string allocator = "native";
   std::string kernels;  // CUMEMTRACE_KERNELS: "" (launches), "0" or "1" (records)
+  std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
   opterr = 0;
   optind = 1;
@@ -336,6 +346,13 @@ int RunCommand(int argc, char** argv) {
         break;
       case 'k': kernels = "0"; break;
       case 'K': kernels = "1"; break;
+      case 'S':
+        stacks = optarg != nullptr ? optarg : "python";
+        if (stacks != "python" && stacks != "native" && stacks != "all") {
+          return UsageError("run", "--stacks must be 'python', 'native' or 'all', not '" +
+                                       stacks + "'");
+        }
+        break;
       case 'q': quiet = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
@@ -455,7 +472,7 @@ int RunCommand(int argc, char** argv) {
   }
 
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, kernels, quiet, python_phases);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

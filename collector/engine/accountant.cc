@@ -1,5 +1,6 @@
 #include "collector/engine/accountant.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -7,6 +8,7 @@
 #include "collector/engine/event_order.h"
 #include "collector/engine/iterations.h"
 #include "collector/engine/lifetimes.h"
+#include "collector/engine/stacks.h"
 #include "collector/engine/timeline_capture.h"
 
 namespace cumemtrace::internal {
@@ -160,6 +162,29 @@ void AddOriginStats(const std::map<std::pair<uint32_t, uint32_t>, OriginStats>& 
   }
 }
 
+// Bytes live at the peak by allocating stack, the largest `top` (ties: the lower wire id).
+void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStream& s,
+                   size_t top, DevicePeak* peak) {
+  std::unordered_map<uint32_t, StackAtPeak> by_stack;
+  for (const Allocation* a : live) {
+    if (a->stack_id == 0) continue;
+    StackAtPeak& g = by_stack[a->stack_id];
+    g.bytes += a->bytes;
+    ++g.count;
+  }
+  std::vector<std::pair<uint32_t, StackAtPeak>> order(by_stack.begin(), by_stack.end());
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
+    if (x.second.bytes != y.second.bytes) return x.second.bytes > y.second.bytes;
+    return x.first < y.first;
+  });
+  if (order.size() > top) order.resize(top);
+  StackResolver resolver(s);
+  for (auto& [id, g] : order) {
+    g.frame = resolver.UserFrameText(resolver.Resolve(id));
+    peak->top_stacks.push_back(std::move(g));
+  }
+}
+
 // at_peak[slot]: the device allocations live at that slot's peak, in any order (reordered).
 void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                       const std::vector<std::string>& phase_names, const DecodedStream& s,
@@ -199,6 +224,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                                             phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
                                             rel(a.birth_ns)});
     }
+    if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
   }
 }
 
@@ -408,7 +434,8 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
   pool_[index] = Allocation{e.a,          e.b,          pos_,           kNever,
                             e.timestamp_ns, 0,          slot,           attribution_.innermost,
                             -1,           static_cast<uint32_t>(e.c),   e.name_id,
-                            e.caller_id,  e.thread_id,  {kNone, kNone}, kind, 0};
+                            e.caller_id,  e.thread_id,  {kNone, kNone}, kind, 0,
+                            e.stack_id};
   live_.Insert(key, index);
 
   d.kind_seen[kind] = true;

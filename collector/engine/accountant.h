@@ -60,6 +60,7 @@ struct Allocation {
   uint32_t group[2];   // origin groups (by API, by calling module) of device memory
   uint8_t kind;
   uint8_t lifetime_class;  // LifetimeClass, set at the end (kKeepAll) or at the peak
+  uint32_t stack_id;       // wire stack id (`run --stacks`), 0 when none
 };
 
 struct DeviceCounters {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collector/engine/engine.h"
+#include "collector/engine/stacks.h"
 #include "cumemtrace/v1/trace.pb.h"
 
 namespace cumemtrace::internal {
@@ -58,6 +59,7 @@ struct Event {
   uint8_t kind;     // v1::MemoryKind
   uint8_t nvtx_op;  // v1::NvtxOperation
   uint8_t pad = 0;
+  uint32_t stack_id = 0;  // kAllocate: wire stack id (`run --stacks`), 0 if none
 };
 
 struct DeviceInfoRecord {
@@ -88,6 +90,7 @@ struct TorchPendingAlloc {
   uint64_t sequence = 0;
   uint64_t allocated_total = 0;
   uint32_t thread_id = 0;
+  uint32_t stack_id = 0;
 };
 
 struct TorchDeviceDecode {
@@ -132,6 +135,7 @@ struct DecodedStream : StreamFacts {
   std::string close_error;
 
   TorchDecodeState torch;
+  WireStacks stacks;  // `run --stacks`
 
   // "" for id 0; an id that was never defined shows as "#<id>" rather than vanishing.
   std::string Resolve(uint32_t id) const {

@@ -98,6 +98,8 @@ struct TimelineAllocation {
   uint32_t thread_id = 0;
   uint8_t kind = 0;  // v1::MemoryKind
   bool live_at_exit = false;
+  // Index into ProcessTimeline::stacks.stacks of the stack that allocated it; -1: none.
+  int32_t stack = -1;
   // Device memory, with AnalysisOptions::keep_lifetimes: its lifetime class ("temporary",
   // "activation", ..., lifetimes.h), as the sweep classified it; else null.
   const char* lifetime_class = nullptr;
@@ -127,6 +129,19 @@ struct MarkInstant {
   uint32_t name = 0;  // index into strings
 };
 
+// The allocations' stacks (`run --stacks`), frames in columns and symbolized.
+struct StackTable {
+  std::vector<std::string> function;  // native without a symbol: "0x<address>"
+  std::vector<std::string> file;      // native without line info: the module's path
+  std::vector<uint32_t> line;         // 0 when unknown
+  std::vector<const char*> kind;      // "python" or "native"
+  // Frame indices, innermost (the allocating call) first.
+  std::vector<std::vector<uint32_t>> stacks;
+  // Per stack: index of its innermost frame of the program's own code (stacks.h).
+  std::vector<uint32_t> user_frame;
+  bool empty() const { return stacks.empty(); }
+};
+
 struct ProcessTimeline {
   std::vector<std::string> strings{std::string()};  // names, deduplicated; [0] is ""
   // Display names of the phases that TimelineAllocation::phase and RangeSlice::phase index.
@@ -136,6 +151,7 @@ struct ProcessTimeline {
   std::vector<RangeSlice> ranges;               // by start
   std::vector<KernelSlice> kernels;             // by start
   std::vector<MarkInstant> marks;               // by time
+  StackTable stacks;                            // empty without `run --stacks`
 };
 
 // processes[i] belongs to report->processes[i]; timelines only with AnalysisOptions::timelines.

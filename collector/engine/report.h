@@ -87,6 +87,14 @@ struct OriginStats {
   uint64_t live_at_exit_bytes = 0;
 };
 
+// Device memory live at a peak by the stack that allocated it (`run --stacks`).
+struct StackAtPeak {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  // The innermost frame of the program's own code: "file:line in function".
+  std::string frame;
+};
+
 struct DevicePeak {
   bool seen = false;  // false: no device memory was ever in use
   uint64_t bytes = 0;
@@ -95,6 +103,9 @@ struct DevicePeak {
   std::vector<LiveGroup> live_by_phase_and_kind;  // largest bytes first
   std::vector<LiveAllocation> largest;            // largest first, at most top_allocations
   uint64_t live_count = 0;
+  // Largest first, at most top_allocations; empty when the trace has no stacks. Memory
+  // without a stack (threads without Python, releases of stacks lost) is not listed.
+  std::vector<StackAtPeak> top_stacks;
 };
 
 // Memory that is on the device but not the program's own allocations.

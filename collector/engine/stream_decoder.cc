@@ -47,6 +47,7 @@ struct MemoryFields {
   uint32_t thread_id = 0;
   uint32_t api_name_id = 0;
   uint32_t caller_module_id = 0;
+  uint32_t stack_id = 0;
 };
 
 struct KernelFields {
@@ -81,6 +82,7 @@ bool CompactMemory(const MemoryFields& m, Event* e) {
   e->thread_id = m.thread_id;
   e->name_id = m.api_name_id;
   e->caller_id = m.caller_module_id;
+  e->stack_id = m.stack_id;
   e->c = m.stream;
   return true;
 }
@@ -183,9 +185,9 @@ constexpr uint32_t Fields(std::initializer_list<int> numbers) {
 // decoder's time): only the fields read from them start at 0, the proto3 default.
 bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
   uint64_t v[16];
-  v[1] = v[2] = v[3] = v[4] = v[5] = v[7] = v[12] = v[13] = v[14] = 0;
-  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}),
-                             v)) {
+  v[1] = v[2] = v[3] = v[4] = v[5] = v[7] = v[12] = v[13] = v[14] = v[15] = 0;
+  if (!ReadSmallVarintFields(begin, end,
+                             Fields({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}), v)) {
     return false;
   }
   m->operation = I32(v[1]);
@@ -197,6 +199,7 @@ bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
   m->thread_id = U32(v[12]);
   m->api_name_id = U32(v[13]);
   m->caller_module_id = U32(v[14]);
+  m->stack_id = U32(v[15]);
   return true;
 }
 
@@ -380,7 +383,9 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
         continue;
       }
       // A second oneof member (replace or merge semantics) is protobuf's business.
-      if (field < 2 || field > 15 || wire_type != kLengthDelimited || payload != 0) return false;
+      // Fields past the last one this reader knows (Event.native_module = 18) are a newer
+      // writer's: protobuf's business too.
+      if (field < 2 || field > 18 || wire_type != kLengthDelimited || payload != 0) return false;
       payload = field;
       if (!in.Bytes(&payload_begin, &payload_end)) return false;
     }
@@ -516,7 +521,8 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       const v1::MemoryOp& m = event.memory();
       const MemoryFields f{m.operation(), m.address(),     m.bytes(),
                            m.kind(),      m.device(),      m.stream(),
-                           m.thread_id(), m.api_name_id(), m.caller_module_id()};
+                           m.thread_id(), m.api_name_id(), m.caller_module_id(),
+                           m.stack_id()};
       if (!CompactMemory(f, &e)) return;
       break;
     }
@@ -582,6 +588,15 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       return;
     case v1::Event::kTorchBridge:
       AddTorchBridgeState(stream, event.torch_bridge());
+      return;
+    case v1::Event::kStackFrame:
+      stream.stacks.Add(event.stack_frame());
+      return;
+    case v1::Event::kStack:
+      stream.stacks.Add(event.stack());
+      return;
+    case v1::Event::kNativeModule:
+      stream.stacks.Add(event.native_module());
       return;
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
     case v1::Event::PAYLOAD_NOT_SET:

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "collector/engine/lifetimes.h"
+#include "collector/engine/stacks.h"
 
 namespace cumemtrace::internal {
 namespace {
@@ -81,9 +83,12 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     if (inserted) it->second = strings.Intern(s.Resolve(id));
     return it->second;
   };
+  std::unique_ptr<StackResolver> stacks;
+  if (!s.stacks.empty()) stacks = std::make_unique<StackResolver>(s);
   for (size_t i = 0; i < allocations.size(); ++i) {
     const Allocation& a = allocations[i];
     TimelineAllocation& t = out->allocations[i];
+    if (stacks != nullptr) t.stack = stacks->Resolve(a.stack_id);
     t.address = a.address;
     t.bytes = a.bytes;
     t.birth_ns = rel(a.birth_ns);
@@ -206,6 +211,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   }
   std::stable_sort(out->ranges.begin(), out->ranges.end(),
                    [](const RangeSlice& x, const RangeSlice& y) { return x.start_ns < y.start_ns; });
+  if (stacks != nullptr) out->stacks = stacks->Take();
 }
 
 }  // namespace cumemtrace::internal

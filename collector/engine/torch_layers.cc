@@ -59,6 +59,7 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   e.caller_id = kTorchCallerId;
   e.device = device;
   e.kind = kTorchAllocatedKind;
+  e.stack_id = a.stack_id;
   s.events.push_back(e);
   if (!d.live.emplace(a.address, bytes).second) {
     ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
@@ -115,6 +116,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.sequence = t.sequence();
       d.pending.allocated_total = t.allocated_bytes_total();
       d.pending.thread_id = t.thread_id();
+      d.pending.stack_id = t.stack_id();
       return;
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
       // allocated_bytes shrinks here, not when the free completes (after other streams).

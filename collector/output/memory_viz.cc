@@ -17,6 +17,9 @@
 // When every allocation has a phase, one `snapshot` entry (the end of the trace) carries
 // "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
 // field (`snapshot.categores.push`), and stops with a TypeError before drawing anything.
+// With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
+// allocating stack as PyTorch's `frames` ({"filename", "line", "name"}, innermost first);
+// frees carry none (the tracer records the stacks of allocations only).
 // `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
 // handshake's clock pair is known), as PyTorch writes it; from 0 the page showed 1970.
 #include <algorithm>
@@ -33,13 +36,43 @@ namespace {
 
 using internal::PickleWriter;
 
+// An allocation's stack, or none.
+struct Frames {
+  const StackTable* table = nullptr;
+  int32_t stack = -1;
+};
+
+Frames FramesOf(const ProcessTimeline& t, const TimelineAllocation& a) {
+  return Frames{&t.stacks, a.stack};
+}
+
+void WriteFrames(PickleWriter& w, const Frames& frames) {
+  w.Str("frames");
+  w.BeginList();
+  if (frames.table != nullptr && frames.stack >= 0 &&
+      static_cast<size_t>(frames.stack) < frames.table->stacks.size()) {
+    const StackTable& table = *frames.table;
+    for (uint32_t f : table.stacks[static_cast<size_t>(frames.stack)]) {
+      w.BeginDict();
+      w.Str("filename");
+      w.Str(table.file[f]);
+      w.Str("line");
+      w.UInt(table.line[f]);
+      w.Str("name");
+      w.Str(table.function[f]);
+      w.EndDict();
+    }
+  }
+  w.EndList();
+}
+
 std::string Category(const ProcessTimeline& t, int32_t phase) {
   if (phase < 0 || static_cast<size_t>(phase) >= t.phase_names.size()) return "unknown";
   return t.phase_names[static_cast<size_t>(phase)];
 }
 
 void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes,
-           uint64_t time_abs_ns, const std::string& category) {
+           uint64_t time_abs_ns, const std::string& category, const Frames& frames = {}) {
   w.BeginDict();
   w.Str("action");
   w.Str(action);
@@ -51,9 +84,7 @@ void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes
   w.Int(0);  // CUPTI's memory records do not say which stream an allocation is ordered on
   w.Str("time_us");
   w.UInt(time_abs_ns / 1000);
-  w.Str("frames");
-  w.BeginList();
-  w.EndList();
+  WriteFrames(w, frames);
   w.Str("category");
   w.Str(category);
   w.EndDict();
@@ -61,7 +92,7 @@ void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes
 
 // A segment's fields up to its open list of blocks; EndSegment closes both.
 void BeginSegment(PickleWriter& w, uint32_t device, uint64_t address, uint64_t total,
-                  uint64_t used, const char* segment_type) {
+                  uint64_t used, const char* segment_type, const Frames& frames) {
   w.BeginDict();
   w.Str("device");
   w.UInt(device);
@@ -86,9 +117,7 @@ void BeginSegment(PickleWriter& w, uint32_t device, uint64_t address, uint64_t t
   w.EndTuple();
   w.Str("is_expandable");
   w.Bool(false);
-  w.Str("frames");
-  w.BeginList();
-  w.EndList();
+  WriteFrames(w, frames);
   w.Str("blocks");
   w.BeginList();
 }
@@ -98,7 +127,8 @@ void EndSegment(PickleWriter& w) {
   w.EndDict();
 }
 
-void Block(PickleWriter& w, uint64_t address, uint64_t bytes, uint64_t requested, bool active) {
+void Block(PickleWriter& w, uint64_t address, uint64_t bytes, uint64_t requested, bool active,
+           const Frames& frames = {}) {
   w.BeginDict();
   w.Str("address");
   w.UInt(address);
@@ -108,33 +138,33 @@ void Block(PickleWriter& w, uint64_t address, uint64_t bytes, uint64_t requested
   w.UInt(requested);
   w.Str("state");
   w.Str(active ? "active_allocated" : "inactive");
-  w.Str("frames");
-  w.BeginList();
-  w.EndList();
+  WriteFrames(w, frames);
   w.EndDict();
 }
 
-void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known) {
+void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known,
+             const Frames& frames) {
   const uint64_t used = blocks_known ? a.bytes : 0;
-  BeginSegment(w, device, a.address, a.bytes, used, "large");
-  Block(w, a.address, a.bytes, used, blocks_known);
+  BeginSegment(w, device, a.address, a.bytes, used, "large", frames);
+  Block(w, a.address, a.bytes, used, blocks_known, frames);
   EndSegment(w);
 }
 
 // PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
 // (TORCH_ALLOCATED) inside its range as active_allocated blocks, and the gaps between them
 // as inactive ones, as torch.cuda.memory._snapshot() shows it.
-void SegmentWithBlocks(PickleWriter& w, uint32_t device, const TimelineAllocation& segment,
+void SegmentWithBlocks(PickleWriter& w, const ProcessTimeline& t, uint32_t device,
+                       const TimelineAllocation& segment,
                        const std::vector<const TimelineAllocation*>& blocks) {
   uint64_t allocated = 0;
   for (const TimelineAllocation* b : blocks) allocated += b->bytes;
   // Small-pool segments are 2 MiB.
   BeginSegment(w, device, segment.address, segment.bytes, allocated,
-               segment.bytes <= (2u << 20) ? "small" : "large");
+               segment.bytes <= (2u << 20) ? "small" : "large", FramesOf(t, segment));
   uint64_t cursor = segment.address;
   for (const TimelineAllocation* b : blocks) {
     if (b->address > cursor) Block(w, cursor, b->address - cursor, 0, false);
-    Block(w, b->address, b->bytes, b->bytes, true);
+    Block(w, b->address, b->bytes, b->bytes, true, FramesOf(t, *b));
     cursor = b->address + b->bytes;
   }
   if (cursor < segment.address + segment.bytes) {
@@ -171,13 +201,13 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
       for (; next < tensors.size() && tensors[next]->address + tensors[next]->bytes <= end; ++next) {
         inside.push_back(tensors[next]);
       }
-      SegmentWithBlocks(w, t.devices[slot].index, *segment, inside);
+      SegmentWithBlocks(w, t, t.devices[slot].index, *segment, inside);
     }
     // Memory PyTorch never sees: a segment of its own, holding one block.
     for (const TimelineAllocation& a : t.allocations) {
       if (a.device_slot == slot && a.live_at_exit && IsDeviceMemory(a.kind) &&
           !IsTensor(a)) {
-        Segment(w, t.devices[slot].index, a, /*blocks_known=*/true);
+        Segment(w, t.devices[slot].index, a, /*blocks_known=*/true, FramesOf(t, a));
       }
     }
   }
@@ -195,20 +225,21 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
       uint64_t time_ns;
       const char* action;
       const TimelineAllocation* a;
+      bool birth;
     };
     std::vector<Step> steps;
     for (const TimelineAllocation& a : t.allocations) {
       if (t.devices[a.device_slot].index != ordinal) continue;
       const bool library = IsDeviceMemory(a.kind) && !IsTensor(a);
       if (!IsTorchSegment(a) && !IsTensor(a) && !library) continue;
-      if (!IsTensor(a)) steps.push_back({a.birth_ns, "segment_alloc", &a});
-      if (!IsTorchSegment(a)) steps.push_back({a.birth_ns, "alloc", &a});
+      if (!IsTensor(a)) steps.push_back({a.birth_ns, "segment_alloc", &a, true});
+      if (!IsTorchSegment(a)) steps.push_back({a.birth_ns, "alloc", &a, true});
       if (a.live_at_exit) continue;
       if (!IsTorchSegment(a)) {
-        steps.push_back({a.death_ns, "free_requested", &a});
-        steps.push_back({a.death_ns, "free_completed", &a});
+        steps.push_back({a.death_ns, "free_requested", &a, false});
+        steps.push_back({a.death_ns, "free_completed", &a, false});
       }
-      if (!IsTensor(a)) steps.push_back({a.death_ns, "segment_free", &a});
+      if (!IsTensor(a)) steps.push_back({a.death_ns, "segment_free", &a, false});
     }
     std::stable_sort(steps.begin(), steps.end(),
                      [](const Step& x, const Step& y) { return x.time_ns < y.time_ns; });
@@ -232,7 +263,8 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
       const TimelineAllocation& a = *steps[i].a;
       const std::string category = Category(t, a.phase);
       unknown_written |= category == "unknown";
-      Entry(w, steps[i].action, a.address, a.bytes, origin + now, category);
+      Entry(w, steps[i].action, a.address, a.bytes, origin + now, category,
+            steps[i].birth ? FramesOf(t, a) : Frames{});
       last_ns = std::max(last_ns, now);
     }
     if (ordinal == max_device && !unknown_written) {
@@ -276,7 +308,7 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   w.BeginList();
   for (const TimelineAllocation& a : t.allocations) {
     if (IsDeviceMemory(a.kind) && a.live_at_exit) {
-      Segment(w, t.devices[a.device_slot].index, a, blocks_known);
+      Segment(w, t.devices[a.device_slot].index, a, blocks_known, FramesOf(t, a));
     }
   }
   w.EndList();
@@ -329,8 +361,8 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
         const uint64_t at = origin + now;
         last_ns = std::max(last_ns, now);
         if (step_owner[step].second) {
-          Entry(w, "segment_alloc", a.address, a.bytes, at, category);
-          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, at, category);
+          Entry(w, "segment_alloc", a.address, a.bytes, at, category, FramesOf(t, a));
+          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, at, category, FramesOf(t, a));
         } else {
           if (blocks_known) {
             Entry(w, "free_requested", a.address, a.bytes, at, category);

@@ -57,6 +57,14 @@ Json DeviceJson(const DeviceReport& d) {
                        {"birth_ns", a.birth_ns}});
   }
   peak["largest"] = std::move(largest);
+  // Only with `run --stacks`, so that summaries of traces without stacks keep their shape.
+  if (!d.peak.top_stacks.empty()) {
+    Json stacks = Json::array();
+    for (const StackAtPeak& st : d.peak.top_stacks) {
+      stacks.push_back({{"bytes", st.bytes}, {"count", st.count}, {"frame", st.frame}});
+    }
+    peak["top_stacks"] = std::move(stacks);
+  }
   j["peak"] = std::move(peak);
 
   Json kinds = Json::object();

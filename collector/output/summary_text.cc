@@ -151,6 +151,14 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     }
     PrintTable(out, "      ", rows, "rlll");
   }
+  if (!d.peak.top_stacks.empty()) {
+    out << "    top stacks at peak:\n";
+    std::vector<std::vector<std::string>> rows{{"bytes", "count", "where"}};
+    for (const StackAtPeak& st : d.peak.top_stacks) {
+      rows.push_back({Bytes(st.bytes), Grouped(st.count), st.frame});
+    }
+    PrintTable(out, "      ", rows, "rrl");
+  }
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     out << "    PyTorch tensors     peak " << Bytes(t.allocated_peak_bytes) << " ("

@@ -86,8 +86,10 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   std::vector<int32_t> phase;
   std::vector<double> bytes;
   std::vector<uint8_t> kind, lifetime_class;
+  std::vector<int32_t> stack;
   for (const TimelineAllocation& a : t.allocations) {
     if (a.device_slot != slot || !IsDeviceMemory(a.kind)) continue;
+    if (!t.stacks.empty()) stack.push_back(a.stack);
     if (a.lifetime_class != nullptr) {
       const auto it =
           std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);
@@ -131,7 +133,21 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
             {"kernel_busy", {{"bins", kKernelBins}, {"fraction", Column(busy)}}}};
   // Only with the analysis' lifetimes; the viewer then groups a live set by class as well.
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
+  // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
+  if (!t.stacks.empty()) d["allocations"]["stack"] = Column(stack);
   return d;
+}
+
+// The process' stack table (`run --stacks`): frames as columns, each stack a list of frame
+// indices, innermost (the allocating call) first.
+json StacksData(const StackTable& table) {
+  std::vector<std::string> kind(table.kind.begin(), table.kind.end());
+  return {{"frames",
+           {{"function", table.function},
+            {"file", table.file},
+            {"line", table.line},
+            {"kind", kind}}},
+          {"stacks", table.stacks}};
 }
 
 // How the process ended, for the page's header: "exited" (code), "killed" (signal, from the
@@ -198,7 +214,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
   }
   json devices = json::array();
   for (size_t slot = 0; slot < t.devices.size(); ++slot) devices.push_back(DeviceData(p, t, slot));
-  return {{"label", internal::ProcessLabel(p)},
+  json process = {{"label", internal::ProcessLabel(p)},
           {"pid", p.pid},
           {"command_line", p.command_line},
           {"allocator_mode", p.allocator_mode},
@@ -215,6 +231,8 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
            {{"n", start.size()}, {"start_ns", Column(start)}, {"end_ns", Column(end)},
             {"phase", Column(phase)}, {"thread", Column(thread)}, {"depth", Column(depth)}}},
           {"devices", devices}};
+  if (!t.stacks.empty()) process["stacks"] = StacksData(t.stacks);
+  return process;
 }
 
 // One run of a compare page: the process and device with the highest peak, its memory series

@@ -128,6 +128,44 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   delete out[1].torch_bridge_state;
 }
 
+// `run --stacks`: a stack rides after the type's payload, flagged in the record, and comes
+// back whole for allocations and tensors alike; a record without one has none.
+TEST(RecordQueue, CarriesAllocationStacksAfterThePayload) {
+  RecordQueue queue(1024);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  const uint64_t words[] = {0x0002'0001, 7, 42, 0x401000, 0x402000};  // 1 python, 2 native
+  HostRecord memory = At(1);
+  memory.type = HostRecord::Type::kMemory;
+  memory.address = 0x2000;
+  memory.caller = "libc10_cuda.so";
+  memory.stack = words;
+  memory.stack_words = 5;
+  HostRecord torch = At(2);
+  torch.type = HostRecord::Type::kTorchAllocator;
+  torch.torch.sequence = 9;
+  torch.stack = words;
+  torch.stack_words = 3;
+  HostRecord plain = At(3);
+  plain.type = HostRecord::Type::kMemory;
+  ASSERT_TRUE(queue.Push(memory));
+  ASSERT_TRUE(queue.Push(torch));
+  ASSERT_TRUE(queue.Push(plain));
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out[0].stack_words, 5u);
+  EXPECT_EQ(std::vector<uint64_t>(out[0].stack, out[0].stack + 5),
+            std::vector<uint64_t>(words, words + 5));
+  EXPECT_EQ(out[0].caller, "libc10_cuda.so");
+  ASSERT_EQ(out[1].stack_words, 3u);
+  EXPECT_EQ(std::vector<uint64_t>(out[1].stack, out[1].stack + 3),
+            std::vector<uint64_t>(words, words + 3));
+  EXPECT_EQ(out[1].torch.sequence, 9u);  // the torch payload is still read from its start
+  EXPECT_EQ(out[2].stack, nullptr);
+  EXPECT_EQ(out[2].stack_words, 0u);
+}
+
 TEST(RecordQueue, CarriesKernelLaunchesWithTheirNameKey) {
   RecordQueue queue(1024);
   const int fd = queue.Create();

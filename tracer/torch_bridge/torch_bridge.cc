@@ -10,6 +10,7 @@
 #include "cumemtrace/v1/trace.pb.h"
 #include "tracer/clock.h"
 #include "tracer/host_record.h"
+#include "tracer/stack_capture.h"
 #include "tracer/tracer_runtime.h"
 
 namespace cumemtrace::tracer {
@@ -76,6 +77,13 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   record.torch.reserved_current = event->reserved_bytes_current;
   record.torch.pool_first = event->pool_id_first;
   record.torch.pool_second = event->pool_id_second;
+  // On the allocating thread (the allocator reports under its lock, in the tensor's call).
+  if (const uint8_t mode = CurrentStackMode();
+      mode != kStacksOff && event->action == CUMEMTRACE_TORCH_ALLOC) {
+    const StackWords stack = CaptureStack(mode);
+    record.stack = stack.words;
+    record.stack_words = stack.count;
+  }
   runtime.Record(std::move(record));
 }
 

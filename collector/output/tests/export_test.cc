@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <tuple>
@@ -692,6 +693,190 @@ TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
                          "segment_alloc", "alloc", "alloc", "alloc", "free_requested",
                          "free_completed", "segment_alloc", "alloc", "segment_alloc",
                          "segment_free"}));
+}
+
+
+// ---- stacks (`run --stacks`) ----------------------------------------------------------
+
+// A trace with a stack table: two allocations from the model's forward (through torch's
+// Linear), one from main, one with a native stack of a module not on this machine, and one
+// without a stack.
+std::string StackTrace() {
+  StreamBuilder s(1, 4343);
+  s.String(1, "/work/model/train.py").String(2, "Model.forward").String(3, "main")
+      .String(4, "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py")
+      .String(5, "Linear.forward").Device(0, "GPU", 1 << 30);
+  auto frame = [&](uint32_t id, uint32_t function, uint32_t file, uint32_t line) {
+    v1::Event e;
+    v1::StackFrame* f = e.mutable_stack_frame();
+    f->set_id(id);
+    f->set_kind(v1::STACK_FRAME_KIND_PYTHON);
+    f->set_function_name_id(function);
+    f->set_file_name_id(file);
+    f->set_line(line);
+    s.Raw(e);
+  };
+  auto stack = [&](uint32_t id, std::vector<uint32_t> frames) {
+    v1::Event e;
+    e.mutable_stack()->set_id(id);
+    for (uint32_t f : frames) e.mutable_stack()->add_frame_ids(f);
+    s.Raw(e);
+  };
+  auto alloc = [&](uint64_t ts, uint64_t address, uint64_t bytes, uint32_t stack_id) {
+    v1::Event e;
+    e.set_timestamp_ns(ts);
+    v1::MemoryOp* m = e.mutable_memory();
+    m->set_operation(v1::MEMORY_OPERATION_ALLOCATE);
+    m->set_address(address);
+    m->set_bytes(bytes);
+    m->set_kind(v1::MEMORY_KIND_DEVICE);
+    m->set_stack_id(stack_id);
+    s.Raw(e);
+  };
+  frame(1, 5, 4, 125);  // innermost: torch's Linear.forward
+  frame(2, 2, 1, 42);   // the model's forward: the user's line
+  frame(3, 3, 1, 50);
+  v1::Event module;
+  module.mutable_native_module()->set_id(1);
+  module.mutable_native_module()->set_path("/nonexistent/libgone.so");
+  s.Raw(module);
+  v1::Event native;
+  native.mutable_stack_frame()->set_id(4);
+  native.mutable_stack_frame()->set_kind(v1::STACK_FRAME_KIND_NATIVE);
+  native.mutable_stack_frame()->set_pc(0x1234);
+  native.mutable_stack_frame()->set_module_id(1);
+  s.Raw(native);
+  stack(1, {1, 2, 3});
+  stack(2, {3});
+  stack(3, {4});
+  alloc(100, 0x10000, 600, 1);
+  alloc(110, 0x20000, 200, 1);
+  alloc(120, 0x30000, 300, 2);
+  alloc(130, 0x40000, 100, 3);
+  alloc(140, 0x50000, 5000, 0);
+  s.Free(150, 0, 0x50000, 5000).Free(160, 0, 0x20000, 200);
+  s.Exit(200, 0).LauncherExit(0, 0);
+  return WriteTempFile("stacks." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
+}
+
+TEST(Stacks, SummaryListsTheTopStacksAtThePeakByTheirUserFrame) {
+  auto trace = Load(StackTrace());
+  ASSERT_NE(trace, nullptr);
+  const DeviceReport& d = trace->report->processes.at(0).devices.at(0);
+  EXPECT_EQ(d.peak.bytes, 6200u);
+  ASSERT_EQ(d.peak.top_stacks.size(), 3u);  // the 5000 B block has no stack
+  EXPECT_EQ(d.peak.top_stacks[0].bytes, 800u);
+  EXPECT_EQ(d.peak.top_stacks[0].count, 2u);
+  EXPECT_EQ(d.peak.top_stacks[0].frame, "/work/model/train.py:42 in Model.forward");
+  EXPECT_EQ(d.peak.top_stacks[1].bytes, 300u);
+  EXPECT_EQ(d.peak.top_stacks[1].frame, "/work/model/train.py:50 in main");
+  EXPECT_EQ(d.peak.top_stacks[2].bytes, 100u);
+  EXPECT_EQ(d.peak.top_stacks[2].frame, "/nonexistent/libgone.so in 0x1234");
+  const json summary = json::parse(SummaryJson(*trace->report));
+  const json& top = summary["processes"][0]["devices"][0]["peak"]["top_stacks"];
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0]["bytes"], 800);
+  EXPECT_EQ(top[0]["count"], 2);
+  EXPECT_EQ(top[0]["frame"], "/work/model/train.py:42 in Model.forward");
+  std::ostringstream text_out;
+  PrintSummaryText(*trace->report, text_out);
+  const std::string text = text_out.str();
+  EXPECT_NE(text.find("top stacks at peak:"), std::string::npos) << text;
+  EXPECT_NE(text.find("/work/model/train.py:42 in Model.forward"), std::string::npos) << text;
+}
+
+TEST(Stacks, MemoryVizBlocksAndAllocEntriesCarryTheFrames) {
+  auto trace = Load(StackTrace());
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream out;
+  WriteMemoryVizSnapshot(*trace, 0, out);
+  const json v = Unpickle(out.str());
+  std::map<uint64_t, json> segments;
+  for (const json& segment : v.at("segments")) segments[segment.at("address")] = segment;
+  const json expected_frames = json::parse(R"([
+    {"filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "line": 125,
+     "name": "Linear.forward"},
+    {"filename": "/work/model/train.py", "line": 42, "name": "Model.forward"},
+    {"filename": "/work/model/train.py", "line": 50, "name": "main"}])");
+  EXPECT_EQ(segments.at(0x10000)["frames"], expected_frames);
+  EXPECT_EQ(segments.at(0x10000)["blocks"][0]["frames"], expected_frames);
+  EXPECT_EQ(segments.at(0x40000)["blocks"][0]["frames"],
+            json::parse(R"([{"filename": "/nonexistent/libgone.so", "line": 0,
+                             "name": "0x1234"}])"));
+  bool saw_alloc = false, saw_free = false;
+  for (const json& e : v.at("device_traces").at(0)) {
+    if (e["addr"] == 0x20000 && e["action"] == "alloc") {
+      saw_alloc = true;
+      EXPECT_EQ(e["frames"], expected_frames);
+    }
+    if (e["addr"] == 0x20000 && e["action"] == "free_requested") {
+      saw_free = true;
+      EXPECT_TRUE(e["frames"].empty());  // frees have no stack of their own
+    }
+  }
+  EXPECT_TRUE(saw_alloc);
+  EXPECT_TRUE(saw_free);
+}
+
+std::vector<int32_t> Int32Column(const std::string& b64) {
+  std::string bytes;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (char c : b64) {
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char* at = strchr(alphabet, c);
+    if (c == '=' || at == nullptr) break;
+    buffer = (buffer << 6) | static_cast<uint32_t>(at - alphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(static_cast<char>((buffer >> bits) & 0xFF));
+    }
+  }
+  std::vector<int32_t> values(bytes.size() / 4);
+  memcpy(values.data(), bytes.data(), values.size() * 4);
+  return values;
+}
+
+TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
+  auto trace = Load(StackTrace());
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream page;
+  WriteViewerHtml(*trace, page);
+  const std::string html = page.str();
+  const std::string open = "<script id=\"cumemtrace-data\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  ASSERT_NE(begin, std::string::npos);
+  const size_t data_at = begin + open.size();
+  const json data = json::parse(html.substr(data_at, html.find("</script>", data_at) - data_at));
+  const json& process = data["processes"][0];
+  const json& frames = process.at("stacks").at("frames");
+  const json& stacks = process.at("stacks").at("stacks");
+  const json& allocations = process["devices"][0]["allocations"];
+  const std::vector<int32_t> column = Int32Column(allocations.at("stack"));
+  ASSERT_EQ(column.size(), allocations["n"].get<size_t>());
+  // Allocations in birth order: 600, 200, 300, 100 with stacks, 5000 without.
+  ASSERT_EQ(column.size(), 5u);
+  EXPECT_EQ(column[4], -1);
+  EXPECT_EQ(column[0], column[1]);
+  auto frame_text = [&](int32_t stack, size_t i) {
+    const size_t f = stacks.at(static_cast<size_t>(stack)).at(i);
+    return frames["file"][f].get<std::string>() + ":" + std::to_string(frames["line"][f].get<int>()) +
+           " " + frames["function"][f].get<std::string>() + " " + frames["kind"][f].get<std::string>();
+  };
+  ASSERT_GE(column[0], 0);
+  ASSERT_EQ(stacks.at(static_cast<size_t>(column[0])).size(), 3u);
+  EXPECT_EQ(frame_text(column[0], 0),
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:125 Linear.forward python");
+  EXPECT_EQ(frame_text(column[0], 1), "/work/model/train.py:42 Model.forward python");
+  EXPECT_EQ(frame_text(column[2], 0), "/work/model/train.py:50 main python");
+  EXPECT_EQ(frame_text(column[3], 0), "/nonexistent/libgone.so:0 0x1234 native");
+  // Without stacks, neither the table nor the column.
+  auto plain = Load(SyntheticTrace());
+  std::ostringstream plain_page;
+  WriteViewerHtml(*plain, plain_page);
+  EXPECT_EQ(plain_page.str().find("\"stacks\""), std::string::npos);
+  EXPECT_EQ(plain_page.str().find("\"stack\""), std::string::npos);
 }
 
 }  // namespace

@@ -88,6 +88,18 @@ struct TorchPayload {
   uint8_t reserved[7];
 };
 static_assert(sizeof(TorchPayload) == 64, "the torch payload layout changed");
+// Record.flags.
+constexpr uint8_t kFlagStack = 1;  // the payload ends with a stack (StackHeader, then words)
+// A stack at the end of a payload (`run --stacks`): this header, then python_frames pairs of
+// uint64 (the tracer's code key, meaningful only to the tracer, and the line), then
+// native_frames uint64 return addresses, innermost first. Readers of layout version 1 that
+// predate it read the type's payload from its start and never look past it.
+struct StackHeader {
+  uint16_t python_frames;
+  uint16_t native_frames;
+  uint32_t reserved;
+};
+static_assert(sizeof(StackHeader) == 8, "the stack header layout changed");
 struct Record {
   uint32_t size;
   uint8_t type;  // RecordType
@@ -110,7 +122,7 @@ struct Record {
   uint8_t release;
   uint8_t is_async;
   uint8_t memory_kind;
-  uint8_t reserved;
+  uint8_t flags;  // kFlag* (0 before stacks existed)
   // Then text (NVTX message, thread name), caller module, NVTX domain name (unterminated),
   // and the type's payload.
   uint32_t text_bytes;

@@ -1,0 +1,157 @@
+#include "collector/engine/stacks.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "collector/engine/decoded_stream.h"
+#include "collector/engine/native_symbolizer.h"
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace::internal {
+namespace {
+
+bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.compare(0, std::char_traits<char>::length(prefix), prefix) == 0;
+}
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string Hex(uint64_t value) {
+  char text[32];
+  snprintf(text, sizeof(text), "0x%" PRIx64, value);
+  return text;
+}
+
+}  // namespace
+
+bool IsUserPythonFile(const std::string& file) {
+  if (file.empty() || StartsWith(file, "<frozen")) return false;
+  return !Contains(file, "/site-packages/") && !Contains(file, "/dist-packages/") &&
+         !Contains(file, "/lib/python3");
+}
+
+bool IsUserNativeModule(const std::string& module_path) {
+  const std::string name = BaseName(module_path);
+  for (const char* library :
+       {"libcuda.", "libcudart", "libcupti", "libcublas", "libcudnn", "libnccl", "libc10",
+        "libtorch", "libc.so", "libstdc++", "libgcc", "libpython", "libcumemtrace", "ld-linux"}) {
+    if (StartsWith(name, library)) return false;
+  }
+  return !name.empty();
+}
+
+void WireStacks::Add(const v1::StackFrame& frame) {
+  if (frame.id() == 0) return;
+  WireFrame& f = frames[frame.id()];
+  f.native = frame.kind() == v1::STACK_FRAME_KIND_NATIVE;
+  f.function_id = frame.function_name_id();
+  f.file_id = frame.file_name_id();
+  f.line = frame.line();
+  f.pc = frame.pc();
+  f.module_id = frame.module_id();
+}
+
+void WireStacks::Add(const v1::Stack& stack) {
+  if (stack.id() == 0) return;
+  std::vector<uint32_t>& ids = stacks[stack.id()];
+  const int n = std::min(stack.frame_ids_size(), static_cast<int>(v1::MAX_STACK_FRAMES));
+  ids.assign(stack.frame_ids().begin(), stack.frame_ids().begin() + n);
+}
+
+void WireStacks::Add(const v1::NativeModule& module) {
+  if (module.id() == 0) return;
+  modules[module.id()] = WireModule{module.path(), module.load_bias()};
+}
+
+StackResolver::StackResolver(const DecodedStream& stream) : stream_(stream) {}
+StackResolver::~StackResolver() = default;
+
+uint32_t StackResolver::FrameIndex(uint32_t wire_frame_id) {
+  auto [it, inserted] = frame_index_.try_emplace(wire_frame_id, 0);
+  if (!inserted) return it->second;
+  std::string function = "?";
+  std::string file = "?";
+  uint32_t line = 0;
+  const char* kind = "python";
+  std::string module;
+  const auto found = stream_.stacks.frames.find(wire_frame_id);
+  if (found != stream_.stacks.frames.end()) {
+    const WireFrame& f = found->second;
+    if (!f.native) {
+      function = stream_.Resolve(f.function_id);
+      file = stream_.Resolve(f.file_id);
+      line = f.line;
+    } else {
+      kind = "native";
+      function = Hex(f.pc);
+      const auto m = stream_.stacks.modules.find(f.module_id);
+      if (m != stream_.stacks.modules.end()) {
+        module = m->second.path;
+        file = module;
+        if (symbolizer_ == nullptr) symbolizer_ = std::make_unique<NativeSymbolizer>();
+        NativeSymbol symbol;
+        if (symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol)) {
+          if (!symbol.function.empty()) function = symbol.function;
+          if (!symbol.file.empty()) {
+            file = symbol.file;
+            line = symbol.line;
+          }
+        }
+      }
+    }
+  }
+  it->second = static_cast<uint32_t>(table_.function.size());
+  table_.function.push_back(std::move(function));
+  table_.file.push_back(std::move(file));
+  table_.line.push_back(line);
+  table_.kind.push_back(kind);
+  module_of_frame_.push_back(std::move(module));
+  return it->second;
+}
+
+int32_t StackResolver::Resolve(uint32_t wire_stack_id) {
+  if (wire_stack_id == 0) return -1;
+  auto [it, inserted] = stack_index_.try_emplace(wire_stack_id, -1);
+  if (!inserted) return it->second;
+  const auto found = stream_.stacks.stacks.find(wire_stack_id);
+  if (found == stream_.stacks.stacks.end() || found->second.empty()) return -1;
+  std::vector<uint32_t> frames;
+  frames.reserve(found->second.size());
+  for (uint32_t id : found->second) frames.push_back(FrameIndex(id));
+  // The innermost Python frame of the program's own files; else the innermost Python frame;
+  // else the innermost native frame outside the runtime libraries; else the innermost.
+  uint32_t user = frames[0];
+  bool chosen = false;
+  for (int pass = 0; pass < 3 && !chosen; ++pass) {
+    for (uint32_t f : frames) {
+      const bool python = table_.kind[f][0] == 'p';
+      const bool take = pass == 0   ? python && IsUserPythonFile(table_.file[f])
+                        : pass == 1 ? python
+                                    : !python && IsUserNativeModule(module_of_frame_[f]);
+      if (take) {
+        user = f;
+        chosen = true;
+        break;
+      }
+    }
+  }
+  it->second = static_cast<int32_t>(table_.stacks.size());
+  table_.stacks.push_back(std::move(frames));
+  table_.user_frame.push_back(user);
+  return it->second;
+}
+
+std::string StackResolver::UserFrameText(int32_t stack) const {
+  if (stack < 0 || static_cast<size_t>(stack) >= table_.stacks.size()) return {};
+  const uint32_t f = table_.user_frame[static_cast<size_t>(stack)];
+  std::string text = table_.file[f];
+  if (table_.line[f] != 0) text += ":" + std::to_string(table_.line[f]);
+  return text + " in " + table_.function[f];
+}
+
+}  // namespace cumemtrace::internal

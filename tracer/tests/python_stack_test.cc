@@ -1,0 +1,191 @@
+// The Python capture (python_frames.h) against a real interpreter embedded in this test: the
+// CPython API is found with dlsym as in a traced python3, and the frames of a known function
+// come back with their file, line and qualified name, through the sender's interning too.
+#include <gtest/gtest.h>
+
+#include <Python.h>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cumemtrace/v1/trace.pb.h"
+#include "tracer/event_encoder.h"
+#include "tracer/python_frames.h"
+#include "tracer/stack_capture.h"
+#include "tracer/stack_interner.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+// What the last capture() call saw: (function, file, line), innermost first.
+struct Seen {
+  std::string function;
+  std::string file;
+  uint64_t line;
+};
+std::vector<Seen> g_seen;
+std::vector<uint64_t> g_words;  // CaptureStack's words of the last call
+uint32_t g_other_thread_frames = 1234;
+
+PyObject* Capture(PyObject*, PyObject*) {
+  uint64_t pairs[2 * 64];
+  const uint32_t n = CapturePythonFrames(pairs, 64);
+  g_seen.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    Seen s;
+    EXPECT_TRUE(PythonCodeNames(pairs[2 * i], &s.function, &s.file));
+    s.line = pairs[2 * i + 1];
+    g_seen.push_back(s);
+  }
+  const StackWords words = CaptureStack(kStacksPython);
+  g_words.assign(words.words, words.words + words.count);
+  Py_RETURN_NONE;
+}
+
+// A thread of the process that never took the GIL (as autograd's workers are while they
+// allocate): no Python stack, and no crash.
+PyObject* CaptureOnAnotherThread(PyObject*, PyObject*) {
+  std::thread([] {
+    uint64_t pairs[2 * 64];
+    g_other_thread_frames = CapturePythonFrames(pairs, 64);
+  }).join();
+  Py_RETURN_NONE;
+}
+
+// Reading a new code object's names must not clear an exception that is being raised.
+PyObject* CaptureWithPendingError(PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_KeyError, "kept");
+  uint64_t pairs[2 * 64];
+  CapturePythonFrames(pairs, 64);
+  return nullptr;  // the KeyError propagates
+}
+
+PyMethodDef kMethods[] = {
+    {"capture", Capture, METH_NOARGS, nullptr},
+    {"capture_on_another_thread", CaptureOnAnotherThread, METH_NOARGS, nullptr},
+    {"capture_with_pending_error", CaptureWithPendingError, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "stackprobe", nullptr, -1, kMethods,
+                       nullptr, nullptr, nullptr, nullptr};
+PyObject* InitModule() { return PyModule_Create(&kModule); }
+
+class PythonStack : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    PyImport_AppendInittab("stackprobe", &InitModule);
+    Py_InitializeEx(0);
+  }
+  // The interpreter stays up: Py_Finalize and re-initialization are not what is tested.
+
+  static void Run(const char* source) {
+    PyObject* globals = PyDict_New();
+    PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+    PyObject* code = Py_CompileString(source, "probe_program.py", Py_file_input);
+    ASSERT_NE(code, nullptr);
+    PyObject* result = PyEval_EvalCode(code, globals, globals);
+    if (result == nullptr) PyErr_Print();
+    ASSERT_NE(result, nullptr);
+    Py_XDECREF(result);
+    Py_DECREF(code);
+    Py_DECREF(globals);
+  }
+};
+
+TEST_F(PythonStack, AKnownFunctionComesBackWithItsFileLineAndQualifiedName) {
+  Run("import stackprobe\n"            // 1
+      "class Model:\n"                 // 2
+      "    def forward(self):\n"       // 3
+      "        stackprobe.capture()\n"  // 4
+      "def main():\n"                  // 5
+      "    Model().forward()\n"        // 6
+      "main()\n");                     // 7
+  ASSERT_EQ(g_seen.size(), 3u);
+  EXPECT_EQ(g_seen[0].file, "probe_program.py");
+  EXPECT_EQ(g_seen[0].line, 4u);
+  EXPECT_EQ(g_seen[0].function, PY_VERSION_HEX >= 0x030B0000 ? "Model.forward" : "forward");
+  EXPECT_EQ(g_seen[1].function, "main");
+  EXPECT_EQ(g_seen[1].line, 6u);
+  EXPECT_EQ(g_seen[2].function, "<module>");
+  EXPECT_EQ(g_seen[2].line, 7u);
+}
+
+TEST_F(PythonStack, TheSenderInternsTheFramesOnceAndTheStackOnce) {
+  Run("import stackprobe\n"
+      "def inner():\n"
+      "    stackprobe.capture()\n"  // 3
+      "inner()\n");
+  const std::vector<uint64_t> first = g_words;
+  ASSERT_FALSE(first.empty());
+  EventEncoder encoder;
+  ModuleLookup modules;
+  StackInterner interner(&encoder, &modules);
+  const uint32_t id = interner.Intern(first.data(), static_cast<uint32_t>(first.size()));
+  EXPECT_NE(id, 0u);
+  EXPECT_EQ(interner.Intern(first.data(), static_cast<uint32_t>(first.size())), id);
+  std::string frames;
+  encoder.FlushBatch(&frames);
+  v1::StreamMessage message;
+  // Skip the varint length prefix of the frame.
+  size_t at = 0;
+  while (static_cast<unsigned char>(frames[at]) & 0x80) ++at;
+  ASSERT_TRUE(message.ParseFromString(frames.substr(at + 1)));
+  std::map<uint32_t, std::string> strings;
+  std::vector<v1::StackFrame> defined;
+  int stacks = 0;
+  for (const v1::Event& e : message.batch().events()) {
+    if (e.has_interned_string()) strings[e.interned_string().id()] = e.interned_string().value();
+    if (e.has_stack_frame()) defined.push_back(e.stack_frame());
+    if (e.has_stack()) {
+      ++stacks;
+      EXPECT_EQ(e.stack().id(), id);
+      ASSERT_EQ(e.stack().frame_ids_size(), 2);
+      EXPECT_EQ(e.stack().frame_ids(0), defined.at(0).id());  // innermost first
+    }
+  }
+  EXPECT_EQ(stacks, 1);
+  ASSERT_EQ(defined.size(), 2u);
+  EXPECT_EQ(defined[0].kind(), v1::STACK_FRAME_KIND_PYTHON);
+  EXPECT_EQ(strings[defined[0].function_name_id()], "inner");
+  EXPECT_EQ(strings[defined[0].file_name_id()], "probe_program.py");
+  EXPECT_EQ(defined[0].line(), 3u);
+}
+
+TEST_F(PythonStack, AThreadWithoutTheGilHasNoPythonStack) {
+  Run("import stackprobe\n"
+      "stackprobe.capture_on_another_thread()\n");
+  EXPECT_EQ(g_other_thread_frames, 0u);
+  // And the main thread, once it let go of the GIL, has none either.
+  PyThreadState* state = PyEval_SaveThread();
+  uint64_t pairs[2 * 64];
+  EXPECT_EQ(CapturePythonFrames(pairs, 64), 0u);
+  PyEval_RestoreThread(state);
+}
+
+TEST_F(PythonStack, APendingExceptionIsLeftAsItWas) {
+  Run("import stackprobe\n"
+      "def fresh_code_object():\n"
+      "    try:\n"
+      "        stackprobe.capture_with_pending_error()\n"
+      "    except KeyError as e:\n"
+      "        assert e.args == ('kept',), e.args\n"
+      "        return\n"
+      "    raise AssertionError('the KeyError was lost')\n"
+      "fresh_code_object()\n");
+}
+
+TEST_F(PythonStack, TheDepthIsBounded) {
+  Run("import stackprobe\n"
+      "def deep(n):\n"
+      "    if n == 0:\n"
+      "        stackprobe.capture()\n"
+      "    else:\n"
+      "        deep(n - 1)\n"
+      "deep(200)\n");
+  EXPECT_EQ(g_seen.size(), static_cast<size_t>(kMaxPythonFrames));
+  EXPECT_EQ(g_seen[0].line, 4u);
+}
+
+}  // namespace
+}  // namespace cumemtrace::tracer
