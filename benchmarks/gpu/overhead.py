@@ -83,6 +83,12 @@ def python_configs(cumemtrace, scratch, only, baseline=None):
         "cumemtrace --no-kernels, bridge off":
             (run("nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
         "cumemtrace --allocator=async": (run("async", "--allocator=async"), {}),
+        # Where each allocation was made (target: <= 1.10x on ep and resnet, next to torch's
+        # memory history, which records Python stacks too).
+        "cumemtrace --stacks=python": (run("stacks", "--stacks=python"), {}),
+        "cumemtrace --stacks=python --no-kernels":
+            (run("stacks-nokernels", "--stacks=python", "--no-kernels"), {}),
+        "cumemtrace --stacks=all": (run("stacks-all", "--stacks=all"), {}),
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
         **baseline_configs(baseline, scratch, workloads),
@@ -104,6 +110,9 @@ def libtorch_configs(cumemtrace, program, scratch, baseline=None):
         "cumemtrace --no-kernels, bridge off":
             (run("lt-nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
         "cumemtrace --allocator=async": (run("lt-async", "--allocator=async"), {}),
+        # A C++ program: no Python stack, so --stacks=python costs the mode check only.
+        "cumemtrace --stacks=python": (run("lt-stacks", "--stacks=python"), {}),
+        "cumemtrace --stacks=native": (run("lt-stacks-native", "--stacks=native"), {}),
         # Diagnostic: what is left with no per-call callbacks at all (no memory then).
         "cumemtrace --no-kernels (API callbacks off)":
             (run("lt-nocallbacks", "--no-kernels"), {"CUMEMTRACE_API_CALLBACKS": "0"}),

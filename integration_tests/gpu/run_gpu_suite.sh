@@ -10,14 +10,14 @@
 # phases (phase analysis: gpu_phases.py), reliability (gpu_reliability.py), fidelity
 # (answers on real training scripts: gpu_fidelity.py), bridge (the PyTorch bridge:
 # gpu_bridge.py), profiler (the program's own torch.profiler beside cumemtrace:
-# gpu_profiler.py), jobs (distributed jobs, 2 GPUs:
+# gpu_profiler.py), stacks (`run --stacks`: gpu_stacks.py), jobs (distributed jobs, 2 GPUs:
 # gpu_jobs.py); default: all but jobs.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
 results=${1:-"$build/results"}
 shift $(( $# > 0 ? 1 : 0 ))
-suites=${*:-main phases reliability fidelity bridge profiler}
+suites=${*:-main phases reliability fidelity bridge profiler stacks}
 mkdir -p "$results"
 
 [ -s "$top/third_party/protobuf/protobuf_3.21.12.orig.tar.gz" ] || "$top/tools/fetch-protobuf-source.sh"
@@ -45,8 +45,9 @@ for suite in $suites; do
     bridge) script=gpu_bridge.py; dir="$results/bridge" ;;  # the PyTorch bridge
     fidelity) script=gpu_fidelity.py; dir="$results/fidelity" ;;
     profiler) script=gpu_profiler.py; dir="$results/profiler" ;;
+    stacks) script=gpu_stacks.py; dir="$results/stacks" ;;  # run --stacks
     jobs) script=gpu_jobs.py; dir="$results/jobs" ;;  # needs 2 GPUs
-    *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, profiler, jobs)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, profiler, stacks, jobs)" >&2; exit 2 ;;
   esac
   echo "== suite: $suite"
   python3 "$top/integration_tests/gpu/$script" run --cumemtrace "$build/bin/cumemtrace" \
