@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""`cumemtrace run --stacks=python` on a real Python program, without a GPU: the program loads
+the fake libcupti (tests/fake_cupti.cc) that the real tracer, preloaded by `run`, subscribes
+to, and reports two cuMemAlloc_v2 calls through it from a known method, holding the GIL
+(ctypes.PyDLL) as a Python extension calling CUDA would. The trace must name that method's
+lines: in summary.json's top stacks, in report.html's stack table and in the memory_viz
+export.
+
+  python_stacks_end_to_end.py CUMEMTRACE FAKE_LIBCUPTI WORK_DIR
+"""
+import base64
+import json
+import os
+import pickle
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+
+PROGRAM = textwrap.dedent('''
+    import ctypes, os
+    lib = ctypes.PyDLL(os.environ["FAKE_CUPTI"])
+
+    class Params(ctypes.Structure):
+        _fields_ = [("dptr", ctypes.POINTER(ctypes.c_uint64)), ("bytesize", ctypes.c_size_t)]
+
+    def allocate(address, size):
+        value = ctypes.c_uint64(address)
+        params = Params(ctypes.pointer(value), size)
+        status = ctypes.c_int(0)
+        # CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2
+        lib.fake_cupti_call(1, 243, b"cuMemAlloc_v2", ctypes.byref(params),  # ALLOCATE_LINE
+                            ctypes.byref(status), ctypes.c_uint32(address >> 16),
+                            ctypes.c_void_p(0x1000), None, None, None)
+
+    class Model:
+        def forward(self):
+            allocate(0x7000000, 64 << 20)  # BIG_LINE
+            allocate(0x9000000, 1 << 20)  # SMALL_LINE
+
+    Model().forward()  # MAIN_LINE
+''')
+
+
+def line_of(marker):
+    for number, text in enumerate(PROGRAM.splitlines(), start=1):
+        if "# " + marker in text:
+            return number
+    raise AssertionError(marker)
+
+
+def main():
+    cumemtrace, fake, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    script = os.path.join(work, "stacks_program.py")
+    with open(script, "w") as f:
+        f.write(PROGRAM)
+    out = os.path.join(work, "out")
+    env = dict(os.environ, FAKE_CUPTI=fake, LD_PRELOAD=fake,
+               # Names no file: the tracer starts CUPTI (the fake) from its constructor.
+               CUDA_INJECTION64_PATH=os.path.join(work, "no-such-injection"))
+    env.pop("CUMEMTRACE_STACKS", None)
+    proc = subprocess.run([cumemtrace, "run", "--stacks", "-o", out, "--", "python3", script],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    allocate, big, small = line_of("ALLOCATE_LINE"), line_of("BIG_LINE"), line_of("SMALL_LINE")
+
+    # summary.json: the two stacks, largest first, named by the user's innermost frame.
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    tops = [d["peak"].get("top_stacks", []) for p in summary["processes"] for d in p["devices"]]
+    tops = [t for t in tops if t]
+    assert len(tops) == 1, tops
+    top = tops[0]
+    assert [t["bytes"] for t in top] == [64 << 20, 1 << 20], top
+    assert top[0]["frame"] == f"{script}:{allocate} in allocate", top
+
+    # report.html: each allocation's stack, innermost first, in the page's layout.
+    html = open(os.path.join(out, "report.html"), encoding="utf-8").read()
+    data = json.loads(re.search(
+        r'<script id="cumemtrace-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    process = next(p for p in data["processes"] if "stacks" in p)
+    frames, stacks = process["stacks"]["frames"], process["stacks"]["stacks"]
+    columns = process["devices"][0]["allocations"]
+    sizes = struct.unpack(f"<{columns['n']}d", base64.b64decode(columns["bytes"]))
+    stack_of = struct.unpack(f"<{columns['n']}i", base64.b64decode(columns["stack"]))
+    seen = {}
+    for size, s in zip(sizes, stack_of):
+        assert s >= 0, "an allocation without a stack"
+        seen[int(size)] = [(frames["function"][f], os.path.basename(frames["file"][f]),
+                            frames["line"][f], frames["kind"][f]) for f in stacks[s]]
+    name = os.path.basename(script)
+    assert seen[64 << 20][:3] == [("allocate", name, allocate, "python"),
+                                  ("Model.forward", name, big, "python"),
+                                  ("<module>", name, line_of("MAIN_LINE"), "python")], seen[64 << 20]
+    assert seen[1 << 20][1] == ("Model.forward", name, small, "python"), seen[1 << 20]
+
+    # memory_viz: PyTorch's frames on the segments still allocated at the end.
+    viz_path = os.path.join(work, "viz.pickle")
+    subprocess.run([cumemtrace, "export", "--format", "memory-viz", "-o", viz_path,
+                    os.path.join(out, "trace.cmtrace")], check=True, capture_output=True)
+    viz = pickle.load(open(viz_path, "rb"))
+    segment = next(s for s in viz["segments"] if s["total_size"] == 64 << 20)
+    assert segment["frames"][:2] == [
+        {"filename": script, "line": allocate, "name": "allocate"},
+        {"filename": script, "line": big, "name": "Model.forward"}], segment["frames"]
+    print("ok: python stacks end to end")
+
+
+if __name__ == "__main__":
+    main()
