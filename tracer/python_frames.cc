@@ -27,6 +27,8 @@ struct PythonApi {
   const char* (*Utf8)(void*);
   void (*ErrFetch)(void**, void**, void**);
   void (*ErrRestore)(void*, void*, void*);
+  int (*GcDisable)();  // PyGC_Disable (3.10), optional
+  int (*GcEnable)();
 };
 
 template <typename T>
@@ -55,6 +57,10 @@ const PythonApi* Api() {
             Find("PyErr_Restore", &found.ErrRestore);
   if (ok && !Find("Py_IsFinalizing", &found.IsFinalizing)) {
     ok = Find("_Py_IsFinalizing", &found.IsFinalizing);
+  }
+  if (!Find("PyGC_Disable", &found.GcDisable) || !Find("PyGC_Enable", &found.GcEnable)) {
+    found.GcDisable = nullptr;
+    found.GcEnable = nullptr;
   }
   if (ok && !Find("PyThreadState_GetUnchecked", &found.CurrentThreadState)) {
     Find("_PyThreadState_UncheckedGet", &found.CurrentThreadState);  // optional
@@ -158,6 +164,10 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max) {
   if (!HoldsGil(py)) return 0;
   if (g_table_busy.exchange(true, std::memory_order_acquire)) return 0;
   t_capturing = true;
+  // Making a parent's frame object (3.11 and later do it lazily) allocates, and an allocation
+  // may start the garbage collector, whose finalizers may free tensors while the allocator
+  // is inside its own call: no collection during the walk.
+  const bool collector_was_on = py.GcDisable != nullptr && py.GcDisable() != 0;
   uint32_t n = 0;
   void* frame = py.GetFrame();
   if (frame != nullptr) py.IncRef(frame);  // owned like the ones PyFrame_GetBack returns
@@ -173,6 +183,7 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max) {
     frame = back;
   }
   if (frame != nullptr) py.DecRef(frame);
+  if (collector_was_on) py.GcEnable();
   t_capturing = false;
   g_table_busy.store(false, std::memory_order_release);
   return n;

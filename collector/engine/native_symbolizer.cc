@@ -3,6 +3,8 @@
 #include <cxxabi.h>
 #include <elfutils/libdwfl.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 
 namespace cumemtrace::internal {
@@ -43,7 +45,11 @@ NativeSymbolizer::Module* NativeSymbolizer::ModuleFor(const std::string& path,
   auto [it, inserted] = modules_.try_emplace({path, load_bias});
   if (!inserted) return it->second.get();
   auto module = std::make_unique<Module>();
-  module->dwfl = dwfl_begin(&kOfflineCallbacks);
+  // The path comes from the trace: only a regular file is opened (never a FIFO or a device
+  // that would block or never end).
+  struct stat st {};
+  const bool regular = stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (regular) module->dwfl = dwfl_begin(&kOfflineCallbacks);
   if (module->dwfl != nullptr) {
     dwfl_report_begin(module->dwfl);
     // ET_DYN: placed at the load bias plus its own p_vaddr, as the loader placed it.

@@ -175,6 +175,18 @@ TEST_F(PythonStack, APendingExceptionIsLeftAsItWas) {
       "fresh_code_object()\n");
 }
 
+// The garbage collector is held off during the walk only: its state is the program's after.
+TEST_F(PythonStack, TheGarbageCollectorIsLeftAsItWas) {
+  Run("import gc, stackprobe\n"
+      "assert gc.isenabled()\n"
+      "stackprobe.capture()\n"
+      "assert gc.isenabled(), 'the capture left the collector off'\n"
+      "gc.disable()\n"
+      "stackprobe.capture()\n"
+      "assert not gc.isenabled(), 'the capture turned the collector on'\n"
+      "gc.enable()\n");
+}
+
 TEST_F(PythonStack, TheDepthIsBounded) {
   Run("import stackprobe\n"
       "def deep(n):\n"
