@@ -21,6 +21,7 @@ struct PythonApi {
   void* (*FrameBack)(void*);      // PyFrame_GetBack: new reference
   void* (*FrameCode)(void*);      // PyFrame_GetCode: new reference
   int (*FrameLine)(void*);        // PyFrame_GetLineNumber
+  int (*FrameLasti)(void*);       // PyFrame_GetLasti (3.11), optional
   void (*IncRef)(void*);
   void (*DecRef)(void*);
   void* (*GetAttr)(void*, const char*);
@@ -58,6 +59,7 @@ const PythonApi* Api() {
   if (ok && !Find("Py_IsFinalizing", &found.IsFinalizing)) {
     ok = Find("_Py_IsFinalizing", &found.IsFinalizing);
   }
+  if (!Find("PyFrame_GetLasti", &found.FrameLasti)) found.FrameLasti = nullptr;
   if (!Find("PyGC_Disable", &found.GcDisable) || !Find("PyGC_Enable", &found.GcEnable)) {
     found.GcDisable = nullptr;
     found.GcEnable = nullptr;
@@ -91,6 +93,9 @@ std::atomic<bool> g_table_busy{false};
 // Code object -> key, touched only under the lock. The code objects are kept referenced
 // (never decremented) so that an address can never be reused by another code object.
 std::unordered_map<const void*, uint32_t>* g_keys = nullptr;
+// (code key, instruction offset) -> line, under the same lock: PyFrame_GetLineNumber decodes
+// the code object's line table from its start, on every call; a call site is decoded once.
+std::unordered_map<uint64_t, uint32_t>* g_lines = nullptr;
 
 thread_local bool t_capturing = false;
 
@@ -144,6 +149,22 @@ uint32_t KeyOf(const PythonApi& py, void* code) {
   return key;
 }
 
+uint32_t LineOf(const PythonApi& py, void* frame, uint32_t key) {
+  const int lasti = py.FrameLasti != nullptr && key != 0 ? py.FrameLasti(frame) : -1;
+  if (lasti < 0) {
+    const int line = py.FrameLine(frame);
+    return line > 0 ? static_cast<uint32_t>(line) : 0;
+  }
+  if (g_lines == nullptr) g_lines = new std::unordered_map<uint64_t, uint32_t>();
+  const uint64_t site = (uint64_t{key} << 32) | static_cast<uint32_t>(lasti);
+  const auto it = g_lines->find(site);
+  if (it != g_lines->end()) return it->second;
+  const int line = py.FrameLine(frame);
+  const uint32_t value = line > 0 ? static_cast<uint32_t>(line) : 0;
+  g_lines->emplace(site, value);
+  return value;
+}
+
 // True when this thread holds the GIL of a running interpreter.
 bool HoldsGil(const PythonApi& py) {
   if (py.IsInitialized() == 0 || py.IsFinalizing() != 0) return false;
@@ -173,9 +194,9 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max) {
   if (frame != nullptr) py.IncRef(frame);  // owned like the ones PyFrame_GetBack returns
   while (frame != nullptr && n < max) {
     void* code = py.FrameCode(frame);
-    out[2 * n] = code != nullptr ? KeyOf(py, code) : 0;
-    const int line = py.FrameLine(frame);
-    out[2 * n + 1] = line > 0 ? static_cast<uint64_t>(line) : 0;
+    const uint32_t key = code != nullptr ? KeyOf(py, code) : 0;
+    out[2 * n] = key;
+    out[2 * n + 1] = LineOf(py, frame, key);
     ++n;
     if (code != nullptr) py.DecRef(code);
     void* back = py.FrameBack(frame);
@@ -204,6 +225,7 @@ void ResetPythonFramesInChildAfterFork() {
   // A parent thread may have been changing the map: the child leaks it and starts another
   // (code objects then get new keys; the names already counted stay valid).
   g_keys = nullptr;
+  g_lines = nullptr;
   g_table_busy.store(false, std::memory_order_relaxed);
 }
 

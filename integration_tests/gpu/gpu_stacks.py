@@ -95,7 +95,7 @@ def check_case(t, runs, results, case):
     data = page_data(os.path.join(results, case, "report.html"))
     process = next((p for p in data["processes"]
                     if any(a.endswith("stacks_program.py") for a in p["command_line"][:3])),
-                   data["processes"][0])
+                   next((p for p in data["processes"] if "stacks" in p), data["processes"][0]))
     t.check(case, "page data has a stack table", True, "stacks" in process)
     if "stacks" not in process:
         return
@@ -110,6 +110,15 @@ def check_case(t, runs, results, case):
     activations = [i for i in live if lifetime[i] < len(classes) and
                    classes[lifetime[i]] == "activation"]
     t.check(case, "activations live at the peak", "> 0", len(activations), len(activations) > 0)
+    # Independent of the lifetime classes: the largest allocation with a stack at the peak.
+    with_stack = [i for i in live if stack[i] >= 0]
+    if with_stack:
+        biggest = max(with_stack, key=lambda i: size[i])
+        frame = user_frame(process["stacks"], stack[biggest], stats["file"])
+        t.check(case, "largest allocation with a stack at the peak: its user frame", want,
+                (os.path.basename(frame[0]), frame[1], frame[2]) if frame else None)
+    else:
+        t.check(case, "allocations with a stack at the peak", "> 0", 0, False)
     if activations:
         largest = max(activations, key=lambda i: size[i])
         t.check(case, "largest activation at the peak, bytes", stats["wide_bytes"],
@@ -127,6 +136,9 @@ def check_case(t, runs, results, case):
     summary = load(os.path.join(results, case, "summary.json"))
     top = (device0(main_process(summary, "stacks_program.py")) or {}).get("peak", {}).get(
         "top_stacks", [])
+    if not top:  # the program's process not recognised by its command line: any with stacks
+        top = next((d["peak"]["top_stacks"] for p in summary["processes"] for d in p["devices"]
+                    if d["peak"].get("top_stacks")), [])
     t.check(case, "summary top_stacks[0].frame",
             f"{want[0]}:{want[1]} in {want[2]}",
             top[0]["frame"] if top else None,
@@ -145,7 +157,8 @@ def check_case(t, runs, results, case):
                             and fr["name"] == want[2]:
                         found = True
         traces = [e for trace in viz["device_traces"] for e in trace
-                  if e["action"] == "alloc" and e["size"] >= stats["wide_bytes"]]
+                  if e["action"] in ("alloc", "segment_alloc") and
+                  e["size"] >= stats["wide_bytes"]]
         in_trace = any(os.path.basename(fr["filename"]) == want[0] and fr["line"] == want[1]
                        for e in traces for fr in e["frames"])
         t.check(case, "memory_viz alloc entry has the frame", True, in_trace)

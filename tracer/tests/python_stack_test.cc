@@ -109,6 +109,15 @@ TEST_F(PythonStack, AKnownFunctionComesBackWithItsFileLineAndQualifiedName) {
   EXPECT_EQ(g_seen[1].line, 6u);
   EXPECT_EQ(g_seen[2].function, "<module>");
   EXPECT_EQ(g_seen[2].line, 7u);
+  // The same function from another line of the caller: the line follows the call site.
+  Run("import stackprobe\n"
+      "def f():\n"
+      "    stackprobe.capture()\n"
+      "f()\n"
+      "x = 1\n"
+      "f()\n");
+  ASSERT_EQ(g_seen.size(), 2u);
+  EXPECT_EQ(g_seen[1].line, 6u);
 }
 
 TEST_F(PythonStack, TheSenderInternsTheFramesOnceAndTheStackOnce) {
@@ -197,6 +206,8 @@ TEST_F(PythonStack, TheDepthIsBounded) {
       "deep(200)\n");
   EXPECT_EQ(g_seen.size(), static_cast<size_t>(kMaxPythonFrames));
   EXPECT_EQ(g_seen[0].line, 4u);
+  // The recursive call site, decoded once and then taken from the cache, on every frame.
+  for (size_t i = 1; i < g_seen.size(); ++i) EXPECT_EQ(g_seen[i].line, 6u) << i;
 }
 
 }  // namespace
