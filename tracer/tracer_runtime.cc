@@ -565,10 +565,12 @@ void TracerRuntime::SenderMain() {
   if (!s.connection.connected()) s.connection.Connect(socket_path_, &error);
   if (s.connection.connected() && s.ring_fd >= 0) SendHandshake();
   if (!s.connection.connected()) {
-    recording_.store(false);
+    // The notice before recording stops: OnExit waits for this thread only while recording
+    // is on, and a program exiting meanwhile would lose the one line that says why.
     Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
            "not tracing: " + error +
                " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
+    recording_.store(false);
     std::lock_guard<std::mutex> lock(wake_mutex_);
     sender_done_ = true;
     wake_.notify_all();
