@@ -112,20 +112,29 @@ json Difference(const json& a, const json& b) {
 
 }  // namespace
 
-RunFigures FiguresOf(const Report& report, const std::string& label) {
-  RunFigures f;
-  f.label = label;
-  const ProcessReport* best_process = nullptr;
-  const DeviceReport* best_device = nullptr;
-  for (const ProcessReport& p : report.processes) {
-    for (const DeviceReport& d : p.devices) {
-      if (best_device == nullptr || d.peak.bytes > best_device->peak.bytes) {
-        best_process = &p;
-        best_device = &d;
+bool HighestPeak(const Report& report, size_t* process, size_t* slot) {
+  bool found = false;
+  for (size_t i = 0; i < report.processes.size(); ++i) {
+    const std::vector<DeviceReport>& devices = report.processes[i].devices;
+    for (size_t s = 0; s < devices.size(); ++s) {
+      if (!found ||
+          devices[s].peak.bytes > report.processes[*process].devices[*slot].peak.bytes) {
+        *process = i;
+        *slot = s;
+        found = true;
       }
     }
   }
-  if (best_device == nullptr) return f;
+  return found;
+}
+
+RunFigures FiguresOf(const Report& report, const std::string& label) {
+  RunFigures f;
+  f.label = label;
+  size_t process = 0, slot = 0;
+  if (!HighestPeak(report, &process, &slot)) return f;
+  const ProcessReport* best_process = &report.processes[process];
+  const DeviceReport* best_device = &best_process->devices[slot];
   f.found = true;
   f.pid = best_process->pid;
   f.device = best_device->index;

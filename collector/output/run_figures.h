@@ -32,6 +32,10 @@ struct RunFigures {
   std::vector<std::string> phase_order;
 };
 
+// The process and the device (an index into its devices) with the highest device peak, the
+// first of equals; false when no process has a device.
+bool HighestPeak(const Report& report, size_t* process, size_t* slot);
+
 // The process with the highest device peak, on its device with the highest peak.
 RunFigures FiguresOf(const Report& report, const std::string& label);
 

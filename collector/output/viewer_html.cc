@@ -240,18 +240,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
 json CompareRunData(const ViewerRun& run) {
   const Report& report = *run.trace->report;
   size_t best_process = 0, best_slot = 0;
-  bool found = false;
-  for (size_t i = 0; i < report.processes.size(); ++i) {
-    const std::vector<DeviceReport>& devices = report.processes[i].devices;
-    for (size_t slot = 0; slot < devices.size(); ++slot) {
-      if (!found || devices[slot].peak.bytes >
-                        report.processes[best_process].devices[best_slot].peak.bytes) {
-        best_process = i;
-        best_slot = slot;
-        found = true;
-      }
-    }
-  }
+  const bool found = HighestPeak(report, &best_process, &best_slot);
   json r = {{"label", run.label}, {"trace_file", report.trace_file},
             {"truncated", report.truncated}, {"found", found}};
   if (!found) return r;
