@@ -683,9 +683,11 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   for (const Allocation* a : at_peak) {
     classes[new_slot[a->slot]][LifetimeClassName(classify(*a))] += a->bytes;
   }
-  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+  const bool training = HasTrainingPhases(phases_.names());
+  for (uint32_t slot = 0; slot < n_slots && training; ++slot) {
     for (DeviceReport& d : p.devices) {
       if (d.index != sorted[slot]) continue;
+      d.lifetime_at_peak.given = true;
       d.lifetime_at_peak.bytes_by_class = classes[slot];
       auto persistent = classes[slot].find("persistent");
       const uint64_t held = persistent == classes[slot].end() ? 0 : persistent->second;

@@ -17,6 +17,15 @@ const char* LifetimeClassName(LifetimeClass c) {
   return "other";
 }
 
+bool HasTrainingPhases(const std::vector<PhaseName>& names) {
+  bool forward = false, backward = false;
+  for (const PhaseName& n : names) {
+    forward = forward || IsForwardLikePhase(n.name);
+    backward = backward || IsBackwardLikePhase(n.name);
+  }
+  return forward && backward;
+}
+
 LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
                                        const std::vector<OccurrenceRecord>& occurrences,
                                        const std::vector<IterationWindow>& iterations,

@@ -23,6 +23,9 @@ namespace cumemtrace::internal {
 enum class LifetimeClass : uint8_t { kTemporary, kActivation, kGradient, kPersistent, kOther };
 constexpr int kLifetimeClasses = 5;
 const char* LifetimeClassName(LifetimeClass c);
+// A forward-like and a backward-like phase (phase_rules.h): the phases that define the
+// classes. Without them no class or activation figure is reported (LifetimeAtPeak).
+bool HasTrainingPhases(const std::vector<PhaseName>& names);
 
 class LifetimeClassifier {
  public:

@@ -119,8 +119,12 @@ struct NotProgramMemory {
   uint64_t released_unknown_bytes = 0;
 };
 
-// Device memory live at the peak by lifetime class (collector/engine/lifetimes.h).
+// Device memory live at the peak by lifetime class (collector/engine/lifetimes.h). Given only
+// for a process with training phases (HasTrainingPhases): the classes are defined by forward
+// and backward, and without them "peak - persistent" would call any program's whole peak
+// activation memory.
 struct LifetimeAtPeak {
+  bool given = false;
   std::map<std::string, uint64_t> bytes_by_class;  // temporary, activation, gradient, ...
   uint64_t activation_memory_bytes = 0;  // peak - persistent: what the EP plan measures
 };

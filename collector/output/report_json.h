@@ -12,7 +12,7 @@ namespace cumemtrace::internal {
 // with `empty_spreads`, an object of zeros (what the page reads).
 nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_spreads = false);
 
-// A device's "lifetime_at_peak".
+// A device's "lifetime_at_peak"; null without training phases (LifetimeAtPeak::given).
 nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
 
 }  // namespace cumemtrace::internal

@@ -29,11 +29,15 @@ std::vector<std::pair<std::string, int64_t>> Metrics(const RunFigures& r,
     return it == r.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second);
   };
   m.emplace_back("peak", r.found ? static_cast<int64_t>(r.peak_bytes) : -1);
-  m.emplace_back("persistent at peak", r.found ? lifetime("persistent") : -1);
+  // Lifetime figures only for a run with training phases; the class "activation" is named by
+  // what it is, so that the one figure called activation is activation memory.
+  const bool classes = r.found && r.lifetimes;
+  m.emplace_back("persistent at peak", classes ? lifetime("persistent") : -1);
   m.emplace_back("activation memory (peak - persistent)",
-                 r.found ? static_cast<int64_t>(r.activation_memory_bytes) : -1);
+                 classes ? static_cast<int64_t>(r.activation_memory_bytes) : -1);
   for (const char* c : {"activation", "gradient", "temporary", "other"}) {
-    m.emplace_back(std::string(c) + " at peak", r.found ? lifetime(c) : -1);
+    const std::string name = std::string(c) == "activation" ? "forward-to-backward" : c;
+    m.emplace_back(name + " at peak", classes ? lifetime(c) : -1);
   }
   for (const std::string& phase : phases) {
     auto it = r.phases.find(phase);
@@ -80,18 +84,18 @@ json FiguresData(const RunFigures& f) {
                     {"allocated_bytes", p.allocated_bytes}};
   }
   const auto persistent = f.lifetime_bytes.find("persistent");
-  d.update({{"pid", f.pid},
-            {"device", f.device},
-            {"peak_bytes", f.peak_bytes},
-            {"iterations", f.iterations},
-            // Lifetime classes exist only for runs with training iterations.
-            {"lifetime_bytes", f.iterations > 0 ? json(f.lifetime_bytes) : json(nullptr)},
-            {"persistent_bytes",
-             f.iterations > 0 ? json(persistent == f.lifetime_bytes.end() ? 0 : persistent->second)
-                              : json(nullptr)},
-            {"activation_memory_bytes",
-             f.iterations > 0 ? json(f.activation_memory_bytes) : json(nullptr)},
-            {"phases", phases}});
+  d.update(
+      {{"pid", f.pid},
+       {"device", f.device},
+       {"peak_bytes", f.peak_bytes},
+       {"iterations", f.iterations},
+       // Lifetime classes exist only for runs with training phases.
+       {"lifetime_bytes", f.lifetimes ? json(f.lifetime_bytes) : json(nullptr)},
+       {"persistent_bytes",
+        f.lifetimes ? json(persistent == f.lifetime_bytes.end() ? 0 : persistent->second)
+                    : json(nullptr)},
+       {"activation_memory_bytes", f.lifetimes ? json(f.activation_memory_bytes) : json(nullptr)},
+       {"phases", phases}});
   return d;
 }
 
@@ -139,6 +143,7 @@ RunFigures FiguresOf(const Report& report, const std::string& label) {
   f.pid = best_process->pid;
   f.device = best_device->index;
   f.peak_bytes = best_device->peak.bytes;
+  f.lifetimes = best_device->lifetime_at_peak.given;
   f.lifetime_bytes = best_device->lifetime_at_peak.bytes_by_class;
   f.activation_memory_bytes = best_device->lifetime_at_peak.activation_memory_bytes;
   f.iterations = best_process->iterations.count;
@@ -252,6 +257,10 @@ std::string SweepText(const std::string& parameter, const std::vector<SweepPoint
       row.push_back(
           Mib(static_cast<int64_t>(f.peak_bytes)) +
           (point->exit_status != 0 ? " (exit " + std::to_string(point->exit_status) + ")" : ""));
+      if (!f.lifetimes) {  // no training phases: no persistent or activation figure
+        row.insert(row.end(), {"-", "-"});
+        continue;
+      }
       row.push_back(Mib(it == f.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second)));
       row.push_back(Mib(static_cast<int64_t>(f.activation_memory_bytes)));
     }
@@ -271,13 +280,17 @@ std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>
       return std::to_string(it == f.lifetime_bytes.end() ? 0 : it->second);
     };
     csv.Row().Field(p.label).Field(p.value).Field(std::to_string(p.exit_status));
-    if (f.found) {
+    if (f.found && f.lifetimes) {
       csv.Field(f.peak_bytes)
           .Field(bytes("persistent"))
           .Field(f.activation_memory_bytes)
           .Field(bytes("gradient"))
           .Field(bytes("temporary"))
           .Field(f.iterations);
+    } else if (f.found) {  // no training phases: no lifetime figures
+      csv.Field(f.peak_bytes);
+      for (int i = 0; i < 4; ++i) csv.Field(std::string());
+      csv.Field(f.iterations);
     } else {
       for (int i = 0; i < 6; ++i) csv.Field(std::string());
     }

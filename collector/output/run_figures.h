@@ -25,6 +25,7 @@ struct RunFigures {
   uint32_t pid = 0;
   uint32_t device = 0;
   uint64_t peak_bytes = 0;
+  bool lifetimes = false;  // lifetime classes given (training phases; LifetimeAtPeak::given)
   std::map<std::string, uint64_t> lifetime_bytes;  // at the peak, by class
   uint64_t activation_memory_bytes = 0;            // peak - persistent
   uint64_t iterations = 0;

@@ -312,7 +312,9 @@ Json IterationsJson(const IterationReport& r, bool empty_spreads) {
   return j;
 }
 
+// null without training phases: no classes, no activation figure (report.h).
 Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
+  if (!l.given) return nullptr;
   return {{"bytes_by_class", l.bytes_by_class}, {"activation_memory_bytes", l.activation_memory_bytes}};
 }
 

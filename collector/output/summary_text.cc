@@ -172,11 +172,15 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
   }
   PrintOrigins(out, "by API", d.by_api);
   PrintOrigins(out, "by library", d.by_library);
-  if (!d.lifetime_at_peak.bytes_by_class.empty()) {
+  // Only with training phases (report.h). One figure is called activation: activation memory;
+  // the class summary.json calls "activation" is named by what it is.
+  if (d.lifetime_at_peak.given && !d.lifetime_at_peak.bytes_by_class.empty()) {
     std::vector<std::string> classes;
     for (const char* c : {"persistent", "activation", "gradient", "temporary", "other"}) {
       auto it = d.lifetime_at_peak.bytes_by_class.find(c);
-      if (it != d.lifetime_at_peak.bytes_by_class.end()) classes.push_back(std::string(c) + " " + Bytes(it->second));
+      const std::string name = std::string(c) == "activation" ? "forward-to-backward" : c;
+      if (it != d.lifetime_at_peak.bytes_by_class.end())
+        classes.push_back(name + " " + Bytes(it->second));
     }
     out << "    at peak by lifetime " << Join(classes, ", ") << '\n';
     out << "    activation memory   " << Bytes(d.lifetime_at_peak.activation_memory_bytes)

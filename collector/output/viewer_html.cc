@@ -271,13 +271,17 @@ json SweepPointData(const SweepPoint& point) {
             {"found", f.found},
             {"page", point.page.empty() ? json(nullptr) : json(point.page)}};
   if (!f.found) return d;
-  d.update({{"pid", f.pid},
-            {"device", f.device},
-            {"peak_bytes", f.peak_bytes},
-            {"persistent_bytes", persistent == f.lifetime_bytes.end() ? 0 : persistent->second},
-            {"activation_memory_bytes", f.activation_memory_bytes},
-            {"lifetime_bytes", f.lifetime_bytes},
-            {"iterations", f.iterations}});
+  d.update(
+      {{"pid", f.pid},
+       {"device", f.device},
+       {"peak_bytes", f.peak_bytes},
+       // null without training phases, as in sweep.json (run_figures.cc).
+       {"persistent_bytes", !f.lifetimes                           ? json(nullptr)
+                            : persistent == f.lifetime_bytes.end() ? json(0)
+                                                                   : json(persistent->second)},
+       {"activation_memory_bytes", f.lifetimes ? json(f.activation_memory_bytes) : json(nullptr)},
+       {"lifetime_bytes", f.lifetimes ? json(f.lifetime_bytes) : json(nullptr)},
+       {"iterations", f.iterations}});
   return d;
 }
 

@@ -80,7 +80,8 @@ def run(args):
 
 
 def lifetime_bytes(device):
-    return (device or {}).get("lifetime_at_peak", {}).get("bytes_by_class", {})
+    # null for a process without forward and backward phases (docs/summary.md)
+    return ((device or {}).get("lifetime_at_peak") or {}).get("bytes_by_class", {})
 
 
 def check_memory_viz(t, results, case, native_device):

@@ -61,7 +61,9 @@
       bytes: column(a.bytes, Float64Array), phase: column(a.phase, Int32Array),
       api: column(a.api, Uint32Array), library: column(a.library, Uint32Array),
       kind: column(a.kind, Uint8Array),
-      lifetime: a.lifetime_class ? column(a.lifetime_class, Uint8Array) : null,
+      // Classes only where the report gives them (training phases; lifetime_at_peak null
+      // otherwise), so that the live set and the lifetime table say the same thing.
+      lifetime: a.lifetime_class && d.lifetime_at_peak ? column(a.lifetime_class, Uint8Array) : null,
       // Index into the process' stacks (-1: none); a JSON array, or base64 int32 as the
       // other columns are.
       stack: a.stack === undefined || a.stack === null ? null
@@ -1074,7 +1076,8 @@
       a.lifetime ? el('div', {}, el('h3', {}, 'by lifetime class'),
         table(['class', 'count', 'bytes'], originRows(groups.lifetime, 'data-class', (n) => CLASS_LABELS[n] || n), { id: 'live-by-lifetime' }))
         : el('div', {}, el('h3', {}, 'by lifetime class'),
-          el('p', { class: 'muted' }, 'not in this file (the analysis kept no lifetimes)')),
+          el('p', { class: 'muted' }, d.lifetime_at_peak === null ? 'none: no forward and backward phases'
+            : 'not in this file (the analysis kept no lifetimes)')),
       el('div', {}, el('h3', {}, 'by API'),
         table(['API', 'count', 'bytes'], originRows(groups.api, 'data-api'), { id: 'live-by-api' })),
       el('div', {}, el('h3', {}, 'by library'),
@@ -1337,15 +1340,15 @@
   // The lifetime classes of what was live at each peak, and the one activation figure:
   // activation memory = peak − persistent. The class the engine calls "activation" is shown
   // by its definition (born in forward, freed in backward) so that no two figures are both
-  // called activation. Without training iterations there are no classes to give, and no
-  // activation figure is shown.
+  // called activation. Without training phases (a forward and a backward) the report gives
+  // no classes (lifetime_at_peak null), and no activation figure is shown.
   function buildLifetimeTable(p) {
     const host = document.getElementById('lifetimes');
     host.replaceChildren(el('h2', {}, 'Lifetime classes at the peak'));
-    if (!p.iterations || !p.iterations.count) {
-      host.append(el('p', { class: 'muted', id: 'lifetime-none' }, 'No training iterations were found, so ' +
-        'no lifetime classes (persistent, gradient, …) and no activation memory figure are given: ' +
-        'they are defined by forward and backward phases inside iterations (docs/phases.md).'));
+    if (!p.devices.some((d) => d.lifetime_at_peak)) {
+      host.append(el('p', { class: 'muted', id: 'lifetime-none' }, 'This process has no forward and backward ' +
+        'phases, so no lifetime classes (persistent, gradient, …) and no activation memory figure are given: ' +
+        'they are defined by those phases (docs/phases.md).'));
       return;
     }
     const rows = [];
@@ -1705,7 +1708,7 @@
     const signedTime = (v) => (v > 0 ? '+' : v < 0 ? '−' : '') + fmtTime(Math.abs(v));
     const signedInt = (v) => (v > 0 ? '+' : v < 0 ? '−' : '') + fmtInt(Math.abs(v));
     const cls = (c) => (r) => r.lifetime_at_peak.bytes_by_class[c] || 0;
-    const hasIterations = (r) => r.iterations.count > 0;
+    const hasIterations = (r) => Boolean(r.lifetime_at_peak);  // training phases: classes given
     const rows = [
       metric('peak', (r) => r.peak_bytes),
       metric('persistent at peak', (r) => (hasIterations(r) ? cls('persistent')(r) : null)),
@@ -1729,7 +1732,7 @@
     const host = document.getElementById('phases');
     host.replaceChildren(el('h2', {}, 'Side by side'),
       table(['', ...runs.map((r) => r.label), ...runs.slice(1).map((r) => `${r.label} − ${base.label}`)], rows, { id: 'compare-table' }),
-      el('p', { class: 'muted hint' }, 'Lifetime classes need training iterations: "–" for a run without. ' +
+      el('p', { class: 'muted hint' }, 'Lifetime classes need forward and backward phases: "–" for a run without. ' +
         'activation memory = peak − persistent: everything live at the peak that does not persist across ' +
         'iterations.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
@@ -1829,7 +1832,8 @@
       }
       ctx.fillText(parameter, PAD.left + g.plotW - ctx.measureText(parameter).width, PAD.top + g.plotH + 30);
       labels.forEach((label, li) => {
-        const mine = points.filter((p) => p.label === label && p.found)
+        // Persistent and activation memory are null for a run without training phases.
+        const mine = points.filter((p) => p.label === label && p.found && p[metric.key] !== null)
           .sort((a, b) => position(a.value) - position(b.value));
         ctx.strokeStyle = ctx.fillStyle = seriesColor(li);
         ctx.lineWidth = 2;
@@ -1848,19 +1852,21 @@
 
     const rows = points.map((p) => ({
       attrs: { 'data-label': p.label, 'data-value': p.value, 'data-exit-status': p.exit_status,
-        'data-peak-bytes': p.found ? p.peak_bytes : '', 'data-persistent-bytes': p.found ? p.persistent_bytes : '',
-        'data-activation-bytes': p.found ? p.activation_memory_bytes : '' },
+        'data-peak-bytes': p.found ? p.peak_bytes : '', 'data-persistent-bytes': p.found && p.persistent_bytes !== null ? p.persistent_bytes : '',
+        'data-activation-bytes': p.found && p.activation_memory_bytes !== null ? p.activation_memory_bytes : '' },
       cells: [p.label || '(unlabeled)', numeric ? num(p.value, Number(p.value)) : p.value,
         p.exit_status === 0 ? '0' : `${p.exit_status} (failed)`,
-        ...(p.found ? [num(fmtBytes(p.peak_bytes), p.peak_bytes), num(fmtBytes(p.persistent_bytes), p.persistent_bytes),
-          num(fmtBytes(p.activation_memory_bytes), p.activation_memory_bytes),
+        ...(p.found ? [num(fmtBytes(p.peak_bytes), p.peak_bytes),
+          p.persistent_bytes === null ? '–' : num(fmtBytes(p.persistent_bytes), p.persistent_bytes),
+          p.activation_memory_bytes === null ? '–' : num(fmtBytes(p.activation_memory_bytes), p.activation_memory_bytes),
           fmtInt(p.iterations)] : ['no device memory', '–', '–', '–']),
         p.page ? el('a', { href: p.page, class: 'run-link' }, 'report') : '–'],
     }));
     document.getElementById('phases').replaceChildren(el('h2', {}, 'Points'),
       table(['label', parameter, 'exit', 'peak', 'persistent', 'activation memory', 'iterations', 'run'], rows, { id: 'sweep-table' }),
       el('p', { class: 'muted hint' }, 'persistent: live at the peak and alive across iterations (weights, ' +
-        'optimizer state); activation memory = peak − persistent (activations, gradients, temporaries). Each ' +
+        'optimizer state); activation memory = peak − persistent (activations, gradients, temporaries); both ' +
+        '"–" for a run without forward and backward phases. Each ' +
         'point is the traced process and device with the highest peak of its run; click a point to open its run.'));
     for (const id of ['legend', 'selection', 'iterations', 'lifetimes', 'failed']) document.getElementById(id).hidden = true;
     api.sweep = () => ({

@@ -88,6 +88,22 @@ test('lifetime classes at the peak: the table and the click on the peak agree wi
   await page.close();
 });
 
+// The golden CUDA program has phases (setup, async, ...) but no forward and backward: the
+// report gives no lifetime classes (lifetime_at_peak null), and the page says so rather than
+// calling its whole peak activation memory.
+test('no lifetime classes or activation figure without forward and backward phases', async () => {
+  const { page, problems } = await open('cuda_phases.html');
+  const device = summaryOf('cuda_phases').processes[0].devices[0];
+  assert.equal(device.lifetime_at_peak, null);
+  assert.ok(await page.locator('#lifetime-none').isVisible());
+  assert.equal(await page.locator('#lifetime-table').count(), 0);
+  assert.equal(await page.locator('#live-by-lifetime').count(), 0);
+  const text = await page.locator('main').textContent();
+  assert.equal((text.match(/activation/g) || []).length, 1, 'only the note that says why there is none');
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('the drawn columns never hide a value: pyramid downsampling equals a scan of every step', async () => {
   const { page, problems } = await open('torch_async.html');
   const mismatches = await page.evaluate(() => {
@@ -198,7 +214,8 @@ test('sweep page: every point of a synthetic sweep, with its exact peak', async 
   assert.equal(sweep.numeric, true);
   assert.deepEqual(sweep.labels, ['A', 'B']);
   // The fake tracer allocates n MiB per batch and never frees: peak = batches x n MiB, all
-  // of it live at the end (no iterations: never freed counts as persistent).
+  // of it live at the end. It marks no phases, so no lifetime figures: no persistent and no
+  // activation memory (as sweep.json and summary.json say), drawn as no point at all.
   const MiB = 1 << 20;
   const want = [];
   // 1, 4, 16: a depth-like parameter, on a log axis.
@@ -210,11 +227,12 @@ test('sweep page: every point of a synthetic sweep, with its exact peak', async 
   assert.deepEqual(sweep.points.map((p) => ({ label: p.label, value: p.value, x: p.x, peak: p.peak_bytes })), want);
   for (const p of sweep.points) {
     assert.equal(p.exit_status, 0);
-    assert.equal(p.persistent_bytes + p.activation_memory_bytes, p.peak_bytes);
+    assert.equal(p.persistent_bytes, null);
+    assert.equal(p.activation_memory_bytes, null);
   }
   const rows = await page.$$eval('#sweep-table tbody tr', (trs) => trs.map((tr) => [tr.dataset.label,
-    tr.dataset.value, Number(tr.dataset.peakBytes)]));
-  assert.deepEqual(rows, want.map((w) => [w.label, w.value, w.peak]));
+    tr.dataset.value, Number(tr.dataset.peakBytes), tr.dataset.activationBytes, tr.cells[5].textContent]));
+  assert.deepEqual(rows, want.map((w) => [w.label, w.value, w.peak, '', '–']));
   assert.equal(await page.locator('canvas.chart.sweep').count(), 3);
   // Each point links to its run's page, which exists.
   const links = await page.$$eval('#sweep-table a.run-link', (as) => as.map((a) => a.getAttribute('href')));

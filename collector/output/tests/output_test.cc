@@ -120,5 +120,54 @@ TEST(SummaryText, ShowsPhasesExactPeakAndWarnings) {
   std::cout << text;  // for eyes in the test log
 }
 
+// Born in the first phase, freed in the second, live at the peak beside a 1 MiB block of the
+// second phase: with phases forward and backward, a forward-to-backward allocation.
+std::unique_ptr<Report> TwoPhaseReport(const std::string& first, const std::string& second) {
+  constexpr uint64_t kMiB = 1 << 20;
+  StreamBuilder s(1, 77);
+  s.String(1, first).String(2, second).String(3, "cudaMalloc");
+  s.Device(0, "NVIDIA H100 80GB HBM3", 85899345920ull).Flush();
+  s.Push(1000, 1, 1).Alloc(1100, 0, 0x10000000, 10 * kMiB, testing::kDevice, 1, 3).Pop(1200, 1);
+  s.Push(1300, 1, 2).Alloc(1400, 0, 0x20000000, kMiB, testing::kDevice, 2, 3);
+  s.Free(1500, 0, 0x10000000, 10 * kMiB, testing::kDevice, 2);
+  s.Free(1600, 0, 0x20000000, kMiB, testing::kDevice, 2).Pop(1700, 1);
+  s.Exit(1800, 0).LauncherExit(0, 0);
+  return testing::Analyze(s.Chunks());
+}
+
+size_t Count(const std::string& text, const std::string& word) {
+  size_t n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+// Issue: "activation memory 112 MiB, 100 %" for a plain CUDA program, and a class and a figure
+// both called activation. One figure is called activation, with its definition, and only for
+// a program with forward and backward phases; text and JSON agree.
+TEST(SummaryText, OneActivationFigureAndOnlyWithTrainingPhases) {
+  auto training = TwoPhaseReport("forward", "backward");
+  std::ostringstream out;
+  PrintSummaryText(*training, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("forward-to-backward 10.0 MiB, temporary 1.00 MiB"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("activation memory   11.0 MiB (peak - persistent)"), std::string::npos)
+      << text;
+  EXPECT_EQ(Count(text, "activation"), 1u) << text;
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(*training));
+  const auto& lifetime = j["processes"][0]["devices"][0]["lifetime_at_peak"];
+  EXPECT_EQ(lifetime["bytes_by_class"]["activation"], 10u << 20);
+  EXPECT_EQ(lifetime["activation_memory_bytes"], 11u << 20);
+
+  auto plain = TwoPhaseReport("setup", "compute");
+  std::ostringstream plain_out;
+  PrintSummaryText(*plain, plain_out);
+  EXPECT_EQ(Count(plain_out.str(), "activation"), 0u) << plain_out.str();
+  EXPECT_EQ(Count(plain_out.str(), "lifetime"), 0u) << plain_out.str();
+  const nlohmann::json pj = nlohmann::json::parse(SummaryJson(*plain));
+  EXPECT_TRUE(pj["processes"][0]["devices"][0]["lifetime_at_peak"].is_null());
+  EXPECT_EQ(pj["processes"][0]["devices"][0]["peak"]["bytes"], 11u << 20);
+}
+
 }  // namespace
 }  // namespace cumemtrace
