@@ -147,7 +147,9 @@ json StacksData(const StackTable& table) {
             {"file", table.file},
             {"line", table.line},
             {"kind", kind}}},
-          {"stacks", table.stacks}};
+          {"stacks", table.stacks},
+          // the engine's allocating frame per stack (stacks.h), which the text names too
+          {"user_frame", table.user_frame}};
 }
 
 // How the process ended, for the page's header: "exited" (code), "killed" (signal, from the

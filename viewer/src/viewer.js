@@ -95,7 +95,12 @@
     }
     const stacks = s.stacks.map((st) => (Array.isArray(st)
       ? st.filter((k) => Number.isInteger(k) && k >= 0 && k < frames.length) : []));
-    return { frames, stacks, userFrames: new Map() };
+    // The engine's choice of each stack's allocating frame (the one the text summary names),
+    // when the data carries it.
+    const given = Array.isArray(s.user_frame) && s.user_frame.length === stacks.length ? s.user_frame : null;
+    const userFrames = new Map();
+    if (given) given.forEach((k, i) => { if (Number.isInteger(k) && k >= 0 && k < frames.length) userFrames.set(i, frames[k]); });
+    return { frames, stacks, userFrames };
   }
   // "file:line in function"; an unsymbolized native frame is its address in its module.
   // `short`: the file's last two path components, for a table cell.
@@ -107,12 +112,19 @@
     if (file) return `${fn} in ${file}`;
     return fn;
   }
-  // Frames of the interpreter, the standard library, installed packages (torch) and the CUDA
-  // and C runtimes: what the program runs on, not where it asked for memory.
-  const SYSTEM_PYTHON = /(^|[\/\\])(site-packages|dist-packages)[\/\\]|[\/\\]lib[\/\\]python3[^\/\\]*[\/\\]|^<frozen /;
-  const SYSTEM_NATIVE = /^(\/usr\/lib|\/lib|\/lib64|\/usr\/local\/cuda)\/|(^|[\/\\])(site-packages|dist-packages)[\/\\]|(^|[\/\\])(lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+|cuda|cudart|cupti|nvrtc|nvToolsExt|nvtx3interop|cublas|cublasLt|cudnn\w*|nccl|c10\w*|torch\w*|python3[\w.]*|cumemtrace\w*)([-.][^\/\\]*)?\.so[\d.]*|python3?[\d.]*|ld-linux[\w.-]*)$/;
+  // Frames of the interpreter, the standard library, installed packages (torch) and the CUDA,
+  // C and C++ runtimes: what the program runs on, not where it asked for memory. The same
+  // rule as the engine's IsUserPythonFile and IsUserNativeModule (collector/engine/stacks.cc).
+  const RUNTIME_LIBRARIES = ['libcuda.', 'libcudart', 'libcupti', 'libcublas', 'libcudnn', 'libnccl', 'libc10',
+    'libtorch', 'libc.so', 'libstdc++', 'libgcc', 'libpython', 'libcumemtrace', 'ld-linux'];
   function isSystemFrame(fr) {
-    return fr.kind === 'python' ? SYSTEM_PYTHON.test(fr.file) : SYSTEM_NATIVE.test(fr.file);
+    const file = fr.file;
+    if (fr.kind === 'python') {
+      return !file || file.startsWith('<frozen') || file.includes('/site-packages/') ||
+        file.includes('/dist-packages/') || file.includes('/lib/python3');
+    }
+    const name = file.slice(file.lastIndexOf('/') + 1);
+    return !name || RUNTIME_LIBRARIES.some((l) => name.startsWith(l));
   }
   // The frames of allocation i (indices, innermost first), or null.
   function stackOf(p, a, i) {
@@ -121,15 +133,19 @@
     const s = a.stack[i];
     return s >= 0 && s < T.stacks.length && T.stacks[s].length ? T.stacks[s] : null;
   }
-  // The innermost frame of the program's own code (the line that asked for the memory), or
-  // the innermost frame when every frame is the runtime's; null without a stack.
+  // The line that asked for the memory: the engine's choice when the data has it, else its
+  // rule: the innermost Python frame of the program's own files; else the innermost Python
+  // frame; else the innermost native frame outside the runtime libraries; else the innermost.
+  // null without a stack.
   function userFrame(p, a, i) {
     const frames = stackOf(p, a, i);
     if (!frames) return null;
     const T = p.stackTable, s = a.stack[i];
     if (!T.userFrames.has(s)) {
-      const k = frames.find((f) => !T.frames[f].system);
-      T.userFrames.set(s, T.frames[k === undefined ? frames[0] : k]);
+      const F = frames.map((k) => T.frames[k]);
+      const python = (f) => f.kind === 'python';
+      T.userFrames.set(s, F.find((f) => python(f) && !f.system) || F.find(python) ||
+        F.find((f) => !python(f) && !f.system) || F[0]);
     }
     return T.userFrames.get(s);
   }

@@ -218,7 +218,9 @@ test('stacks: hostile frame names render as text, never as markup (stack column 
   const page0 = readPage('cuda_phases');
   const p = page0.data.processes[0], d = p.devices[0];
   const { live } = liveAtPeak(d);
-  p.stacks = { frames: frames(HOSTILE), stacks: [[0, 1, 2], [3, 2]] };
+  // With the engine's allocating frame per stack, which the page names rather than its own
+  // choice (that would be frame 0 of the first stack: a Python file of the program's own).
+  p.stacks = { frames: frames(HOSTILE), stacks: [[0, 1, 2], [3, 2]], user_frame: [1, 3] };
   // The other spelling of a column: base64 int32, as the engine writes its columns.
   const stack = new Int32Array(d.allocations.n).map((_, i) => i % 2);
   d.allocations.stack = b64(stack);
@@ -229,6 +231,8 @@ test('stacks: hostile frame names render as text, never as markup (stack column 
   assert.ok(labels.includes('&lt;b&gt; in </script><script>window.pwned=5</script>'), JSON.stringify(labels));
   const text = await page.locator('#flame-graph').textContent();
   assert.ok(text.includes('<script>window.pwned=3</script>') && text.includes('-->'), text);
+  const named = await page.$$eval('#live-largest tbody tr', (trs) => [...new Set(trs.map((tr) => tr.dataset.frame))].sort());
+  assert.deepEqual(named, ['/home/user/end<!--.py:9 in -->', '&lt;b&gt; in </script><script>window.pwned=5</script>'].sort());
   const detail = await page.locator('#stack-detail').textContent();
   assert.ok(detail.includes('line\u2028separator\u2029end'), detail);
   assert.equal(live.length > 0, true);
