@@ -49,46 +49,65 @@ function liveAtPeak(d) {
   return { live, bytes, phase };
 }
 
-// A PyTorch-like stack table: the script, the model, torch's own Python frames and an
-// unsymbolized native frame, innermost first.
+// The stack table `run --stacks=python` would give the golden run's script
+// (integration_tests/gpu/torch_train.py, with torch in a virtual environment), innermost first:
+// each allocation's Python stack with the caching allocator's native frame inside it.
 function frames(list) {
   return {
     function: list.map((f) => f[0]), file: list.map((f) => f[1]), line: list.map((f) => f[2]), kind: list.map((f) => f[3]),
   };
 }
 const TORCH = '/opt/venv/lib/python3.12/site-packages/torch';
+const SCRIPT = '/home/user/torch_train.py';
 const FRAMES = [
-  ['<module>', '/home/user/train.py', 80, 'python'],                  // 0
-  ['train_step', '/home/user/train.py', 42, 'python'],                // 1
-  ['forward', '/home/user/model.py', 17, 'python'],                   // 2
-  ['_call_impl', TORCH + '/nn/modules/module.py', 1751, 'python'],    // 3
-  ['linear', TORCH + '/nn/functional.py', 2380, 'python'],            // 4
-  ['0x7f3a12345678', TORCH + '/lib/libc10_cuda.so', 0, 'native'],     // 5
-  ['backward', '/home/user/train.py', 45, 'python'],                  // 6
-  ['step', TORCH + '/optim/adam.py', 213, 'python'],                  // 7
-  ['big_layer', '/home/user/model.py', 123, 'python'],                // 8
+  ['<module>', SCRIPT, 65, 'python'],                                       // 0
+  ['main', SCRIPT, 31, 'python'],                                           // 1 model.to(device)
+  ['to', TORCH + '/nn/modules/module.py', 1369, 'python'],                  // 2
+  ['_apply', TORCH + '/nn/modules/module.py', 942, 'python'],               // 3
+  ['convert', TORCH + '/nn/modules/module.py', 1355, 'python'],             // 4
+  ['main', SCRIPT, 39, 'python'],                                           // 5 forward
+  ['_wrapped_call_impl', TORCH + '/nn/modules/module.py', 1773, 'python'],  // 6
+  ['forward', TORCH + '/nn/modules/container.py', 250, 'python'],           // 7
+  ['forward', TORCH + '/nn/modules/linear.py', 125, 'python'],              // 8
+  ['main', SCRIPT, 42, 'python'],                                           // 9 backward
+  ['backward', TORCH + '/_tensor.py', 648, 'python'],                       // 10
+  ['_engine_run_backward', TORCH + '/autograd/graph.py', 824, 'python'],    // 11
+  ['main', SCRIPT, 45, 'python'],                                           // 12 optimizer
+  ['wrapper', TORCH + '/optim/optimizer.py', 493, 'python'],                // 13
+  ['step', TORCH + '/optim/adam.py', 247, 'python'],                        // 14
+  ['_init_group', TORCH + '/optim/adam.py', 161, 'python'],                 // 15
+  ['0x7f3a1c2d4e10', TORCH + '/lib/libc10_cuda.so', 0, 'native'],           // 16
+  ['main', SCRIPT, 33, 'python'],                                           // 17 x = torch.randn
+  ['_multi_tensor_adam', TORCH + '/optim/adam.py', 525, 'python'],          // 18
+  ['0x7f3a0b1c2d30', '/usr/local/cuda/lib64/libcublasLt.so.13', 0, 'native'],  // 19
 ];
 const STACKS = [
-  [5, 4, 3, 2, 1, 0],  // forward: model.py:17
-  [5, 6, 1, 0],        // backward: train.py:45
-  [7, 1, 0],           // optimizer: inside torch, the user's frame is train.py:42
-  [0],                 // set-up
-  [5, 3, 8, 1, 0],     // the largest live allocation: model.py:123
+  [16, 4, 3, 3, 2, 1, 0],    // weights
+  [16, 8, 7, 6, 5, 0],       // forward
+  [16, 11, 10, 9, 0],        // backward
+  [16, 15, 14, 13, 12, 0],   // optimizer state
+  [16, 18, 14, 13, 12, 0],   // optimizer temporaries
+  [16, 17, 0],               // the input
+  [19, 8, 7, 6, 5, 0],       // the largest live allocation: cuBLAS' workspace, in forward
 ];
+const label = (k) => {
+  const [fn, file, line] = FRAMES[k];
+  return line ? `${file}:${line} in ${fn}` : `${fn} in ${file}`;
+};
 
-// torch_async.html with stacks: each allocation gets its phase's stack, half of those outside
-// any phase none, and the largest one live at the peak a stack of its own.
+// torch_async.html with stacks: each allocation gets its phase's stack, some outside any phase
+// none, and the largest one live at the peak a stack of its own.
 function withStacks() {
   const page = readPage('torch_async');
   const p = page.data.processes[0], d = p.devices[0];
   const { live, bytes, phase } = liveAtPeak(d);
-  const byPhase = Object.fromEntries(p.phase_names.map((n, k) => [k, { forward: 0, backward: 1, optimizer: 2 }[n]]));
   const stack = [];
   for (let i = 0; i < d.allocations.n; i++) {
-    const s = byPhase[phase[i]];
-    stack.push(s !== undefined ? s : i % 2 ? 3 : -1);
+    const name = p.phase_names[phase[i]];
+    stack.push(name === 'forward' ? 1 : name === 'backward' ? 2 : name === 'optimizer' ? 3 + (i % 2)
+      : i % 7 === 3 ? -1 : i % 5 === 0 ? 5 : 0);
   }
-  stack[live[0]] = 4;
+  stack[live[0]] = 6;
   p.stacks = { frames: frames(FRAMES), stacks: STACKS };
   d.allocations.stack = stack;
   writePage(page, 'torch_async_stacks.html');
@@ -113,26 +132,24 @@ test('stacks: the largest live allocation is listed with its file:line, its whol
   const first = page.locator('#live-largest tbody tr').first();
   assert.equal(Number(await first.getAttribute('data-bytes')), bytes[live[0]]);
   assert.equal(Number(await first.getAttribute('data-alloc')), live[0]);
-  // The innermost frame of the program's own code, not torch's or the native one under it.
-  assert.equal(await first.getAttribute('data-frame'), '/home/user/model.py:123 in big_layer');
-  assert.ok(await first.locator('td', { hasText: 'user/model.py:123 in big_layer' }).isVisible());
+  // The script's line, not cuBLAS' or torch's frames inside it.
+  assert.equal(await first.getAttribute('data-frame'), label(5));
+  assert.ok(await first.locator('td', { hasText: 'user/torch_train.py:39 in main' }).isVisible());
   // With no click, the whole stack of that allocation, innermost first.
   const shown = await page.$$eval('#stack-detail li', (lis) => lis.map((li) => li.textContent));
-  assert.deepEqual(shown, STACKS[4].map((k) => {
-    const [fn, file, line, kind] = FRAMES[k];
-    return `${kind} ` + (line ? `${file}:${line} in ${fn}` : `${fn} in ${file}`);
-  }));
-  assert.equal(await page.locator('#stack-detail li.allocating').textContent(), 'python /home/user/model.py:123 in big_layer');
-  // A click on another row shows its stack; an allocation outside any phase may have none.
+  assert.deepEqual(shown, STACKS[6].map((k) => `${FRAMES[k][3]} ${label(k)}`));
+  assert.equal(await page.locator('#stack-detail li.allocating').textContent(), `python ${label(5)}`);
+  // A click on another row shows its stack.
   const rows = await page.$$eval('#live-largest tbody tr', (trs) => trs.map((tr) => [Number(tr.dataset.alloc), tr.dataset.frame || null]));
-  const optimizer = rows.find(([, f]) => f === '/home/user/train.py:42 in train_step');
+  const optimizer = rows.find(([, f]) => f === label(12));
   assert.ok(optimizer, 'an optimizer allocation names the script\'s line, not torch\'s: ' + JSON.stringify(rows));
   await page.click(`#live-largest tr[data-alloc="${optimizer[0]}"]`);
   await page.waitForFunction((i) => document.getElementById('stack-detail').dataset.alloc === String(i), optimizer[0]);
-  assert.match(await page.locator('#stack-detail').textContent(), /adam\.py:213 in step/);
+  assert.match(await page.locator('#stack-detail').textContent(), /adam\.py:247 in step/);
   // The filter matches the allocating frame.
-  await page.fill('#live-filter', 'big_layer');
-  assert.deepEqual(await page.$$eval('#live-largest tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.alloc))), [live[0]]);
+  await page.fill('#live-filter', 'torch_train.py:45');
+  const phases = await page.$$eval('#live-largest tbody tr', (trs) => trs.map((tr) => tr.dataset.phase));
+  assert.ok(phases.length > 0 && phases.every((ph) => ph === 'optimizer'), JSON.stringify(phases));
   await page.fill('#live-filter', '');
   assert.deepEqual(problems, []);
   await page.close();
@@ -152,42 +169,48 @@ test('stacks: the flame graph\'s root is the bytes live at the peak, each frame 
   assert.equal(root.bytes, d.peak_bytes);
   assert.equal(root.x, 0);
   assert.ok(Math.abs(root.w - f.width) <= 1, `the root spans the graph (${root.w} of ${f.width} px)`);
-  // Under the root: "(no stack)" and the outermost frame (train.py:80), bytes as computed here.
+  // Under the root: "(no stack)" and the outermost frame, bytes as computed here.
   const top = Object.fromEntries(f.boxes.filter((b) => b.depth === 1).map((b) => [b.label, b.bytes]));
   let none = 0;
   for (const i of live) if (stack[i] < 0) none += bytes[i];
-  const want = { '/home/user/train.py:80 in <module>': liveBytes - none };
-  if (none) want['(no stack)'] = none;
-  assert.deepEqual(top, want);
+  assert.ok(none > 0, 'some live allocation has no stack');
+  assert.deepEqual(top, { [label(0)]: liveBytes - none, '(no stack)': none });
   // Widths follow bytes: each depth-1 box is its share of the root's width.
   for (const b of f.boxes.filter((x) => x.depth === 1)) {
     assert.ok(Math.abs(b.w - f.width * b.bytes / liveBytes) <= 2, JSON.stringify(b));
   }
-  // model.py:17 (forward) holds exactly the live forward allocations' bytes.
-  let forward = 0;
-  for (const i of live) if (stack[i] === 0) forward += bytes[i];
-  const fwd = f.boxes.filter((b) => b.label === '/home/user/model.py:17 in forward');
-  assert.equal(fwd.length, forward ? 1 : 0);
-  if (forward) assert.equal(fwd[0].bytes, forward);
+  // One level down, the script's lines: each the bytes of the live allocations made there.
+  const want = {};
+  for (const i of live) {
+    if (stack[i] < 0) continue;
+    const s = STACKS[stack[i]], k = label(s[s.length - 2]);
+    want[k] = (want[k] || 0) + bytes[i];
+  }
+  const lines = Object.fromEntries(f.boxes.filter((b) => b.depth === 2).map((b) => [b.label, b.bytes]));
+  for (const [k, b] of Object.entries(want)) {
+    if (b / liveBytes * f.width >= 1) assert.equal(lines[k], b, k);
+  }
+  assert.ok(Object.keys(lines).length >= 4, JSON.stringify(lines));
   // Hover: the frame and its bytes.
-  const box = page.locator('#flame-graph .flame-box[data-label="/home/user/train.py:42 in train_step"]');
+  const box = page.locator(`#flame-graph .flame-box[data-label="${label(12)}"]`);
   await box.hover();
   await page.locator('#tooltip').waitFor({ state: 'visible' });
   const tip = await page.locator('#tooltip').textContent();
-  assert.match(tip, /train\.py:42 in train_step/);
-  const tb = Number(await box.getAttribute('data-bytes'));
-  assert.ok(tip.includes(tb.toLocaleString('en-US') + ' B'), tip);
-  // Click: that frame fills the width; a click on it again backs out.
+  assert.ok(tip.includes(label(12)), tip);
+  assert.ok(tip.includes(want[label(12)].toLocaleString('en-US') + ' B'), tip);
+  // Click: that frame fills the width; the reset button backs out.
   await box.click();
-  await page.waitForFunction(() => window.cumemtraceViewer.flame().focus === '/home/user/train.py:42 in train_step');
+  await page.waitForFunction((l) => window.cumemtraceViewer.flame().focus === l, label(12));
   const zoomed = await page.evaluate(() => window.cumemtraceViewer.flame());
-  const focused = zoomed.boxes.find((b) => b.label === '/home/user/train.py:42 in train_step');
+  const focused = zoomed.boxes.find((b) => b.label === label(12));
   assert.ok(Math.abs(focused.w - zoomed.width) <= 1);
-  assert.ok(zoomed.boxes.every((b) => b.depth <= 2 || b.w <= zoomed.width + 1));
+  assert.ok(zoomed.boxes.some((b) => b.label === label(14)), 'its callees are drawn');
+  assert.ok(!zoomed.boxes.some((b) => b.label === label(5)), 'its siblings are not');
   assert.ok(await page.locator('#flame-reset').isVisible());
   await page.screenshot({ path: join(work, 'stacks_flame_zoomed.png'), fullPage: true });
   await page.click('#flame-reset');
   await page.waitForFunction(() => window.cumemtraceViewer.flame().focus === 'all live allocations');
+  await page.mouse.move(0, 0);
   await page.locator('#flame').screenshot({ path: join(work, 'stacks_flame.png') });
   await page.locator('#selection').screenshot({ path: join(work, 'stacks_largest.png') });
   assert.deepEqual(problems, []);
@@ -202,6 +225,12 @@ test('stacks: no sideways scrolling at 1280x800, with long frames shown', async 
   }));
   assert.ok(scroll <= width, `the page is ${scroll} px wide in a ${width} px window`);
   await page.screenshot({ path: join(work, 'stacks_1280.png'), fullPage: true });
+  // For the README: the live set at the peak, its largest allocations with their lines, the
+  // largest one's stack and the flame graph, in one picture.
+  await page.fill('#live-filter', '>=32MiB');
+  const a = await page.locator('#selection').boundingBox(), b = await page.locator('#flame').boundingBox();
+  await page.screenshot({ path: join(work, 'stacks_readme.png'), fullPage: true,
+    clip: { x: 0, y: a.y - 6, width: 1280, height: b.y + b.height - a.y + 12 } });
   assert.deepEqual(problems, []);
   await page.close();
 });
