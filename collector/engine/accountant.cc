@@ -76,15 +76,12 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
 void ShiftRecordsToRealtime(DecodedStream* s) {
   const int64_t offset = s->realtime_offset_ns;
   if (offset == 0) return;
-  auto shift = [offset](uint64_t t) {
-    return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
-  };
   for (DropRecord& d : s->drops) {
-    d.first_ns = shift(d.first_ns);
-    d.last_ns = shift(d.last_ns);
+    d.first_ns = ToRealtime(offset, d.first_ns);
+    d.last_ns = ToRealtime(offset, d.last_ns);
   }
-  s->process_exit_ns = shift(s->process_exit_ns);
-  s->trace_start_ns = shift(s->trace_start_ns);
+  s->process_exit_ns = ToRealtime(offset, s->process_exit_ns);
+  s->trace_start_ns = ToRealtime(offset, s->trace_start_ns);
   s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
 }
 

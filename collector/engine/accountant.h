@@ -179,13 +179,13 @@ struct StreamingOptions;
 std::unique_ptr<EventOrder> OrderFor(bool sorted, const StreamingOptions& streaming,
                                      Accountant* accountant, StreamingStats* stats);
 
-// Moves an event's timestamps onto CLOCK_REALTIME (the handshake's clock pair).
+// A timestamp moved onto CLOCK_REALTIME by the handshake's clock pair (0, unknown, stays 0).
+inline uint64_t ToRealtime(int64_t offset, uint64_t t) {
+  return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
+}
 inline void ShiftEventToRealtime(int64_t offset, Event* e) {
-  auto shift = [offset](uint64_t t) {
-    return t == 0 ? t : static_cast<uint64_t>(static_cast<int64_t>(t) + offset);
-  };
-  e->timestamp_ns = shift(e->timestamp_ns);
-  if (e->type == EventType::kKernel) e->a = shift(e->a);  // its end
+  e->timestamp_ns = ToRealtime(offset, e->timestamp_ns);
+  if (e->type == EventType::kKernel) e->a = ToRealtime(offset, e->a);  // its end
 }
 
 }  // namespace cumemtrace::internal

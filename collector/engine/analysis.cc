@@ -14,14 +14,6 @@ namespace cumemtrace {
 namespace internal {
 namespace {
 
-template <typename Scan>
-struct ScanSink {
-  template <typename... Args>
-  explicit ScanSink(Args&&... args) : scan(std::forward<Args>(args)...) {}
-  void Sweep(const Event& e) { scan.Add(e); }
-  Scan scan;
-};
-
 // One process: its order, what consumes it, and where its passes stand.
 struct Process {
   // kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and
@@ -37,8 +29,8 @@ struct Process {
   uint64_t forward_start = 0;
   std::vector<uint64_t> optimizer_end;
   std::unique_ptr<Accountant> accountant;
-  std::unique_ptr<ScanSink<BurstScan>> bursts_scan;
-  std::unique_ptr<ScanSink<GradientScan>> gradient_scan;
+  std::unique_ptr<BurstScan> bursts_scan;
+  std::unique_ptr<GradientScan> gradient_scan;
   std::unique_ptr<EventOrder> order;
 };
 
@@ -118,11 +110,11 @@ class TraceAnalysis {
           p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
           break;
         case Process::Stage::kBursts:
-          p.bursts_scan = std::make_unique<ScanSink<BurstScan>>(p.outcome);
+          p.bursts_scan = std::make_unique<BurstScan>(p.outcome);
           p.order = MakeOrder(p.sorted, streaming_, p.bursts_scan.get(), &p.stats);
           break;
         case Process::Stage::kGradients:
-          p.gradient_scan = std::make_unique<ScanSink<GradientScan>>(p.outcome, p.bursts);
+          p.gradient_scan = std::make_unique<GradientScan>(p.outcome, p.bursts);
           p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
           break;
         case Process::Stage::kFinal:
@@ -204,8 +196,8 @@ class TraceAnalysis {
         break;
       }
       case Process::Stage::kBursts:
-        p.bursts = p.bursts_scan->scan.Finish(&p.outcome);
-        p.forward_start = p.bursts_scan->scan.forward_start();
+        p.bursts = p.bursts_scan->Finish(&p.outcome);
+        p.forward_start = p.bursts_scan->forward_start();
         if (p.bursts.empty()) {
           // Not applied after all: the first sweep's report stands, with the reason.
           report.phase_inference = p.outcome;
@@ -216,7 +208,7 @@ class TraceAnalysis {
         }
         break;
       case Process::Stage::kGradients:
-        p.optimizer_end = p.gradient_scan->scan.optimizer_end();
+        p.optimizer_end = p.gradient_scan->optimizer_end();
         p.stage = Process::Stage::kFinal;
         break;
       case Process::Stage::kDone:

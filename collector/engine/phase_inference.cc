@@ -106,7 +106,7 @@ void BurstScan::Finder::Add(uint64_t ts, bool autograd) {
   }
 }
 
-void BurstScan::Add(const Event& e) {
+void BurstScan::Sweep(const Event& e) {
   const bool autograd = IsAutograd(decided_.autograd_threads, e.thread_id);
   if (!autograd && e.thread_id != decided_.calling_thread) return;
   // Bursts from memory events (host time) when the autograd thread allocates in most
@@ -130,7 +130,7 @@ std::vector<Burst> BurstScan::Finish(PhaseInferenceReport* out) {
   return bursts;
 }
 
-void GradientScan::Add(const Event& e) {
+void GradientScan::Sweep(const Event& e) {
   // Gradients: memory born on the autograd thread during burst k and freed after it, before
   // the next one. The optimizer of iteration k ends with the last such free. Memory that is
   // never freed (a library's workspace made by the first backward pass) is not a gradient.

@@ -52,7 +52,7 @@ struct Burst {
 class BurstScan {
  public:
   explicit BurstScan(const PhaseInferenceReport& decided) : decided_(decided) {}
-  void Add(const Event& e);
+  void Sweep(const Event& e);  // the next event, in the order of event_order.h
   // The bursts of the chosen signal; sets out->signal, or out->reason when there are none.
   std::vector<Burst> Finish(PhaseInferenceReport* out);
   uint64_t forward_start() const { return forward_start_; }
@@ -73,7 +73,7 @@ class GradientScan {
  public:
   GradientScan(const PhaseInferenceReport& decided, const std::vector<Burst>& bursts)
       : decided_(decided), bursts_(bursts), optimizer_end_(bursts.size(), 0) {}
-  void Add(const Event& e);
+  void Sweep(const Event& e);  // the next event, in the order of event_order.h
   const std::vector<uint64_t>& optimizer_end() const { return optimizer_end_; }
 
  private:
