@@ -121,7 +121,7 @@ void PrintOrigins(std::ostream& out, const char* title,
   PrintTable(out, "      ", rows, "lrrr");
 }
 
-void PrintDevice(std::ostream& out, const DeviceReport& d) {
+void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {
   out << "  GPU " << d.index;
   if (d.has_info) {
     out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
@@ -185,6 +185,12 @@ void PrintDevice(std::ostream& out, const DeviceReport& d) {
     out << "    at peak by lifetime " << Join(classes, ", ") << '\n';
     out << "    activation memory   " << Bytes(d.lifetime_at_peak.activation_memory_bytes)
         << " (peak - persistent)\n";
+    // Native mode without the allocator bridge: the trace sees the caching allocator's
+    // segments, which it keeps, so activations inside them are classed with the segment.
+    if (p.allocator_mode == "native" && !d.torch.present) {
+      out << "                        (of the segments PyTorch's caching allocator keeps, not of"
+             " tensors: reads low)\n";
+    }
   }
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
@@ -413,7 +419,7 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     out << "  (kernel records were off)\n";
   }
 
-  for (const DeviceReport& d : p.devices) PrintDevice(out, d);
+  for (const DeviceReport& d : p.devices) PrintDevice(out, p, d);
   PrintPhases(out, p);
   PrintIterations(out, p);
 

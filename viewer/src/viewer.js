@@ -201,8 +201,15 @@
   // Lifetime classes as shown: "activation" by its definition, so that the only figure called
   // activation is activation memory (peak − persistent).
   const CLASS_LABELS = { activation: 'born in forward, freed in backward' };
+  // 8 and 9: PyTorch's tensors and segments, through the allocator bridge (engine.h).
   const KINDS = ['UNKNOWN', 'PAGEABLE', 'PINNED', 'DEVICE', 'ARRAY', 'MANAGED', 'DEVICE_STATIC',
-    'MANAGED_STATIC'];
+    'MANAGED_STATIC', 'TORCH_ALLOCATED', 'TORCH_RESERVED'];
+  const TORCH_ALLOCATED = 8;
+  function kindName(k) { return KINDS[k] || `kind ${k}`; }
+  // PyTorch's caching allocator kept and no bridge to it: the trace sees segments, not tensors.
+  function segmentsOnly(p) {
+    return p.allocator_mode === 'native' && !p.devices.some((d) => allocationsOf(d).kind.includes(TORCH_ALLOCATED));
+  }
   // Allocations and ranges index p.phase_names; p.phases is the summary's per-phase table.
   function phaseName(p, i) { return i >= 0 && i < p.phase_names.length ? p.phase_names[i] : '(no phase)'; }
   function phaseColor(i, alpha) {
@@ -1050,7 +1057,7 @@
       total += b;
       live.push(i);
       const keys = {
-        phase: a.phase[i] + '\u0000' + KINDS[a.kind[i]],
+        phase: a.phase[i] + '\u0000' + kindName(a.kind[i]),
         api: p.strings[a.api[i]] || '(unknown)',
         library: p.strings[a.library[i]] || '(not unwound)',
         lifetime: a.lifetime ? (a.lifetime[i] === NO_LIFETIME_CLASS ? '(unknown)' : classNames[a.lifetime[i]]) : null,
@@ -1100,7 +1107,7 @@
         table(['library', 'count', 'bytes'], originRows(groups.library, 'data-library'),
           { id: 'live-by-library' })));
     live.sort((x, y) => a.bytes[y] - a.bytes[x] || a.birth[x] - a.birth[y]);
-    const rowText = (i) => [phaseLabel(p, a.phase[i]), KINDS[a.kind[i]],
+    const rowText = (i) => [phaseLabel(p, a.phase[i]), kindName(a.kind[i]),
       a.lifetime ? (CLASS_LABELS[classNames[a.lifetime[i]]] || classNames[a.lifetime[i]] || '(unknown)') : '',
       p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)'];
     const LARGEST = 25;
@@ -1392,6 +1399,11 @@
       host.append(el('p', { class: 'muted' }, 'No device memory was allocated.'));
       return;
     }
+    if (segmentsOnly(p)) {
+      host.append(el('p', { class: 'answer', id: 'lifetime-segments' }, 'These are the classes of the segments ' +
+        'PyTorch\'s caching allocator reserved and kept, not of tensors: activations in a kept segment count as ' +
+        'persistent here, so activation memory reads low. The allocator bridge (or the async allocator) sees tensors.'));
+    }
     host.append(table(['device', 'class', 'bytes', 'exact', 'of the peak'], rows, { id: 'lifetime-table' }),
       el('p', { class: 'muted hint' }, 'persistent: alive at the start of an iteration it was not born in ' +
         '(weights, optimizer state); born in forward, freed in backward (the class named "activation" ' +
@@ -1447,8 +1459,11 @@
       ? 'phases inferred from the program\'s threads (no NVTX phases), marked "(inferred)"'
       : p.phases.length ? 'phases from NVTX ranges' : 'no phases'));
     info.replaceChildren(...parts);
-    const note = ALLOCATOR_NOTES[p.allocator_mode];
-    if (p.allocator_mode === 'native') info.append(el('p', { class: 'muted hint', id: 'allocator-note' }, note + '.'));
+    if (p.allocator_mode === 'native') {
+      info.append(el('p', { class: 'muted hint', id: 'allocator-note' }, (segmentsOnly(p) ? ALLOCATOR_NOTES.native
+        : 'PyTorch\'s own caching allocator kept, and the allocator bridge attached: tensors are TORCH_ALLOCATED ' +
+          'allocations, the segments holding them are not counted twice') + '.'));
+    }
   }
 
   function buildReportTables() {

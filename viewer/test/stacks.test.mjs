@@ -7,10 +7,10 @@
 // the page's own columns, not by the viewer. Run through CTest: viewer_browser_test.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { launchBrowser } from './browser.mjs';
+import { readPage as readPageOf, writePage as writePageOf, column, b64 } from './page_data.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
 assert.ok(work, 'CUMEMTRACE_VIEWER_WORK is not set: run through run_browser_test.sh');
@@ -19,24 +19,8 @@ let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser.close(); });
 
-const DATA_OPEN = '<script id="cumemtrace-data" type="application/json">';
-function readPage(name) {
-  const html = readFileSync(join(work, name + '.html'), 'utf8');
-  const at = html.indexOf(DATA_OPEN) + DATA_OPEN.length, end = html.indexOf('</script>', at);
-  assert.ok(at > DATA_OPEN.length && end > at, `${name}.html holds the page data`);
-  return { before: html.slice(0, at), data: JSON.parse(html.slice(at, end)), after: html.slice(end) };
-}
-// As EscapeJsonForScript does: nothing in the data can end or change the script element.
-function writePage(page, file) {
-  const text = JSON.stringify(page.data).replace(/[<>&\u2028\u2029]/g,
-    (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
-  writeFileSync(join(work, file), page.before + text + page.after);
-}
-function column(b64, Type) {
-  const bytes = Buffer.from(b64, 'base64');
-  return new Type(new Uint8Array(bytes).buffer);
-}
-const b64 = (typed) => Buffer.from(typed.buffer, typed.byteOffset, typed.byteLength).toString('base64');
+const readPage = (name) => readPageOf(work, name);
+const writePage = (page, file) => writePageOf(work, page, file);
 
 // The allocations live at the device's peak step, largest first (the page's order: bytes
 // descending, then birth).

@@ -9,6 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { launchBrowser } from './browser.mjs';
+import { readPage, writePage, column, b64 } from './page_data.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
 assert.ok(work, 'CUMEMTRACE_VIEWER_WORK is not set: run through run_browser_test.sh');
@@ -102,6 +103,30 @@ test('no lifetime classes or activation figure without forward and backward phas
   assert.equal((text.match(/activation/g) || []).length, 1, 'only the note that says why there is none');
   assert.deepEqual(problems, []);
   await page.close();
+});
+
+// PyTorch's caching allocator kept (native) and no bridge: the classes are of segments, and
+// the page says that activation memory reads low. With the bridge's tensors (kind 8), it names
+// their kind and says what the trace sees.
+test('native mode says what its lifetime classes can and cannot know', async () => {
+  const { page, problems } = await open('torch_native.html');
+  assert.ok(await page.locator('#lifetime-segments').isVisible());
+  assert.match(await page.locator('#allocator-note').textContent(), /segments it reserves/);
+  await page.close();
+
+  const bridged = readPage(work, 'torch_async');
+  bridged.data.processes[0].allocator_mode = 'native';
+  const a = bridged.data.processes[0].devices[0].allocations;
+  const kind = column(a.kind, Uint8Array).map((k) => (k === 3 ? 8 : k));
+  a.kind = b64(kind);
+  writePage(work, bridged, 'torch_bridged.html');
+  const b = await open('torch_bridged.html');
+  assert.equal(await b.page.locator('#lifetime-segments').count(), 0);
+  assert.match(await b.page.locator('#allocator-note').textContent(), /allocator bridge attached/);
+  const kinds = await b.page.$$eval('#live-by-phase tbody tr', (trs) => [...new Set(trs.map((tr) => tr.dataset.kind))]);
+  assert.deepEqual(kinds, ['TORCH_ALLOCATED']);
+  assert.deepEqual([...problems, ...b.problems], []);
+  await b.page.close();
 });
 
 test('the drawn columns never hide a value: pyramid downsampling equals a scan of every step', async () => {

@@ -154,6 +154,14 @@ TEST(SummaryText, OneActivationFigureAndOnlyWithTrainingPhases) {
   EXPECT_NE(text.find("activation memory   11.0 MiB (peak - persistent)"), std::string::npos)
       << text;
   EXPECT_EQ(Count(text, "activation"), 1u) << text;
+  EXPECT_EQ(Count(text, "caching allocator keeps"), 0u) << text;
+  // PyTorch's caching allocator kept and no bridge: the classes are of segments, and it says so.
+  training->processes[0].allocator_mode = "native";
+  std::ostringstream native;
+  PrintSummaryText(*training, native);
+  EXPECT_NE(native.str().find("(of the segments PyTorch's caching allocator keeps, not of tensors"),
+            std::string::npos)
+      << native.str();
   const nlohmann::json j = nlohmann::json::parse(SummaryJson(*training));
   const auto& lifetime = j["processes"][0]["devices"][0]["lifetime_at_peak"];
   EXPECT_EQ(lifetime["bytes_by_class"]["activation"], 10u << 20);
