@@ -1,6 +1,8 @@
 #include "collector/engine/native_symbolizer.h"
 
 #include <cxxabi.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 
 #include <sys/stat.h>
@@ -73,6 +75,14 @@ bool NativeSymbolizer::Symbolize(const std::string& path, uint64_t load_bias, ui
     int number = 0;
     if (const char* file = dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
       out->file = file;
+      // A name relative to the compilation's directory (DWARF keeps what the compiler was
+      // given) is made absolute with the unit's DW_AT_comp_dir.
+      Dwarf_Attribute attribute;
+      Dwarf_Die* unit = out->file.empty() || out->file[0] == '/' ? nullptr : dwfl_linecu(line);
+      if (unit != nullptr) {
+        const char* dir = dwarf_formstring(dwarf_attr(unit, DW_AT_comp_dir, &attribute));
+        if (dir != nullptr && dir[0] != '\0') out->file = std::string(dir) + "/" + out->file;
+      }
       out->line = number > 0 ? static_cast<uint32_t>(number) : 0;
     }
   }

@@ -92,6 +92,7 @@ TEST(NativeStack, CapturedInternedAndSymbolizedToTheCallingLine) {
   ASSERT_LT(known, named.size()) << "no frame named KnownAllocatingFunction";
   EXPECT_NE(named[known].file.find("native_stack_test.cc"), std::string::npos)
       << named[known].file;
+  EXPECT_EQ(named[known].file[0], '/') << named[known].file;  // made absolute
   EXPECT_EQ(named[known].line, static_cast<uint32_t>(g_capture_line));
   ASSERT_LT(known + 1, named.size());
   EXPECT_NE(named[known + 1].function.find("ItsCaller"), std::string::npos)
