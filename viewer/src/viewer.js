@@ -133,6 +133,7 @@
     const s = a.stack[i];
     return s >= 0 && s < T.stacks.length && T.stacks[s].length ? T.stacks[s] : null;
   }
+  const NO_STACK = { label: '(no stack)', short: '(no stack)' };
   // The line that asked for the memory: the engine's choice when the data has it, else its
   // rule: the innermost Python frame of the program's own files; else the innermost Python
   // frame; else the innermost native frame outside the runtime libraries; else the innermost.
@@ -1048,7 +1049,8 @@
       return;
     }
     const classNames = p.lifetime_classes || [];
-    const groups = { phase: new Map(), api: new Map(), library: new Map(), lifetime: new Map() };
+    const groups = { phase: new Map(), api: new Map(), library: new Map(), lifetime: new Map(), line: new Map() };
+    const withStacks = Boolean(p.stackTable && a.stack);
     const live = [];
     let total = 0;
     for (let i = 0; i < a.n; i++) {
@@ -1061,7 +1063,9 @@
         api: p.strings[a.api[i]] || '(unknown)',
         library: p.strings[a.library[i]] || '(not unwound)',
         lifetime: a.lifetime ? (a.lifetime[i] === NO_LIFETIME_CLASS ? '(unknown)' : classNames[a.lifetime[i]]) : null,
+        line: withStacks ? userFrame(p, a, i) || null : null,
       };
+      if (withStacks && !keys.line) keys.line = NO_STACK;
       for (const k of Object.keys(groups)) {
         if (keys[k] === null) continue;
         const m = groups[k], g = m.get(keys[k]) || { count: 0, bytes: 0 };
@@ -1105,13 +1109,19 @@
         table(['API', 'count', 'bytes'], originRows(groups.api, 'data-api'), { id: 'live-by-api' })),
       el('div', {}, el('h3', {}, 'by library'),
         table(['library', 'count', 'bytes'], originRows(groups.library, 'data-library'),
-          { id: 'live-by-library' })));
+          { id: 'live-by-library' })),
+      // With stacks: the lines of the program that made the live bytes (each allocation's
+      // allocating frame, as the table below names it), the largest ten.
+      withStacks ? el('div', {}, el('h3', {}, 'by allocating line'),
+        table(['line', 'count', 'bytes'], sorted(groups.line).slice(0, 10).map(([f, g]) => ({
+          attrs: { 'data-line': f.label, 'data-count': g.count, 'data-bytes': g.bytes },
+          cells: [el('span', { class: 'frame', title: f.label }, f.short), num(fmtInt(g.count), g.count), num(fmtBytes(g.bytes), g.bytes)],
+        })), { id: 'live-by-line' })) : '');
     live.sort((x, y) => a.bytes[y] - a.bytes[x] || a.birth[x] - a.birth[y]);
     const rowText = (i) => [phaseLabel(p, a.phase[i]), kindName(a.kind[i]),
       a.lifetime ? (CLASS_LABELS[classNames[a.lifetime[i]]] || classNames[a.lifetime[i]] || '(unknown)') : '',
       p.strings[a.api[i]] || '(unknown)', p.strings[a.library[i]] || '(not unwound)'];
     const LARGEST = 25;
-    const withStacks = Boolean(p.stackTable && a.stack);
     const filter = el('input', { id: 'live-filter', type: 'search', size: '38',
       placeholder: 'filter: forward cudaMalloc >1MiB', 'aria-label': 'filter the live allocations' });
     const largestHost = el('div', { id: 'largest' });

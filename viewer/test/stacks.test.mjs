@@ -175,6 +175,9 @@ test('stacks: the flame graph\'s root is the bytes live at the peak, each frame 
     if (b / liveBytes * f.width >= 1) assert.equal(lines[k], b, k);
   }
   assert.ok(Object.keys(lines).length >= 4, JSON.stringify(lines));
+  // The live set by allocating line: here each stack's line is the script's, one level down.
+  const byLine = await page.$$eval('#live-by-line tbody tr', (trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.line, Number(tr.dataset.bytes)])));
+  assert.deepEqual(byLine, { ...want, '(no stack)': none });
   // Hover: the frame and its bytes.
   const box = page.locator(`#flame-graph .flame-box[data-label="${label(12)}"]`);
   await box.hover();
@@ -212,9 +215,12 @@ test('stacks: no sideways scrolling at 1280x800, with long frames shown', async 
   // For the README: the live set at the peak, its largest allocations with their lines, the
   // largest one's stack and the flame graph, in one picture.
   await page.fill('#live-filter', '>=32MiB');
-  const a = await page.locator('#selection').boundingBox(), b = await page.locator('#flame').boundingBox();
+  // Page coordinates: typing in the filter may have scrolled the window.
+  const [top, bottom] = await page.evaluate(() => [
+    document.getElementById('selection').getBoundingClientRect().top + window.scrollY,
+    document.getElementById('flame').getBoundingClientRect().bottom + window.scrollY]);
   await page.screenshot({ path: join(work, 'stacks_readme.png'), fullPage: true,
-    clip: { x: 0, y: a.y - 6, width: 1280, height: b.y + b.height - a.y + 12 } });
+    clip: { x: 0, y: top - 6, width: 1280, height: bottom - top + 12 } });
   assert.deepEqual(problems, []);
   await page.close();
 });
