@@ -24,6 +24,7 @@ mkdir -p "$results"
 # The PyTorch bridge shim is built against the torch the programs use (tracer/CMakeLists.txt).
 torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(torch.__file__))")
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUMEMTRACE_BUILD_TESTS=OFF \
+  -DCUMEMTRACE_BUILD_BENCHMARKS=OFF \
   -DCUMEMTRACE_TORCH_DIR="$torch_dir" >"$results/build.log" 2>&1
 cmake --build "$build" >>"$results/build.log" 2>&1
 torch_prefix=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
