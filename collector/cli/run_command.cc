@@ -57,15 +57,17 @@ Options:
                           when only --stacks is given) records the Python stack of the
                           allocating thread, native its native return addresses (named
                           after the run from the program's files), all both. Threads that
-                          do not hold Python's GIL have no Python stack. The summary lists
-                          the stacks that held the most memory at the peak; report.html and
-                          the memory_viz export show each allocation's stack
+                          do not hold Python's GIL have no Python stack: PyTorch releases it
+                          inside its operators, so its tensors get native stacks only. The
+                          summary lists the stacks that held the most memory at the peak;
+                          report.html and the memory_viz export show each allocation's stack
       --quiet             silence the tracer's notices and do not print the summary
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
                           named PHASE, without editing the program (repeatable), e.g.
-                          --phase settling=ep.trainer:Trainer.settle. A name that cannot
-                          be resolved gets a warning at start, and the run goes on.
+                          --phase settling=ep.trainer:Trainer.settle. MODULE is found when
+                          the program imports it, at any time; one that was never imported
+                          or called gets a warning at exit, and the run goes on.
   -h, --help              show this help
 %s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
