@@ -703,7 +703,7 @@ TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
 // without a stack.
 std::string StackTrace() {
   StreamBuilder s(1, 4343);
-  s.String(1, "/work/model/train.py").String(2, "Model.forward").String(3, "main")
+  s.String(1, "/home/ada/model/train.py").String(2, "Model.forward").String(3, "main")
       .String(4, "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py")
       .String(5, "Linear.forward").Device(0, "GPU", 1 << 30);
   auto frame = [&](uint32_t id, uint32_t function, uint32_t file, uint32_t line) {
@@ -767,9 +767,9 @@ TEST(Stacks, SummaryListsTheTopStacksAtThePeakByTheirUserFrame) {
   ASSERT_EQ(d.peak.top_stacks.size(), 3u);  // the 5000 B block has no stack
   EXPECT_EQ(d.peak.top_stacks[0].bytes, 800u);
   EXPECT_EQ(d.peak.top_stacks[0].count, 2u);
-  EXPECT_EQ(d.peak.top_stacks[0].frame, "/work/model/train.py:42 in Model.forward");
+  EXPECT_EQ(d.peak.top_stacks[0].frame, "/home/ada/model/train.py:42 in Model.forward");
   EXPECT_EQ(d.peak.top_stacks[1].bytes, 300u);
-  EXPECT_EQ(d.peak.top_stacks[1].frame, "/work/model/train.py:50 in main");
+  EXPECT_EQ(d.peak.top_stacks[1].frame, "/home/ada/model/train.py:50 in main");
   EXPECT_EQ(d.peak.top_stacks[2].bytes, 100u);
   EXPECT_EQ(d.peak.top_stacks[2].frame, "/nonexistent/libgone.so in 0x1234");
   const json summary = json::parse(SummaryJson(*trace->report));
@@ -777,12 +777,12 @@ TEST(Stacks, SummaryListsTheTopStacksAtThePeakByTheirUserFrame) {
   ASSERT_EQ(top.size(), 3u);
   EXPECT_EQ(top[0]["bytes"], 800);
   EXPECT_EQ(top[0]["count"], 2);
-  EXPECT_EQ(top[0]["frame"], "/work/model/train.py:42 in Model.forward");
+  EXPECT_EQ(top[0]["frame"], "/home/ada/model/train.py:42 in Model.forward");
   std::ostringstream text_out;
   PrintSummaryText(*trace->report, text_out);
   const std::string text = text_out.str();
   EXPECT_NE(text.find("top stacks at peak:"), std::string::npos) << text;
-  EXPECT_NE(text.find("/work/model/train.py:42 in Model.forward"), std::string::npos) << text;
+  EXPECT_NE(text.find("/home/ada/model/train.py:42 in Model.forward"), std::string::npos) << text;
 }
 
 TEST(Stacks, MemoryVizBlocksAndAllocEntriesCarryTheFrames) {
@@ -796,8 +796,8 @@ TEST(Stacks, MemoryVizBlocksAndAllocEntriesCarryTheFrames) {
   const json expected_frames = json::parse(R"([
     {"filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "line": 125,
      "name": "Linear.forward"},
-    {"filename": "/work/model/train.py", "line": 42, "name": "Model.forward"},
-    {"filename": "/work/model/train.py", "line": 50, "name": "main"}])");
+    {"filename": "/home/ada/model/train.py", "line": 42, "name": "Model.forward"},
+    {"filename": "/home/ada/model/train.py", "line": 50, "name": "main"}])");
   EXPECT_EQ(segments.at(0x10000)["frames"], expected_frames);
   EXPECT_EQ(segments.at(0x10000)["blocks"][0]["frames"], expected_frames);
   EXPECT_EQ(segments.at(0x40000)["blocks"][0]["frames"],
@@ -868,8 +868,8 @@ TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
   ASSERT_EQ(stacks.at(static_cast<size_t>(column[0])).size(), 3u);
   EXPECT_EQ(frame_text(column[0], 0),
             "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:125 Linear.forward python");
-  EXPECT_EQ(frame_text(column[0], 1), "/work/model/train.py:42 Model.forward python");
-  EXPECT_EQ(frame_text(column[2], 0), "/work/model/train.py:50 main python");
+  EXPECT_EQ(frame_text(column[0], 1), "/home/ada/model/train.py:42 Model.forward python");
+  EXPECT_EQ(frame_text(column[2], 0), "/home/ada/model/train.py:50 main python");
   EXPECT_EQ(frame_text(column[3], 0), "/nonexistent/libgone.so:0 0x1234 native");
   // Without stacks, neither the table nor the column.
   auto plain = Load(SyntheticTrace());
