@@ -255,11 +255,7 @@ void CuptiMux::CopyClientRecords(const uint8_t* buffer, size_t valid_size) {
       client_dropped_ += extents.size() - next;
       return;
     }
-    if (open_.data == nullptr) {
-      open_ = fresh;
-    } else {
-      spares_.push_back(fresh);  // another thread opened one meanwhile
-    }
+    KeepLocked(fresh);
   }
 }
 
@@ -308,6 +304,10 @@ void CuptiMux::EnsureOpenBuffer() {
   // dropped and counted when they are copied, as today.
   if (fresh.data == nullptr || fresh.size == 0) return;
   std::lock_guard<std::mutex> lock(pack_mutex_);
+  KeepLocked(fresh);
+}
+
+void CuptiMux::KeepLocked(const OpenBuffer& fresh) {
   if (open_.data == nullptr) {
     open_ = fresh;
   } else {

@@ -175,6 +175,9 @@ class CuptiMux {
   // The client holds an open buffer while it has a kind enabled (client_enabled_) and
   // buffer callbacks: requested now if it holds none. No lock held (calls the client).
   void EnsureOpenBuffer();
+  // Under pack_mutex_: a fresh buffer of the client's becomes the open one, or a spare when
+  // another thread opened one meanwhile.
+  void KeepLocked(const OpenBuffer& fresh);
   // The client is gone (unsubscribe or finalize): everything it enabled that cumemtrace
   // does not need is disabled, and its last records are handed to it. No lock held.
   void EndClient(bool flush);

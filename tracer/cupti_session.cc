@@ -399,15 +399,21 @@ bool FirstLaunchOfName(const char* name) {
   return true;
 }
 
-}  // namespace
-
-HostRecord CuptiSession::LaunchRecord(int row, const CUpti_CallbackData* call) {
+// What a record of an API call starts with: its type, time, thread, correlation id and row.
+HostRecord CallRecord(HostRecord::Type type, int row, const CUpti_CallbackData* call) {
   HostRecord record;
-  record.type = HostRecord::Type::kLaunch;
+  record.type = type;
   record.timestamp_ns = MonotonicNs();
   record.thread_id = CurrentThreadId();
   record.correlation_id = call->correlationId;
   record.api = static_cast<uint16_t>(row);
+  return record;
+}
+
+}  // namespace
+
+HostRecord CuptiSession::LaunchRecord(int row, const CUpti_CallbackData* call) {
+  HostRecord record = CallRecord(HostRecord::Type::kLaunch, row, call);
   record.device = ContextDevice(call->context);
   record.symbol = call->symbolName;
   if (record.symbol != nullptr && FirstLaunchOfName(record.symbol)) record.text = record.symbol;
@@ -438,13 +444,8 @@ uint32_t CuptiSession::StreamId(CUcontext context, CUstream stream, bool per_thr
 
 HostRecord CuptiSession::MemoryRecord(const ApiInfo& api, int row, const CUpti_CallbackData* call,
                                       const CallOperands& operands, bool release) {
-  HostRecord record;
-  record.type = HostRecord::Type::kMemory;
+  HostRecord record = CallRecord(HostRecord::Type::kMemory, row, call);
   record.release = release;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = CurrentThreadId();
-  record.correlation_id = call->correlationId;
-  record.api = static_cast<uint16_t>(row);
   record.address = operands.address;
   record.bytes = operands.bytes;
   if (!release) record.memory_kind = static_cast<uint8_t>(api.kind);
@@ -531,12 +532,7 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
 
   CallOperands operands;
   api.read(call->functionParams, &operands);
-  HostRecord record;
-  record.type = HostRecord::Type::kFailedAllocation;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = CurrentThreadId();
-  record.correlation_id = call->correlationId;
-  record.api = static_cast<uint16_t>(row);
+  HostRecord record = CallRecord(HostRecord::Type::kFailedAllocation, row, call);
   record.caller = CallerModule();
   record.error_code = status;
   record.bytes = operands.bytes;
