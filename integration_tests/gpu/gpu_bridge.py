@@ -168,9 +168,7 @@ def check(args):
     for name, (_, _, suffix) in table.items():
         check_program(t, runs, args.results, name, suffix)
     failed = t.print()
-    with open(os.path.join(args.results, "bridge_suite.json"), "w") as f:
-        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r)) for r in t.rows],
-                  f, indent=1)
+    t.save(os.path.join(args.results, "bridge_suite.json"))
     return 1 if failed else 0
 
 

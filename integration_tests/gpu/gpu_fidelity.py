@@ -224,9 +224,7 @@ def check(args):
     check_late_import(t, r, runs)
     failed = t.print()
     print("\none-step memory vs depth (cumemtrace sweep):\n" + runs["onestep_sweep"]["stdout"])
-    with open(os.path.join(r, "fidelity_suite.json"), "w") as f:
-        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), row))
-                   for row in t.rows], f, indent=1)
+    t.save(os.path.join(r, "fidelity_suite.json"))
     return 1 if failed else 0
 
 

@@ -174,9 +174,7 @@ def check(args):
     t.check("sweep", "runs in sweep.csv", 2 * len(DEPTHS.split(",")), len(rows))
     failed = t.print()
     print("\nmemory vs depth (cumemtrace sweep):\n" + sweep["stdout"])
-    with open(os.path.join(r, "phases_suite.json"), "w") as f:
-        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), row))
-                   for row in t.rows], f, indent=1)
+    t.save(os.path.join(r, "phases_suite.json"))
     return 1 if failed else 0
 
 

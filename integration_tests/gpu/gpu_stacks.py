@@ -183,9 +183,7 @@ def check(args):
     print("training seconds by case (orientation only; benchmarks/gpu/overhead.py measures):",
           timing)
     failed = t.print()
-    with open(os.path.join(args.results, "stacks_suite.json"), "w") as f:
-        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r)) for r in t.rows],
-                  f, indent=1)
+    t.save(os.path.join(args.results, "stacks_suite.json"))
     return 1 if failed else 0
 
 

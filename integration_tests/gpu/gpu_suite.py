@@ -156,6 +156,11 @@ class Table:
         print(f"\n{len(self.rows) - failed} passed, {failed} failed")
         return failed
 
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r))
+                       for r in self.rows], f, indent=1)
+
 
 def load(path):
     with open(path) as f:
@@ -331,8 +336,7 @@ def check(args):
                            if not line.startswith(("cumemtrace: trace written", "cumemtrace: open ")))
     t.check("torch_quiet", "stderr unchanged", runs["torch_untraced"]["stderr"], quiet_stderr)
     failed = t.print()
-    with open(os.path.join(args.results, "suite.json"), "w") as f:
-        json.dump([dict(zip(("case", "check", "expected", "observed", "pass"), r)) for r in t.rows], f, indent=1)
+    t.save(os.path.join(args.results, "suite.json"))
     return 1 if failed else 0
 
 
