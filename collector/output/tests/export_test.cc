@@ -48,6 +48,19 @@ std::unique_ptr<AnalyzedTrace> Load(const std::string& path) {
   return trace;
 }
 
+// The JSON report.html embeds for its script, as written there ("" when the page has none).
+std::string EmbeddedPageData(const AnalyzedTrace& trace) {
+  std::ostringstream page;
+  WriteViewerHtml(trace, page);
+  const std::string html = page.str();
+  const std::string open = "<script id=\"cumemtrace-data\" type=\"application/json\">";
+  const size_t begin = html.find(open);
+  if (begin == std::string::npos) return {};
+  const size_t data_at = begin + open.size();
+  const size_t end = html.find("</script>", data_at);
+  return end == std::string::npos ? std::string() : html.substr(data_at, end - data_at);
+}
+
 // Two threads with nested phases and NVTX ranges of two domains that overlap without nesting,
 // kernels on two streams (two of them overlapping), a failed allocation, module globals, and
 // a phase name that needs CSV quoting.
@@ -601,16 +614,8 @@ TEST(ViewerExport, HostileNamesStayInsideTheDataScript) {
                                          FileBytes(s.Chunks()));
   std::unique_ptr<AnalyzedTrace> trace = Load(path);
   ASSERT_NE(trace, nullptr);
-  std::ostringstream page;
-  WriteViewerHtml(*trace, page);
-  const std::string html = page.str();
-  const std::string open = "<script id=\"cumemtrace-data\" type=\"application/json\">";
-  const size_t begin = html.find(open);
-  ASSERT_NE(begin, std::string::npos);
-  const size_t data_at = begin + open.size();
-  const size_t end = html.find("</script>", data_at);
-  ASSERT_NE(end, std::string::npos);
-  const std::string data = html.substr(data_at, end - data_at);
+  const std::string data = EmbeddedPageData(*trace);
+  ASSERT_FALSE(data.empty());
   for (const char* bad : {"<", ">", "&", "\xe2\x80\xa8", "\xe2\x80\xa9"}) {
     EXPECT_EQ(data.find(bad), std::string::npos) << bad;
   }
@@ -841,14 +846,9 @@ std::vector<int32_t> Int32Column(const std::string& b64) {
 TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
   auto trace = Load(StackTrace());
   ASSERT_NE(trace, nullptr);
-  std::ostringstream page;
-  WriteViewerHtml(*trace, page);
-  const std::string html = page.str();
-  const std::string open = "<script id=\"cumemtrace-data\" type=\"application/json\">";
-  const size_t begin = html.find(open);
-  ASSERT_NE(begin, std::string::npos);
-  const size_t data_at = begin + open.size();
-  const json data = json::parse(html.substr(data_at, html.find("</script>", data_at) - data_at));
+  const std::string embedded = EmbeddedPageData(*trace);
+  ASSERT_FALSE(embedded.empty());
+  const json data = json::parse(embedded);
   const json& process = data["processes"][0];
   const json& frames = process.at("stacks").at("frames");
   const json& stacks = process.at("stacks").at("stacks");
@@ -873,12 +873,8 @@ TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
   EXPECT_EQ(frame_text(column[3], 0), "/nonexistent/libgone.so:0 0x1234 native");
   // Without stacks, neither the table nor the column.
   auto plain = Load(SyntheticTrace());
-  std::ostringstream plain_page;
-  WriteViewerHtml(*plain, plain_page);
-  const std::string plain_html = plain_page.str();
-  const size_t plain_at = plain_html.find(open) + open.size();
-  const json plain_data =
-      json::parse(plain_html.substr(plain_at, plain_html.find("</script>", plain_at) - plain_at));
+  ASSERT_NE(plain, nullptr);
+  const json plain_data = json::parse(EmbeddedPageData(*plain));
   EXPECT_FALSE(plain_data["processes"][0].contains("stacks"));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("stack"));
 }
