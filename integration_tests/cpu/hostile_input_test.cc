@@ -533,6 +533,20 @@ TEST_F(HostileInput, NextRunRemovesTheSocketFolderOfAKilledRun) {
                        gate[0]);
   for (int i = 0; i < 500 && socket_dirs().size() < 1; ++i) usleep(10000);
   ASSERT_EQ(socket_dirs().size(), 1u);
+  // Until its child has exec'd the program, the child still holds a copy of the listening
+  // socket (close-on-exec closes it only at exec), so the socket would still be bound:
+  // kill the run once its program runs.
+  auto program_running = [&killed]() {
+    const std::string self = "/proc/" + std::to_string(killed.pid);
+    std::ifstream children(self + "/task/" + std::to_string(killed.pid) + "/children");
+    pid_t child = 0;
+    if (!(children >> child)) return false;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/" + std::to_string(child) + "/exe", ec);
+    return !ec && fs::equivalent(exe, kFake, ec);
+  };
+  for (int i = 0; i < 500 && !program_running(); ++i) usleep(10000);
+  ASSERT_TRUE(program_running());
   const std::string stale = socket_dirs()[0];
   kill(killed.pid, SIGKILL);
   // Its program still holds the pipes of its output (it waits on the gate): reap the run
