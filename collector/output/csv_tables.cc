@@ -1,19 +1,19 @@
 // SummaryCsvTables (exports.h): the tables of summary.json as CSV (RFC 4180: comma-separated,
 // fields with a comma, quote or line break quoted, quotes doubled). Every row starts with the
 // process's stream_id and pid so that tables join. Columns are documented in docs/exports.md.
-#include <sstream>
-
 #include "collector/output/exports.h"
 #include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
 
+using internal::CellIf;
 using internal::CsvTable;
 
-// A row of a table that starts with the process's stream_id and pid.
-CsvTable& ProcessRow(CsvTable& table, const ProcessReport& p) {
-  return table.Row().Field(uint64_t{p.stream_id}).Field(uint64_t{p.pid});
+// A row that starts with the process's stream_id and pid.
+template <typename... T>
+CsvTable& ProcessRow(CsvTable& table, const ProcessReport& p, const T&... fields) {
+  return table.Row(p.stream_id, p.pid, fields...);
 }
 
 std::string PhaseOrNone(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
@@ -21,13 +21,10 @@ std::string PhaseOrNone(const std::string& phase) { return phase.empty() ? "(no 
 void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
                 const std::map<std::string, OriginStats>& groups) {
   for (const auto& [name, g] : groups) {
-    ProcessRow(table, p).Field(uint64_t{d.index}).Field(name).Field(g.allocations)
-        .Field(g.allocated_bytes).Field(g.peak_bytes).Field(g.live_at_peak_bytes)
-        .Field(g.live_at_exit_bytes);
+    ProcessRow(table, p, d.index, name, g.allocations, g.allocated_bytes, g.peak_bytes,
+               g.live_at_peak_bytes, g.live_at_exit_bytes);
   }
 }
-
-std::string Signed(int64_t v) { return std::to_string(v); }
 
 // Per-phase statistics over iterations, lifetime classes at the peak, and (when the analysis
 // kept them) one row per allocation's life.
@@ -44,38 +41,33 @@ void AppendTrainingTables(const Report& report,
   CsvTable lifetimes({"stream_id", "pid", "device", "stream", "kind", "api", "library", "address",
                       "bytes", "birth_ns", "death_ns", "birth_phase", "death_phase",
                       "birth_iteration", "death_iteration", "lifetime_class"});
-  auto spread = [](CsvTable& t, const Spread& s) -> CsvTable& {
-    if (s.count == 0) return t.Field(std::string()).Field(std::string()).Field(std::string());
-    return t.Field(Signed(s.median)).Field(Signed(s.min)).Field(Signed(s.max));
+  auto spread = [](CsvTable& t, const Spread& s) {
+    for (int64_t v : {s.median, s.min, s.max}) t.Field(CellIf(s.count > 0, v));
   };
   for (const ProcessReport& p : report.processes) {
     for (const IterationPhaseStats& s : p.iterations.phases) {
       for (const IterationPhaseDevice& d : s.devices) {
-        ProcessRow(iterations, p).Field(s.phase).Field(s.inferred ? "true" : "false")
-            .Field(uint64_t{d.index}).Field(s.iterations_with_phase)
-            .Field(s.in_warmup ? Signed(s.warmup_ns) : std::string());
+        ProcessRow(iterations, p, s.phase, s.inferred ? "true" : "false", d.index,
+                   s.iterations_with_phase, CellIf(s.in_warmup, s.warmup_ns));
         spread(iterations, s.time_ns);
-        iterations.Field(s.in_warmup ? Signed(d.warmup_peak_above_entry_bytes) : std::string());
+        iterations.Field(CellIf(s.in_warmup, d.warmup_peak_above_entry_bytes));
         spread(iterations, d.peak_above_entry_bytes);
-        iterations.Field(s.in_warmup ? Signed(d.warmup_net_change_bytes) : std::string());
+        iterations.Field(CellIf(s.in_warmup, d.warmup_net_change_bytes));
         spread(iterations, d.net_change_bytes);
       }
     }
     for (const DeviceReport& d : p.devices) {
       for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
-        ProcessRow(classes, p).Field(uint64_t{d.index}).Field(name).Field(bytes)
-            .Field(d.lifetime_at_peak.activation_memory_bytes);
+        ProcessRow(classes, p, d.index, name, bytes, d.lifetime_at_peak.activation_memory_bytes);
       }
     }
     for (const AllocationLifetime& a : p.lifetimes) {
-      ProcessRow(lifetimes, p).Field(uint64_t{a.device}).Field(uint64_t{a.stream}).Field(a.kind)
-          .Field(a.api).Field(a.library).Field(a.address).Field(a.bytes).Field(a.birth_ns)
-          .Field(a.death_ns < 0 ? std::string() : Signed(a.death_ns))
-          .Field(PhaseOrNone(a.birth_phase))
-          .Field(a.death_ns < 0 ? std::string() : PhaseOrNone(a.death_phase))
-          .Field(a.birth_iteration < 0 ? std::string() : Signed(a.birth_iteration))
-          .Field(a.death_iteration < 0 ? std::string() : Signed(a.death_iteration))
-          .Field(a.lifetime_class);
+      const bool dead = a.death_ns >= 0;
+      ProcessRow(lifetimes, p, a.device, a.stream, a.kind, a.api, a.library, a.address, a.bytes,
+                 a.birth_ns, CellIf(dead, a.death_ns), PhaseOrNone(a.birth_phase),
+                 dead ? PhaseOrNone(a.death_phase) : std::string(),
+                 CellIf(a.birth_iteration >= 0, a.birth_iteration),
+                 CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class);
     }
   }
   tables->emplace_back("iteration_phases.csv", iterations.Text());
@@ -112,46 +104,38 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
 
   for (const ProcessReport& p : report.processes) {
     for (const DeviceReport& d : p.devices) {
-      ProcessRow(devices, p).Field(uint64_t{d.index}).Field(d.name)
-          .Field(d.has_info ? std::to_string(d.total_memory_bytes) : std::string())
-          .Field(d.peak.bytes).Field(d.peak.seen ? std::to_string(d.peak.time_ns) : std::string())
-          .Field(d.peak.live_count).Field(d.live_at_exit_count).Field(d.live_at_exit_bytes)
-          .Field(d.not_program.static_peak_bytes).Field(d.not_program.tracer_bytes)
-          .Field(d.not_program.released_unknown_count)
-          .Field(d.not_program.released_unknown_bytes).Field(d.kernel_count)
-          .Field(d.kernel_busy_ns);
+      const NotProgramMemory& n = d.not_program;
+      ProcessRow(devices, p, d.index, d.name, CellIf(d.has_info, d.total_memory_bytes),
+                 d.peak.bytes, CellIf(d.peak.seen, d.peak.time_ns), d.peak.live_count,
+                 d.live_at_exit_count, d.live_at_exit_bytes, n.static_peak_bytes, n.tracer_bytes,
+                 n.released_unknown_count, n.released_unknown_bytes, d.kernel_count,
+                 d.kernel_busy_ns);
       for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
-        ProcessRow(live, p).Field(uint64_t{d.index}).Field(PhaseOrNone(g.phase)).Field(g.kind)
-            .Field(g.count).Field(g.bytes);
+        ProcessRow(live, p, d.index, PhaseOrNone(g.phase), g.kind, g.count, g.bytes);
       }
       for (const auto& [kind, k] : d.by_kind) {
-        ProcessRow(kinds, p).Field(uint64_t{d.index}).Field(kind).Field(k.allocations)
-            .Field(k.releases).Field(k.allocated_bytes).Field(k.released_bytes)
-            .Field(k.peak_bytes).Field(k.live_at_exit_count).Field(k.live_at_exit_bytes);
+        ProcessRow(kinds, p, d.index, kind, k.allocations, k.releases, k.allocated_bytes,
+                   k.released_bytes, k.peak_bytes, k.live_at_exit_count, k.live_at_exit_bytes);
       }
       OriginRows(apis, p, d, d.by_api);
       OriginRows(libraries, p, d, d.by_library);
     }
     for (const PhaseReport& ph : p.phases) {
       for (const PhaseDeviceStats& d : ph.devices) {
-        ProcessRow(phases, p).Field(ph.name).Field(uint64_t{d.index}).Field(ph.occurrences)
-            .Field(ph.total_ns).Field(ph.still_open).Field(d.bytes_at_entry).Field(d.peak_bytes)
-            .Field(d.peak_above_entry_bytes).Field(d.allocated_bytes).Field(d.allocations)
-            .Field(d.freed_bytes).Field(d.frees).Field(d.failed_allocations).Field(d.kernels)
-            .Field(d.first.bytes_at_entry).Field(d.first.peak_bytes)
-            .Field(d.first.peak_above_entry_bytes);
+        ProcessRow(phases, p, ph.name, d.index, ph.occurrences, ph.total_ns, ph.still_open,
+                   d.bytes_at_entry, d.peak_bytes, d.peak_above_entry_bytes, d.allocated_bytes,
+                   d.allocations, d.freed_bytes, d.frees, d.failed_allocations, d.kernels,
+                   d.first.bytes_at_entry, d.first.peak_bytes, d.first.peak_above_entry_bytes);
         for (uint64_t v : {d.steady.bytes_at_entry, d.steady.peak_bytes,
                            d.steady.peak_above_entry_bytes}) {
-          phases.Field(d.steady_of > 0 ? std::to_string(v) : std::string());
+          phases.Field(CellIf(d.steady_of > 0, v));
         }
       }
     }
     for (const FailedAllocationReport& f : p.failed_allocations) {
-      ProcessRow(failed, p).Field(f.time_ns).Field(uint64_t{f.device}).Field(f.api)
-          .Field(f.caller).Field(f.requested_bytes).Field(std::to_string(f.error_code))
-          .Field(f.error_name).Field(f.kind).Field(uint64_t{f.thread_id})
-          .Field(PhaseOrNone(f.phase)).Field(f.device_in_use_bytes).Field(f.device_free_bytes)
-          .Field(f.device_total_bytes);
+      ProcessRow(failed, p, f.time_ns, f.device, f.api, f.caller, f.requested_bytes, f.error_code,
+                 f.error_name, f.kind, f.thread_id, PhaseOrNone(f.phase), f.device_in_use_bytes,
+                 f.device_free_bytes, f.device_total_bytes);
     }
   }
   std::vector<std::pair<std::string, std::string>> tables = {

@@ -20,24 +20,26 @@ std::string SignedMib(int64_t bytes) {
   return (bytes >= 0 ? "+" : "-") + Mib(bytes >= 0 ? bytes : -bytes);
 }
 
+// The bytes of a lifetime class at the peak; 0 for a class with none.
+int64_t ClassBytes(const RunFigures& r, const char* lifetime_class) {
+  auto it = r.lifetime_bytes.find(lifetime_class);
+  return it == r.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second);
+}
+
 // (metric name, value or -1 when the run lacks it), in a fixed order for every run.
 std::vector<std::pair<std::string, int64_t>> Metrics(const RunFigures& r,
                                                      const std::vector<std::string>& phases) {
   std::vector<std::pair<std::string, int64_t>> m;
-  auto lifetime = [&r](const char* c) -> int64_t {
-    auto it = r.lifetime_bytes.find(c);
-    return it == r.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second);
-  };
   m.emplace_back("peak", r.found ? static_cast<int64_t>(r.peak_bytes) : -1);
   // Lifetime figures only for a run with training phases; the class "activation" is named by
   // what it is, so that the one figure called activation is activation memory.
   const bool classes = r.found && r.lifetimes;
-  m.emplace_back("persistent at peak", classes ? lifetime("persistent") : -1);
+  m.emplace_back("persistent at peak", classes ? ClassBytes(r, "persistent") : -1);
   m.emplace_back("activation memory (peak - persistent)",
                  classes ? static_cast<int64_t>(r.activation_memory_bytes) : -1);
   for (const char* c : {"activation", "gradient", "temporary", "other"}) {
     const std::string name = std::string(c) == "activation" ? "forward-to-backward" : c;
-    m.emplace_back(name + " at peak", classes ? lifetime(c) : -1);
+    m.emplace_back(name + " at peak", classes ? ClassBytes(r, c) : -1);
   }
   for (const std::string& phase : phases) {
     auto it = r.phases.find(phase);
@@ -51,12 +53,10 @@ std::vector<std::pair<std::string, int64_t>> Metrics(const RunFigures& r,
   return m;
 }
 
-std::vector<std::string> AllPhases(const std::vector<const RunFigures*>& runs) {
+std::vector<std::string> AllPhases(const std::vector<RunFigures>& runs) {
   std::vector<std::string> phases;
-  for (const RunFigures* r : runs) {
-    for (const std::string& p : r->phase_order) {
-      if (std::find(phases.begin(), phases.end(), p) == phases.end()) phases.push_back(p);
-    }
+  for (const RunFigures& r : runs) {
+    for (const std::string& p : r.phase_order) internal::AddOnce(phases, p);
   }
   return phases;
 }
@@ -83,7 +83,6 @@ json FiguresData(const RunFigures& f) {
                                                           : json(p.peak_above_entry_median_bytes)},
                     {"allocated_bytes", p.allocated_bytes}};
   }
-  const auto persistent = f.lifetime_bytes.find("persistent");
   d.update(
       {{"pid", f.pid},
        {"device", f.device},
@@ -91,9 +90,7 @@ json FiguresData(const RunFigures& f) {
        {"iterations", f.iterations},
        // Lifetime classes exist only for runs with training phases.
        {"lifetime_bytes", f.lifetimes ? json(f.lifetime_bytes) : json(nullptr)},
-       {"persistent_bytes",
-        f.lifetimes ? json(persistent == f.lifetime_bytes.end() ? 0 : persistent->second)
-                    : json(nullptr)},
+       {"persistent_bytes", f.lifetimes ? json(ClassBytes(f, "persistent")) : json(nullptr)},
        {"activation_memory_bytes", f.lifetimes ? json(f.activation_memory_bytes) : json(nullptr)},
        {"phases", phases}});
   return d;
@@ -171,27 +168,21 @@ RunFigures FiguresOf(const Report& report, const std::string& label) {
 
 std::string CompareText(const std::vector<RunFigures>& runs) {
   if (runs.empty()) return "";
-  std::vector<const RunFigures*> pointers;
-  for (const RunFigures& r : runs) pointers.push_back(&r);
-  const std::vector<std::string> phases = AllPhases(pointers);
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{""};
+  const std::vector<std::string> phases = AllPhases(runs);
+  std::vector<std::vector<std::string>> rows{{""}};
   for (size_t i = 0; i < runs.size(); ++i) {
-    header.push_back(runs[i].label);
-    if (i > 0) header.push_back("vs " + runs[0].label);
+    rows[0].push_back(runs[i].label);
+    if (i > 0) rows[0].push_back("vs " + runs[0].label);
   }
-  rows.push_back(header);
   std::vector<std::vector<std::pair<std::string, int64_t>>> metrics;
   for (const RunFigures& r : runs) metrics.push_back(Metrics(r, phases));
   for (size_t m = 0; m < metrics[0].size(); ++m) {
     std::vector<std::string> row{metrics[0][m].first};
+    const int64_t base = metrics[0][m].second;
     for (size_t i = 0; i < runs.size(); ++i) {
       const int64_t v = metrics[i][m].second;
       row.push_back(v < 0 ? "-" : Mib(v));
-      if (i > 0) {
-        const int64_t base = metrics[0][m].second;
-        row.push_back(v < 0 || base < 0 ? "-" : SignedMib(v - base));
-      }
+      if (i > 0) row.push_back(v < 0 || base < 0 ? "-" : SignedMib(v - base));
     }
     rows.push_back(row);
   }
@@ -203,23 +194,16 @@ std::string CompareText(const std::vector<RunFigures>& runs) {
 }
 
 std::string CompareCsv(const std::vector<RunFigures>& runs) {
-  std::vector<const RunFigures*> pointers;
-  for (const RunFigures& r : runs) pointers.push_back(&r);
-  const std::vector<std::string> phases = AllPhases(pointers);
   internal::CsvTable csv({"label", "pid", "device", "metric", "bytes", "difference_from_first"});
   if (runs.empty()) return csv.Text();
+  const std::vector<std::string> phases = AllPhases(runs);
   const auto base = Metrics(runs[0], phases);
   for (const RunFigures& r : runs) {
     const auto metrics = Metrics(r, phases);
     for (size_t m = 0; m < metrics.size(); ++m) {
       const int64_t v = metrics[m].second;
-      csv.Row()
-          .Field(r.label)
-          .Field(uint64_t{r.pid})
-          .Field(uint64_t{r.device})
-          .Field(metrics[m].first)
-          .Field(v < 0 ? "" : std::to_string(v))
-          .Field(v < 0 || base[m].second < 0 ? "" : std::to_string(v - base[m].second));
+      csv.Row(r.label, r.pid, r.device, metrics[m].first, internal::CellIf(v >= 0, v),
+              internal::CellIf(v >= 0 && base[m].second >= 0, v - base[m].second));
     }
   }
   return csv.Text();
@@ -228,40 +212,36 @@ std::string CompareCsv(const std::vector<RunFigures>& runs) {
 std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points) {
   std::vector<std::string> labels, values;
   for (const SweepPoint& p : points) {
-    if (std::find(labels.begin(), labels.end(), p.label) == labels.end()) labels.push_back(p.label);
-    if (std::find(values.begin(), values.end(), p.value) == values.end()) values.push_back(p.value);
+    internal::AddOnce(labels, p.label);
+    internal::AddOnce(values, p.value);
   }
   const bool labeled = labels.size() > 1 || !labels[0].empty();
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{parameter};
+  std::vector<std::vector<std::string>> rows{{parameter}};
   for (const std::string& label : labels) {
     const std::string prefix = labeled ? label + " " : "";
-    for (const char* h : {"peak", "persistent", "activation"}) header.push_back(prefix + h);
+    for (const char* h : {"peak", "persistent", "activation"}) rows[0].push_back(prefix + h);
   }
-  rows.push_back(header);
   for (const std::string& value : values) {
     std::vector<std::string> row{value};
     for (const std::string& label : labels) {
-      const SweepPoint* point = nullptr;
-      for (const SweepPoint& p : points) {
-        if (p.label == label && p.value == value) point = &p;
-      }
-      if (point == nullptr || !point->figures.found) {
-        const std::string why =
-            point == nullptr ? "-" : "exit " + std::to_string(point->exit_status);
-        row.insert(row.end(), {why, "-", "-"});
+      // The last point of the label and value.
+      auto point = std::find_if(points.rbegin(), points.rend(), [&](const SweepPoint& p) {
+        return p.label == label && p.value == value;
+      });
+      if (point == points.rend() || !point->figures.found) {
+        const bool ran = point != points.rend();
+        row.insert(row.end(), {ran ? "exit " + std::to_string(point->exit_status) : "-", "-", "-"});
         continue;
       }
       const RunFigures& f = point->figures;
-      auto it = f.lifetime_bytes.find("persistent");
-      row.push_back(
-          Mib(static_cast<int64_t>(f.peak_bytes)) +
-          (point->exit_status != 0 ? " (exit " + std::to_string(point->exit_status) + ")" : ""));
+      const int exit_status = point->exit_status;
+      row.push_back(Mib(static_cast<int64_t>(f.peak_bytes)) +
+                    (exit_status != 0 ? " (exit " + std::to_string(exit_status) + ")" : ""));
       if (!f.lifetimes) {  // no training phases: no persistent or activation figure
         row.insert(row.end(), {"-", "-"});
         continue;
       }
-      row.push_back(Mib(it == f.lifetime_bytes.end() ? 0 : static_cast<int64_t>(it->second)));
+      row.push_back(Mib(ClassBytes(f, "persistent")));
       row.push_back(Mib(static_cast<int64_t>(f.activation_memory_bytes)));
     }
     rows.push_back(row);
@@ -275,25 +255,13 @@ std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>
                           "iterations"});
   for (const SweepPoint& p : points) {
     const RunFigures& f = p.figures;
-    auto bytes = [&f](const char* c) {
-      auto it = f.lifetime_bytes.find(c);
-      return std::to_string(it == f.lifetime_bytes.end() ? 0 : it->second);
-    };
-    csv.Row().Field(p.label).Field(p.value).Field(std::to_string(p.exit_status));
-    if (f.found && f.lifetimes) {
-      csv.Field(f.peak_bytes)
-          .Field(bytes("persistent"))
-          .Field(f.activation_memory_bytes)
-          .Field(bytes("gradient"))
-          .Field(bytes("temporary"))
-          .Field(f.iterations);
-    } else if (f.found) {  // no training phases: no lifetime figures
-      csv.Field(f.peak_bytes);
-      for (int i = 0; i < 4; ++i) csv.Field(std::string());
-      csv.Field(f.iterations);
-    } else {
-      for (int i = 0; i < 6; ++i) csv.Field(std::string());
-    }
+    const bool classes = f.found && f.lifetimes;  // lifetime figures need training phases
+    csv.Row(p.label, p.value, p.exit_status, internal::CellIf(f.found, f.peak_bytes),
+            internal::CellIf(classes, ClassBytes(f, "persistent")),
+            internal::CellIf(classes, f.activation_memory_bytes),
+            internal::CellIf(classes, ClassBytes(f, "gradient")),
+            internal::CellIf(classes, ClassBytes(f, "temporary")),
+            internal::CellIf(f.found, f.iterations));
   }
   return csv.Text();
 }

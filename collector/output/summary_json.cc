@@ -9,101 +9,105 @@ namespace {
 
 using Json = nlohmann::ordered_json;  // keys in the documented order
 
-const char* ExitSourceName(ExitStatus::Source source) {
-  switch (source) {
-    case ExitStatus::Source::kLauncher: return "launcher";
-    case ExitStatus::Source::kTracer: return "tracer";
-    default: return "unknown";
-  }
+// `value` where it is given, else null.
+template <typename T>
+Json If(bool given, const T& value) {
+  return given ? Json(value) : Json();
+}
+
+Json OrNull(const std::string& text) { return If(!text.empty(), text); }
+
+// A JSON array of `to_json` of each item.
+template <typename List, typename F>
+Json Array(const List& list, F to_json) {
+  Json out = Json::array();
+  for (const auto& item : list) out.push_back(to_json(item));
+  return out;
+}
+
+// A JSON object of `to_json` of each value of a map, by its key.
+template <typename Map, typename F>
+Json Object(const Map& map, F to_json) {
+  Json out = Json::object();
+  for (const auto& [key, value] : map) out[key] = to_json(value);
+  return out;
 }
 
 Json ExitJson(const ExitStatus& exit) {
-  Json j;
-  j["source"] = ExitSourceName(exit.source);
-  j["code"] = exit.source == ExitStatus::Source::kUnknown || exit.signal != 0 ? Json() : Json(exit.code);
-  j["signal"] = exit.signal != 0 ? Json(exit.signal) : Json();
-  j["core_dumped"] = exit.core_dumped;
-  return j;
+  const char* source = exit.source == ExitStatus::Source::kLauncher ? "launcher"
+                       : exit.source == ExitStatus::Source::kTracer ? "tracer"
+                                                                    : "unknown";
+  return {{"source", source},
+          {"code", If(exit.source != ExitStatus::Source::kUnknown && exit.signal == 0, exit.code)},
+          {"signal", If(exit.signal != 0, exit.signal)},
+          {"core_dumped", exit.core_dumped}};
+}
+
+Json OriginsJson(const std::map<std::string, OriginStats>& by_origin) {
+  return Object(by_origin, [](const OriginStats& a) -> Json {
+    return {{"allocations", a.allocations},
+            {"allocated_bytes", a.allocated_bytes},
+            {"peak_bytes", a.peak_bytes},
+            {"live_at_peak_bytes", a.live_at_peak_bytes},
+            {"live_at_exit_bytes", a.live_at_exit_bytes}};
+  });
 }
 
 Json DeviceJson(const DeviceReport& d) {
-  Json j;
-  j["index"] = d.index;
-  j["name"] = d.has_info ? Json(d.name) : Json();
-  j["uuid"] = d.has_info ? Json(d.uuid) : Json();
-  j["total_memory_bytes"] = d.has_info ? Json(d.total_memory_bytes) : Json();
-
-  Json peak;
-  peak["bytes"] = d.peak.bytes;
-  peak["time_ns"] = d.peak.seen ? Json(d.peak.time_ns) : Json();
-  peak["time_abs_ns"] = d.peak.seen ? Json(d.peak.time_abs_ns) : Json();
-  peak["live_allocations"] = d.peak.live_count;
-  Json groups = Json::array();
-  for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
-    groups.push_back({{"phase", g.phase.empty() ? Json() : Json(g.phase)},
-                      {"kind", g.kind},
-                      {"count", g.count},
-                      {"bytes", g.bytes}});
-  }
-  peak["live_by_phase_and_kind"] = std::move(groups);
-  Json largest = Json::array();
-  for (const LiveAllocation& a : d.peak.largest) {
-    largest.push_back({{"address", a.address},
-                       {"bytes", a.bytes},
-                       {"kind", a.kind},
-                       {"phase", a.phase.empty() ? Json() : Json(a.phase)},
-                       {"api", a.api.empty() ? Json() : Json(a.api)},
-                       {"thread_id", a.thread_id},
-                       {"birth_ns", a.birth_ns}});
-  }
-  peak["largest"] = std::move(largest);
+  Json peak = {{"bytes", d.peak.bytes},
+               {"time_ns", If(d.peak.seen, d.peak.time_ns)},
+               {"time_abs_ns", If(d.peak.seen, d.peak.time_abs_ns)},
+               {"live_allocations", d.peak.live_count},
+               {"live_by_phase_and_kind", Array(d.peak.live_by_phase_and_kind,
+                                                [](const LiveGroup& g) -> Json {
+                                                  return {{"phase", OrNull(g.phase)},
+                                                          {"kind", g.kind},
+                                                          {"count", g.count},
+                                                          {"bytes", g.bytes}};
+                                                })},
+               {"largest", Array(d.peak.largest, [](const LiveAllocation& a) -> Json {
+                  return {{"address", a.address},  {"bytes", a.bytes},
+                          {"kind", a.kind},        {"phase", OrNull(a.phase)},
+                          {"api", OrNull(a.api)},  {"thread_id", a.thread_id},
+                          {"birth_ns", a.birth_ns}};
+                })}};
   // Only with `run --stacks`, so that summaries of traces without stacks keep their shape.
   if (!d.peak.top_stacks.empty()) {
-    Json stacks = Json::array();
-    for (const StackAtPeak& st : d.peak.top_stacks) {
-      stacks.push_back({{"bytes", st.bytes}, {"count", st.count}, {"frame", st.frame}});
-    }
-    peak["top_stacks"] = std::move(stacks);
+    peak["top_stacks"] = Array(d.peak.top_stacks, [](const StackAtPeak& st) -> Json {
+      return {{"bytes", st.bytes}, {"count", st.count}, {"frame", st.frame}};
+    });
   }
-  j["peak"] = std::move(peak);
-
-  Json kinds = Json::object();
-  for (const auto& [name, k] : d.by_kind) {
-    kinds[name] = {{"allocations", k.allocations},
-                   {"releases", k.releases},
-                   {"allocated_bytes", k.allocated_bytes},
-                   {"released_bytes", k.released_bytes},
-                   {"peak_bytes", k.peak_bytes},
-                   {"live_at_exit", {{"count", k.live_at_exit_count}, {"bytes", k.live_at_exit_bytes}}}};
-  }
-  j["by_kind"] = std::move(kinds);
-  auto origins = [](const std::map<std::string, OriginStats>& by_origin) {
-    Json out = Json::object();
-    for (const auto& [name, a] : by_origin) {
-      out[name] = {{"allocations", a.allocations},
-                   {"allocated_bytes", a.allocated_bytes},
-                   {"peak_bytes", a.peak_bytes},
-                   {"live_at_peak_bytes", a.live_at_peak_bytes},
-                   {"live_at_exit_bytes", a.live_at_exit_bytes}};
-    }
-    return out;
-  };
-  j["by_api"] = origins(d.by_api);
-  j["by_library"] = origins(d.by_library);
-
   const NotProgramMemory& n = d.not_program;
-  j["not_program"] = {
-      {"static", {{"peak_bytes", n.static_peak_bytes},
-                  {"allocations", n.static_allocations},
-                  {"releases", n.static_releases}}},
-      {"tracer", {{"bytes", n.tracer_bytes},
-                  {"description", n.tracer_description}}},
-      {"released_unknown", {{"count", n.released_unknown_count},
-                            {"bytes", n.released_unknown_bytes}}}};
-  j["live_at_exit"] = {{"count", d.live_at_exit_count}, {"bytes", d.live_at_exit_bytes}};
-  j["kernels"] = {{"count", d.kernel_count}, {"busy_ns", d.kernel_busy_ns}};
-  j["reallocated_live_address"] = d.reallocated_live_address;
-  j["lifetime_at_peak"] = internal::LifetimeAtPeakJson(d.lifetime_at_peak);
+  Json j = {{"index", d.index},
+            {"name", If(d.has_info, d.name)},
+            {"uuid", If(d.has_info, d.uuid)},
+            {"total_memory_bytes", If(d.has_info, d.total_memory_bytes)},
+            {"peak", std::move(peak)},
+            {"by_kind",
+             Object(d.by_kind,
+                    [](const KindStats& k) -> Json {
+                      return {{"allocations", k.allocations},
+                              {"releases", k.releases},
+                              {"allocated_bytes", k.allocated_bytes},
+                              {"released_bytes", k.released_bytes},
+                              {"peak_bytes", k.peak_bytes},
+                              {"live_at_exit",
+                               {{"count", k.live_at_exit_count}, {"bytes", k.live_at_exit_bytes}}}};
+                    })},
+            {"by_api", OriginsJson(d.by_api)},
+            {"by_library", OriginsJson(d.by_library)},
+            {"not_program",
+             {{"static",
+               {{"peak_bytes", n.static_peak_bytes},
+                {"allocations", n.static_allocations},
+                {"releases", n.static_releases}}},
+              {"tracer", {{"bytes", n.tracer_bytes}, {"description", n.tracer_description}}},
+              {"released_unknown",
+               {{"count", n.released_unknown_count}, {"bytes", n.released_unknown_bytes}}}}},
+            {"live_at_exit", {{"count", d.live_at_exit_count}, {"bytes", d.live_at_exit_bytes}}},
+            {"kernels", {{"count", d.kernel_count}, {"busy_ns", d.kernel_busy_ns}}},
+            {"reallocated_live_address", d.reallocated_live_address},
+            {"lifetime_at_peak", internal::LifetimeAtPeakJson(d.lifetime_at_peak)}};
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
@@ -121,73 +125,86 @@ Json SpreadJson(const Spread& s, bool empty_spreads) {
 }
 
 Json PhaseJson(const PhaseReport& p) {
-  Json j;
-  j["name"] = p.name;
-  j["range_names"] = p.range_names;
-  j["inferred"] = p.inferred;
-  j["iteration"] = p.iteration;
-  j["domain"] = p.domain.empty() ? Json() : Json(p.domain);
-  j["message"] = p.message;
-  j["occurrences"] = p.occurrences;
-  j["total_ns"] = p.total_ns;
-  j["still_open"] = p.still_open;
-  j["first_open_ns"] = p.first_open_ns;
-  auto window = [](const PhaseWindow& w) {
-    return Json{{"bytes_at_entry", w.bytes_at_entry},
-                {"peak_bytes", w.peak_bytes},
-                {"peak_above_entry_bytes", w.peak_above_entry_bytes}};
+  auto window = [](const PhaseWindow& w) -> Json {
+    return {{"bytes_at_entry", w.bytes_at_entry},
+            {"peak_bytes", w.peak_bytes},
+            {"peak_above_entry_bytes", w.peak_above_entry_bytes}};
   };
-  Json devices = Json::array();
-  for (const PhaseDeviceStats& d : p.devices) {
-    Json steady = Json();
-    if (d.steady_of > 0) {
-      steady = window(d.steady);
-      steady["of_occurrences"] = d.steady_of;
-    }
-    devices.push_back({{"index", d.index},
-                       {"bytes_at_entry", d.bytes_at_entry},
-                       {"peak_bytes", d.peak_bytes},
-                       {"peak_above_entry_bytes", d.peak_above_entry_bytes},
-                       {"first_occurrence", window(d.first)},
-                       {"steady_state", steady},
-                       {"allocated_bytes", d.allocated_bytes},
-                       {"freed_bytes", d.freed_bytes},
-                       {"allocations", d.allocations},
-                       {"frees", d.frees},
-                       {"failed_allocations", d.failed_allocations},
-                       {"kernels", d.kernels}});
-  }
-  j["devices"] = std::move(devices);
-  return j;
+  return {{"name", p.name},
+          {"range_names", p.range_names},
+          {"inferred", p.inferred},
+          {"iteration", p.iteration},
+          {"domain", OrNull(p.domain)},
+          {"message", p.message},
+          {"occurrences", p.occurrences},
+          {"total_ns", p.total_ns},
+          {"still_open", p.still_open},
+          {"first_open_ns", p.first_open_ns},
+          {"devices", Array(p.devices, [&window](const PhaseDeviceStats& d) -> Json {
+             Json steady;
+             if (d.steady_of > 0) {
+               steady = window(d.steady);
+               steady["of_occurrences"] = d.steady_of;
+             }
+             return {{"index", d.index},
+                     {"bytes_at_entry", d.bytes_at_entry},
+                     {"peak_bytes", d.peak_bytes},
+                     {"peak_above_entry_bytes", d.peak_above_entry_bytes},
+                     {"first_occurrence", window(d.first)},
+                     {"steady_state", steady},
+                     {"allocated_bytes", d.allocated_bytes},
+                     {"freed_bytes", d.freed_bytes},
+                     {"allocations", d.allocations},
+                     {"frees", d.frees},
+                     {"failed_allocations", d.failed_allocations},
+                     {"kernels", d.kernels}};
+           })}};
+}
+
+Json FailuresJson(const std::vector<FailedAllocationReport>& list) {
+  return Array(list, [](const FailedAllocationReport& f) -> Json {
+    return {{"time_ns", f.time_ns},
+            {"time_abs_ns", f.time_abs_ns},
+            {"api", f.api},
+            {"caller", OrNull(f.caller)},
+            {"requested_bytes", f.requested_bytes},
+            {"error_code", f.error_code},
+            {"error_name", f.error_name},
+            {"kind", f.kind},
+            {"device", f.device},
+            {"device_free_bytes", f.device_free_bytes},
+            {"device_total_bytes", f.device_total_bytes},
+            {"thread_id", f.thread_id},
+            {"phase", OrNull(f.phase)},
+            {"device_in_use_bytes", f.device_in_use_bytes}};
+  });
 }
 
 Json ProcessJson(const ProcessReport& p) {
-  Json j;
-  j["stream_id"] = p.stream_id;
-  j["pid"] = p.pid;
-  j["ppid"] = p.ppid;
-  j["command_line"] = p.command_line;
-  j["hostname"] = p.hostname;
-  j["tracer_version"] = p.tracer_version;
-  j["timestamp_clock"] = p.timestamp_clock;
-  j["injection_mode"] = p.injection_mode;
-  j["kernels_enabled"] = p.kernels_enabled;
+  Json j = {{"stream_id", p.stream_id},
+            {"pid", p.pid},
+            {"ppid", p.ppid},
+            {"command_line", p.command_line},
+            {"hostname", p.hostname},
+            {"tracer_version", p.tracer_version},
+            {"timestamp_clock", p.timestamp_clock},
+            {"injection_mode", p.injection_mode},
+            {"kernels_enabled", p.kernels_enabled}};
   // Written only when true, so summaries of traces from before this field read the same.
   if (p.kernel_launches_enabled) j["kernel_launches_enabled"] = true;
-  j["rank"] = p.rank >= 0 ? Json(p.rank) : Json();
-  j["local_rank"] = p.local_rank >= 0 ? Json(p.local_rank) : Json();
-  j["world_size"] = p.world_size > 0 ? Json(p.world_size) : Json();
-  j["allocator"] = {{"mode", p.allocator_mode}, {"pytorch_alloc_conf", p.pytorch_alloc_conf}};
-  j["exit"] = ExitJson(p.exit);
-  j["complete"] = p.complete;
-  j["incomplete_reasons"] = p.incomplete_reasons;
-  j["damaged"] = p.damaged;
-  j["damage"] = p.damage;
-  Json notices = Json::array();
-  for (const Notice& n : p.notices) {
-    notices.push_back({{"level", n.level}, {"code", n.code}, {"text", n.text}});
-  }
-  j["notices"] = std::move(notices);
+  j.update(
+      {{"rank", If(p.rank >= 0, p.rank)},
+       {"local_rank", If(p.local_rank >= 0, p.local_rank)},
+       {"world_size", If(p.world_size > 0, p.world_size)},
+       {"allocator", {{"mode", p.allocator_mode}, {"pytorch_alloc_conf", p.pytorch_alloc_conf}}},
+       {"exit", ExitJson(p.exit)},
+       {"complete", p.complete},
+       {"incomplete_reasons", p.incomplete_reasons},
+       {"damaged", p.damaged},
+       {"damage", p.damage},
+       {"notices", Array(p.notices, [](const Notice& n) -> Json {
+          return {{"level", n.level}, {"code", n.code}, {"text", n.text}};
+        })}});
   if (p.torch.seen || p.torch.events > 0) {
     const TorchBridgeReport& t = p.torch;
     j["torch_bridge"] = {{"attached", t.attached},
@@ -204,73 +221,48 @@ Json ProcessJson(const ProcessReport& p) {
                          {"unknown_frees", t.unknown_frees},
                          {"out_of_memory", t.out_of_memory}};
   }
-  Json dropped = Json::array();
-  for (const DropSummary& d : p.dropped) {
-    Json windows = Json::array();
-    for (const DropWindow& w : d.windows) {
-      windows.push_back({{"count", w.count},
-                         {"first_ns", w.has_window ? Json(w.first_ns) : Json()},
-                         {"last_ns", w.has_window ? Json(w.last_ns) : Json()}});
-    }
-    dropped.push_back({{"source", d.source}, {"count", d.total}, {"windows", std::move(windows)}});
-  }
-  j["dropped"] = std::move(dropped);
-  Json gaps = Json::array();
-  for (const SequenceGap& g : p.sequence_gaps) {
-    gaps.push_back({{"after_sequence", g.at_start ? Json() : Json(g.after_sequence)},
-                    {"next_sequence", g.next_sequence},
-                    {"missing", g.missing}});
-  }
-  j["lost_batches"] = {{"count", p.lost_batches}, {"gaps", std::move(gaps)}};
+  j["dropped"] = Array(p.dropped, [](const DropSummary& d) -> Json {
+    return {{"source", d.source},
+            {"count", d.total},
+            {"windows", Array(d.windows, [](const DropWindow& w) -> Json {
+               return {{"count", w.count},
+                       {"first_ns", If(w.has_window, w.first_ns)},
+                       {"last_ns", If(w.has_window, w.last_ns)}};
+             })}};
+  });
+  j["lost_batches"] = {{"count", p.lost_batches},
+                       {"gaps", Array(p.sequence_gaps, [](const SequenceGap& g) -> Json {
+                          return {{"after_sequence", If(!g.at_start, g.after_sequence)},
+                                  {"next_sequence", g.next_sequence},
+                                  {"missing", g.missing}};
+                        })}};
   j["batches"] = p.batches;
   j["events"] = p.events;
   // Only when some arrived too late for the reorder window: absent means none.
   if (p.late_events > 0) j["late_events"] = p.late_events;
-  j["first_timestamp_abs_ns"] = p.first_timestamp_abs_ns;
-  j["duration_ns"] = p.duration_ns;
-  Json threads = Json::array();
-  for (const auto& [id, name] : p.thread_names) threads.push_back({{"thread_id", id}, {"name", name}});
-  j["threads"] = std::move(threads);
-  Json devices = Json::array();
-  for (const DeviceReport& d : p.devices) devices.push_back(DeviceJson(d));
-  j["devices"] = std::move(devices);
-  Json phases = Json::array();
-  for (const PhaseReport& ph : p.phases) phases.push_back(PhaseJson(ph));
-  j["phases"] = std::move(phases);
-  j["rolled_up_ranges"] = p.rolled_up_ranges;
   const PhaseInferenceReport& inf = p.phase_inference;
-  j["phase_inference"] = {{"applied", inf.applied},
-                          {"reason", inf.reason},
-                          {"signal", inf.signal.empty() ? Json() : Json(inf.signal)},
-                          {"calling_thread", inf.calling_thread},
-                          {"autograd_threads", inf.autograd_threads},
-                          {"backward_passes", inf.backward_passes},
-                          {"optimizers_inferred", inf.optimizers_inferred}};
-  j["iterations"] = internal::IterationsJson(p.iterations);
-  j["nvtx_marks"] = p.nvtx_marks;
-  j["unmatched_range_closes"] = p.unmatched_range_closes;
-  auto failures = [](const std::vector<FailedAllocationReport>& list) {
-    Json out = Json::array();
-    for (const FailedAllocationReport& f : list) {
-      out.push_back({{"time_ns", f.time_ns},
-                      {"time_abs_ns", f.time_abs_ns},
-                      {"api", f.api},
-                      {"caller", f.caller.empty() ? Json() : Json(f.caller)},
-                      {"requested_bytes", f.requested_bytes},
-                      {"error_code", f.error_code},
-                      {"error_name", f.error_name},
-                      {"kind", f.kind},
-                      {"device", f.device},
-                      {"device_free_bytes", f.device_free_bytes},
-                      {"device_total_bytes", f.device_total_bytes},
-                      {"thread_id", f.thread_id},
-                      {"phase", f.phase.empty() ? Json() : Json(f.phase)},
-                      {"device_in_use_bytes", f.device_in_use_bytes}});
-    }
-    return out;
-  };
-  j["failed_allocations"] = failures(p.failed_allocations);
-  j["driver_retries"] = failures(p.driver_retries);
+  j.update({{"first_timestamp_abs_ns", p.first_timestamp_abs_ns},
+            {"duration_ns", p.duration_ns},
+            {"threads", Array(p.thread_names,
+                              [](const auto& thread) -> Json {
+                                return {{"thread_id", thread.first}, {"name", thread.second}};
+                              })},
+            {"devices", Array(p.devices, DeviceJson)},
+            {"phases", Array(p.phases, PhaseJson)},
+            {"rolled_up_ranges", p.rolled_up_ranges},
+            {"phase_inference",
+             {{"applied", inf.applied},
+              {"reason", inf.reason},
+              {"signal", OrNull(inf.signal)},
+              {"calling_thread", inf.calling_thread},
+              {"autograd_threads", inf.autograd_threads},
+              {"backward_passes", inf.backward_passes},
+              {"optimizers_inferred", inf.optimizers_inferred}}},
+            {"iterations", internal::IterationsJson(p.iterations)},
+            {"nvtx_marks", p.nvtx_marks},
+            {"unmatched_range_closes", p.unmatched_range_closes},
+            {"failed_allocations", FailuresJson(p.failed_allocations)},
+            {"driver_retries", FailuresJson(p.driver_retries)}});
   return j;
 }
 
@@ -315,7 +307,8 @@ Json IterationsJson(const IterationReport& r, bool empty_spreads) {
 // null without training phases: no classes, no activation figure (report.h).
 Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
   if (!l.given) return nullptr;
-  return {{"bytes_by_class", l.bytes_by_class}, {"activation_memory_bytes", l.activation_memory_bytes}};
+  return {{"bytes_by_class", l.bytes_by_class},
+          {"activation_memory_bytes", l.activation_memory_bytes}};
 }
 
 }  // namespace internal

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace cumemtrace::internal {
@@ -35,17 +35,40 @@ inline void PrintTable(std::ostream& out, const std::string& indent,
   }
 }
 
+// A CSV cell: numbers in decimal, text as it is.
+template <typename T>
+std::string Cell(const T& value) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return std::to_string(value);
+  } else {
+    return value;
+  }
+}
+
+// A cell that is blank when the value is not `given`.
+template <typename T>
+std::string CellIf(bool given, const T& value) {
+  return given ? Cell(value) : std::string();
+}
+
+// Appends `value` unless `list` has it already: first-seen order.
+inline void AddOnce(std::vector<std::string>& list, const std::string& value) {
+  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+}
+
 // RFC 4180: comma-separated, CRLF line ends, fields with a comma, quote or line break quoted,
 // quotes doubled.
 class CsvTable {
  public:
   explicit CsvTable(const std::vector<std::string>& header) {
-    Row();
     for (const std::string& name : header) Field(name);
   }
-  CsvTable& Row() {
-    if (!text_.empty()) text_ += "\r\n";
+  // A new row with these fields; Field() adds more.
+  template <typename... T>
+  CsvTable& Row(const T&... fields) {
+    text_ += "\r\n";
     first_ = true;
+    (Field(Cell(fields)), ...);
     return *this;
   }
   CsvTable& Field(const std::string& value) {
@@ -63,7 +86,6 @@ class CsvTable {
     }
     return *this;
   }
-  CsvTable& Field(uint64_t value) { return Field(std::to_string(value)); }
   std::string Text() const { return text_ + "\r\n"; }
 
  private:
