@@ -3,6 +3,8 @@
 //                           a tensor allocation in a module's forward has (an interpreter
 //                           embedded here; the benchmarks run from inside a Python call that
 //                           holds the GIL)
+//   Stack/PythonWithoutGil/<depth> - the same from a thread that let go of the GIL, as PyTorch's
+//                           operators do (the frames are read directly)
 //   Stack/Native          - CaptureStack(native): _Unwind_Backtrace of this thread
 //   Hook/MemoryWithPythonStack/<depth> - an allocation record with its Python stack, pushed
 //                           into the shared ring (compare with tracer_benchmarks' Hook/Memory)
@@ -13,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <utility>
 #include <vector>
 
 #include "tracer/clock.h"
@@ -30,6 +33,16 @@ void BM_Stack_Python(benchmark::State& state) {
     const StackWords words = CaptureStack(kStacksPython);
     benchmark::DoNotOptimize(words.words);
   }
+}
+
+// As inside a PyTorch operator: the thread has let go of the GIL (frames read directly).
+void BM_Stack_PythonWithoutGil(benchmark::State& state) {
+  PyThreadState* thread = PyEval_SaveThread();
+  for (auto _ : state) {
+    const StackWords words = CaptureStack(kStacksPython);
+    benchmark::DoNotOptimize(words.words);
+  }
+  PyEval_RestoreThread(thread);
 }
 
 void BM_Stack_Native(benchmark::State& state) {
@@ -113,6 +126,7 @@ PyObject* InitModule() { return PyModule_Create(&kModule); }
 namespace cumemtrace::tracer {
 namespace {
 void BM_Python(benchmark::State& state) { InPython(state, BM_Stack_Python); }
+void BM_PythonWithoutGil(benchmark::State& state) { InPython(state, BM_Stack_PythonWithoutGil); }
 void BM_Hook(benchmark::State& state) { InPython(state, BM_Hook_MemoryWithPythonStack); }
 void BM_Encode(benchmark::State& state) { InPython(state, BM_Encode_Stack); }
 }  // namespace
@@ -139,10 +153,13 @@ int main(int argc, char** argv) {
   }
   Py_DECREF(defined);
   g_level = PyDict_GetItemString(globals, "level");
-  for (const char* name : {"Stack/Python", "Hook/MemoryWithPythonStack", "Encode/Stack"}) {
-    auto* b = benchmark::RegisterBenchmark(name, name[0] == 'S'   ? BM_Python
-                                                 : name[0] == 'H' ? BM_Hook
-                                                                  : BM_Encode);
+  const std::pair<const char*, void (*)(benchmark::State&)> in_python[] = {
+      {"Stack/Python", BM_Python},
+      {"Stack/PythonWithoutGil", BM_PythonWithoutGil},
+      {"Hook/MemoryWithPythonStack", BM_Hook},
+      {"Encode/Stack", BM_Encode}};
+  for (const auto& [name, function] : in_python) {
+    auto* b = benchmark::RegisterBenchmark(name, function);
     for (int depth : {1, 16, 48}) b->Arg(depth);
   }
   benchmark::RegisterBenchmark("Stack/Native", BM_Stack_Native);

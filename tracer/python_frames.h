@@ -1,10 +1,12 @@
 // The Python stack of the calling thread, read from the interpreter's frames (`run --stacks`).
 // The CPython C API is looked up with dlsym(RTLD_DEFAULT) at first use: the tracer has no
 // Python headers or library at build time, and a program without Python finds nothing and
-// records no Python stacks. Frames are read only by a thread that holds the GIL (then the
-// frame calls are safe); a thread without it (autograd's backward threads, CUDA's own) has
-// no Python stack. Never PyGILState_Ensure: taking the GIL inside an allocation can deadlock
-// against a thread that waits for this one while holding it.
+// records no Python stacks. A thread that let go of the GIL inside a call (PyTorch's
+// operators do, around their allocations) has its frames read directly, through the frame
+// layout of its CPython version (3.11 to 3.13), checked before it is trusted; otherwise only a
+// thread that holds the GIL has a Python stack, read through the API. Never
+// PyGILState_Ensure: taking the GIL inside an allocation can deadlock against a thread that
+// waits for this one while holding it.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +16,18 @@ namespace cumemtrace::tracer {
 
 // Writes up to `max` frames of the calling thread, innermost first, as pairs: out[2 i] a
 // code key (names: PythonCodeNames), out[2 i + 1] the line. Returns the number of frames;
-// 0 without Python, without the GIL, before Py_Initialize, during finalization, or when
-// re-entered on this thread (reading a name can run the garbage collector).
+// 0 without Python, on a thread with no Python frames (autograd's backward threads, CUDA's
+// own), without the GIL on a Python with no known layout, before Py_Initialize, during
+// finalization, when another thread is capturing at the same moment, or when re-entered on
+// this thread (reading a name can run the garbage collector).
 uint32_t CapturePythonFrames(uint64_t* out, uint32_t max);
 
 // The sender's side: the qualified name and file of a code key CapturePythonFrames gave.
 // False for a key it never gave.
 bool PythonCodeNames(uint64_t key, std::string* function, std::string* file);
+
+// Tests: the frame layout is checked again from the start, as in a new process.
+void ResetPythonFrameLayoutForTesting();
 
 // In a forked child: a thread of the parent may have held the table's lock.
 void ResetPythonFramesInChildAfterFork();

@@ -56,11 +56,12 @@ Options:
       --stacks[=KIND]     record where each allocation was made: KIND python (the default
                           when only --stacks is given) records the Python stack of the
                           allocating thread, native its native return addresses (named
-                          after the run from the program's files), all both. Threads that
-                          do not hold Python's GIL have no Python stack: PyTorch releases it
-                          inside its operators, so its tensors get native stacks only. The
-                          summary lists the stacks that held the most memory at the peak;
-                          report.html and the memory_viz export show each allocation's stack
+                          after the run from the program's files), all both. On Python
+                          3.11 to 3.13 a thread's frames are read even when it let go of the
+                          GIL (PyTorch's operators do); on others, only a thread that holds
+                          it has a Python stack. The summary lists the stacks that held the
+                          most memory at the peak; report.html and the memory_viz export
+                          show each allocation's stack
       --quiet             silence the tracer's notices and do not print the summary
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range

@@ -62,7 +62,49 @@ PyObject* CaptureWithPendingError(PyObject*, PyObject*) {
   return nullptr;  // the KeyError propagates
 }
 
+// As PyTorch's operators do: let go of the GIL, then allocate. The frames read then come back
+// to Python as [(function, file, line)], innermost first.
+PyObject* FramesWithoutGil(PyObject*, PyObject*) {
+  uint64_t pairs[2 * 64];
+  PyThreadState* state = PyEval_SaveThread();
+  const uint32_t n = CapturePythonFrames(pairs, 64);
+  PyEval_RestoreThread(state);
+  PyObject* frames = PyList_New(0);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string function, file;
+    PythonCodeNames(pairs[2 * i], &function, &file);
+    PyObject* frame = Py_BuildValue("(ssK)", function.c_str(), file.c_str(),
+                                    static_cast<unsigned long long>(pairs[2 * i + 1]));
+    PyList_Append(frames, frame);
+    Py_DECREF(frame);
+  }
+  return frames;
+}
+
+PyObject* FramesWithGil(PyObject*, PyObject*) {
+  uint64_t pairs[2 * 64];
+  const uint32_t n = CapturePythonFrames(pairs, 64);
+  PyObject* frames = PyList_New(0);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string function, file;
+    PythonCodeNames(pairs[2 * i], &function, &file);
+    PyObject* frame = Py_BuildValue("(ssK)", function.c_str(), file.c_str(),
+                                    static_cast<unsigned long long>(pairs[2 * i + 1]));
+    PyList_Append(frames, frame);
+    Py_DECREF(frame);
+  }
+  return frames;
+}
+
+PyObject* ResetLayout(PyObject*, PyObject*) {
+  ResetPythonFrameLayoutForTesting();
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"frames_with_gil", FramesWithGil, METH_NOARGS, nullptr},
+    {"reset_layout", ResetLayout, METH_NOARGS, nullptr},
+    {"frames_without_gil", FramesWithoutGil, METH_NOARGS, nullptr},
     {"capture", Capture, METH_NOARGS, nullptr},
     {"capture_on_another_thread", CaptureOnAnotherThread, METH_NOARGS, nullptr},
     {"capture_with_pending_error", CaptureWithPendingError, METH_NOARGS, nullptr},
@@ -170,6 +212,88 @@ TEST_F(PythonStack, AThreadWithoutTheGilHasNoPythonStack) {
   uint64_t pairs[2 * 64];
   EXPECT_EQ(CapturePythonFrames(pairs, 64), 0u);
   PyEval_RestoreThread(state);
+}
+
+// Python 3.11 and later: the frames are read without the API, first checked, then trusted.
+TEST_F(PythonStack, AThreadThatLetGoOfTheGilInsideACallKeepsItsStack) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import stackprobe\n"
+      "class Model:\n"
+      "    def forward(self):\n"
+      "        return stackprobe.frames_without_gil()\n"  // 4
+      "def main():\n"
+      "    return Model().forward()\n"  // 6
+      "for i in range(40):\n"  // past the checked walks
+      "    frames = main()\n"  // 8
+      "    assert frames == [('Model.forward', 'probe_program.py', 4),\n"
+      "                      ('main', 'probe_program.py', 6),\n"
+      "                      ('<module>', 'probe_program.py', 8)], (i, frames)\n");
+  // A generator's frame, and a function called from C (map) in between.
+  Run("import stackprobe\n"
+      "def gen():\n"
+      "    yield stackprobe.frames_without_gil()\n"  // 3
+      "def key(x):\n"
+      "    return next(gen())\n"  // 5
+      "frames = list(map(key, [1]))[0]\n"  // 6
+      "assert [f[0] for f in frames] == ['gen', 'key', '<module>'], frames\n"
+      "assert [f[2] for f in frames] == [3, 5, 6], frames\n");
+}
+
+// While the layout is being checked, captures with and without the GIL alternate on the same
+// code objects (named first without the GIL, then with it): both keep reading the frames.
+TEST_F(PythonStack, CapturesWithAndWithoutTheGilAlternate) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import stackprobe\n"
+      "stackprobe.reset_layout()\n"
+      "def inner(f):\n"
+      "    return f()\n"  // 4
+      "for i in range(20):\n"
+      "    for f in (stackprobe.frames_without_gil, stackprobe.frames_with_gil):\n"
+      "        frames = inner(f)\n"  // 7
+      "        assert [(x[0], x[2]) for x in frames] == [('inner', 4), ('<module>', 7)], \\\n"
+      "            (i, f, frames)\n");
+}
+
+// A code object read without the GIL is not kept alive: another one may take its address.
+TEST_F(PythonStack, ACodeObjectAtAFreedOnesAddressGetsItsOwnName) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import gc, stackprobe\n"
+      "for i in range(200):\n"
+      "    scope = {'stackprobe': stackprobe}\n"
+      "    exec(f'def f{i}():\\n    return stackprobe.frames_without_gil()\\n', scope)\n"
+      "    frames = scope[f'f{i}']()\n"
+      "    assert frames[0][0] == f'f{i}', (i, frames)\n"
+      "    del scope\n"
+      "    gc.collect()\n");
+}
+
+// Other threads run Python (their frames change all the time) while this one reads its own.
+TEST_F(PythonStack, OtherThreadsRunningPythonDoNotDisturbTheRead) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import threading, stackprobe\n"
+      "stop = False\n"
+      "def spin(depth):\n"
+      "    while not stop:\n"
+      "        if depth: spin(depth - 1)\n"
+      "threads = [threading.Thread(target=spin, args=(d,)) for d in (3, 7)]\n"
+      "for t in threads: t.start()\n"
+      "def reader():\n"
+      "    return stackprobe.frames_without_gil()\n"  // 9
+      "try:\n"
+      "    for i in range(2000):\n"
+      "        frames = reader()\n"  // 12
+      "        assert [(f[0], f[2]) for f in frames] == [('reader', 9), ('<module>', 12)], frames\n"
+      "finally:\n"
+      "    stop = True\n"
+      "    for t in threads: t.join()\n");
 }
 
 TEST_F(PythonStack, APendingExceptionIsLeftAsItWas) {
