@@ -62,13 +62,8 @@ PyObject* CaptureWithPendingError(PyObject*, PyObject*) {
   return nullptr;  // the KeyError propagates
 }
 
-// As PyTorch's operators do: let go of the GIL, then allocate. The frames read then come back
-// to Python as [(function, file, line)], innermost first.
-PyObject* FramesWithoutGil(PyObject*, PyObject*) {
-  uint64_t pairs[2 * 64];
-  PyThreadState* state = PyEval_SaveThread();
-  const uint32_t n = CapturePythonFrames(pairs, 64);
-  PyEval_RestoreThread(state);
+// The frames of one capture as a Python list [(function, file, line)], innermost first.
+PyObject* FramesAsList(const uint64_t* pairs, uint32_t n) {
   PyObject* frames = PyList_New(0);
   for (uint32_t i = 0; i < n; ++i) {
     std::string function, file;
@@ -81,19 +76,18 @@ PyObject* FramesWithoutGil(PyObject*, PyObject*) {
   return frames;
 }
 
+// As PyTorch's operators do: let go of the GIL, then allocate.
+PyObject* FramesWithoutGil(PyObject*, PyObject*) {
+  uint64_t pairs[2 * 64];
+  PyThreadState* state = PyEval_SaveThread();
+  const uint32_t n = CapturePythonFrames(pairs, 64);
+  PyEval_RestoreThread(state);
+  return FramesAsList(pairs, n);
+}
+
 PyObject* FramesWithGil(PyObject*, PyObject*) {
   uint64_t pairs[2 * 64];
-  const uint32_t n = CapturePythonFrames(pairs, 64);
-  PyObject* frames = PyList_New(0);
-  for (uint32_t i = 0; i < n; ++i) {
-    std::string function, file;
-    PythonCodeNames(pairs[2 * i], &function, &file);
-    PyObject* frame = Py_BuildValue("(ssK)", function.c_str(), file.c_str(),
-                                    static_cast<unsigned long long>(pairs[2 * i + 1]));
-    PyList_Append(frames, frame);
-    Py_DECREF(frame);
-  }
-  return frames;
+  return FramesAsList(pairs, CapturePythonFrames(pairs, 64));
 }
 
 PyObject* ResetLayout(PyObject*, PyObject*) {
