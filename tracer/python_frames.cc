@@ -137,6 +137,11 @@ constexpr int kChecksBeforeTrust = 8;
 std::atomic<int> g_layout_state{kLayoutChecking};
 int g_layout_checks = 0;  // walks that passed, under the table lock
 
+// Why a thread without the GIL got no Python stack, for the tracer's one notice
+// (TakePythonFramesNotice); the first reason is kept.
+enum Refusal : int { kNoRefusal, kNoLayout, kLayoutRefused, kRefusalTold };
+std::atomic<int> g_refusal{kNoRefusal};
+
 // Names of the code objects seen, by key (from 1): appended under the table lock, read by
 // the sender without a lock (function and file never change once counted).
 struct CodeEntry {
@@ -477,6 +482,9 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max) {
   const bool gil = HoldsGil(py);
   if (!gil &&
       (layout == nullptr || g_layout_state.load(std::memory_order_acquire) == kLayoutUnusable)) {
+    int none = kNoRefusal;
+    g_refusal.compare_exchange_strong(none, layout == nullptr ? kNoLayout : kLayoutRefused,
+                                      std::memory_order_relaxed);
     return 0;
   }
   if (g_table_busy.exchange(true, std::memory_order_acquire)) return 0;
@@ -504,9 +512,30 @@ bool PythonCodeNames(uint64_t key, std::string* function, std::string* file) {
   return true;
 }
 
-void ResetPythonFrameLayoutForTesting() {
-  g_layout_state.store(kLayoutChecking, std::memory_order_relaxed);
+bool TakePythonFramesNotice(std::string* text) {
+  int why = g_refusal.load(std::memory_order_relaxed);
+  if (why == kNoRefusal || why == kRefusalTold ||
+      !g_refusal.compare_exchange_strong(why, kRefusalTold, std::memory_order_relaxed)) {
+    return false;
+  }
+  const PythonApi* api = Api();
+  const unsigned version = api != nullptr ? api->version : 0;
+  *text = version == 0
+              ? std::string("Python before 3.11")
+              : "Python " + std::to_string(version >> 8) + "." + std::to_string(version & 0xff);
+  *text += why == kNoLayout ? ": no frame layout is known for this version"
+                            : ": its frames are not laid out as this version's are (a debug or "
+                              "free-threaded build?)";
+  *text +=
+      ", so a thread that let go of the GIL (as PyTorch's operators do around their "
+      "allocations) has no Python stack; a thread that holds it still has one";
+  return true;
+}
+
+void ResetPythonFrameLayoutForTesting(bool usable) {
+  g_layout_state.store(usable ? kLayoutChecking : kLayoutUnusable, std::memory_order_relaxed);
   g_layout_checks = 0;
+  g_refusal.store(kNoRefusal, std::memory_order_relaxed);
 }
 
 void ResetPythonFramesInChildAfterFork() {

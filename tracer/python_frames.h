@@ -26,8 +26,14 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max);
 // False for a key it never gave.
 bool PythonCodeNames(uint64_t key, std::string* function, std::string* file);
 
-// Tests: the frame layout is checked again from the start, as in a new process.
-void ResetPythonFrameLayoutForTesting();
+// Once, after a thread without the GIL got no Python stack because no usable frame layout
+// is known (another version, or a layout that failed its check): the text of the tracer's
+// notice. False otherwise, and after the first time.
+bool TakePythonFramesNotice(std::string* text);
+
+// Tests: the frame layout is checked again from the start, as in a new process (or, with
+// usable false, as after it failed its check); no notice told yet.
+void ResetPythonFrameLayoutForTesting(bool usable = true);
 
 // In a forked child: a thread of the parent may have held the table's lock.
 void ResetPythonFramesInChildAfterFork();

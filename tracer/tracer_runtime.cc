@@ -591,6 +591,9 @@ void TracerRuntime::SenderMain() {
       cupti.Flush(/*forced=*/false);
       s.last_cupti_flush_ns = now;
     }
+    if (std::string text; TakePythonFramesNotice(&text)) {
+      Notice(v1::NOTICE_LEVEL_WARNING, "python_stacks_without_gil", text);
+    }
     // The last drain keeps everything: the exit record and the count of what was dropped
     // while the collector did not read must not be the next thing thrown away.
     const bool alive = DrainOnce(&outbox, /*final=*/stopping);

@@ -95,9 +95,23 @@ PyObject* ResetLayout(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* RefuseLayout(PyObject*, PyObject*) {
+  ResetPythonFrameLayoutForTesting(/*usable=*/false);
+  Py_RETURN_NONE;
+}
+
+// The tracer's notice, once: its text, then None.
+PyObject* TakeNotice(PyObject*, PyObject*) {
+  std::string text;
+  if (!TakePythonFramesNotice(&text)) Py_RETURN_NONE;
+  return PyUnicode_FromString(text.c_str());
+}
+
 PyMethodDef kMethods[] = {
     {"frames_with_gil", FramesWithGil, METH_NOARGS, nullptr},
     {"reset_layout", ResetLayout, METH_NOARGS, nullptr},
+    {"refuse_layout", RefuseLayout, METH_NOARGS, nullptr},
+    {"take_notice", TakeNotice, METH_NOARGS, nullptr},
     {"frames_without_gil", FramesWithoutGil, METH_NOARGS, nullptr},
     {"capture", Capture, METH_NOARGS, nullptr},
     {"capture_on_another_thread", CaptureOnAnotherThread, METH_NOARGS, nullptr},
@@ -250,6 +264,29 @@ TEST_F(PythonStack, CapturesWithAndWithoutTheGilAlternate) {
       "        frames = inner(f)\n"  // 7
       "        assert [(x[0], x[2]) for x in frames] == [('inner', 4), ('<module>', 7)], \\\n"
       "            (i, f, frames)\n");
+}
+
+// A layout that failed its check: threads without the GIL get no stack, the others still do,
+// and the tracer is told why once.
+TEST_F(PythonStack, ARefusedLayoutLeavesTheGilPathAndSaysWhyOnce) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import stackprobe, sys\n"
+      "stackprobe.refuse_layout()\n"
+      "assert stackprobe.take_notice() is None\n"
+      "def inner(f):\n"
+      "    return f()\n"
+      "assert inner(stackprobe.frames_without_gil) == []\n"
+      "assert [x[0] for x in inner(stackprobe.frames_with_gil)] == ['inner', '<module>']\n"
+      "notice = stackprobe.take_notice()\n"
+      "version = '%d.%d' % sys.version_info[:2]\n"
+      "assert notice.startswith(f'Python {version}: its frames are not laid out'), notice\n"
+      "assert 'has no Python stack' in notice, notice\n"
+      "assert inner(stackprobe.frames_without_gil) == []\n"
+      "assert stackprobe.take_notice() is None\n"
+      "stackprobe.reset_layout()\n"
+      "assert [x[0] for x in inner(stackprobe.frames_without_gil)] == ['inner', '<module>']\n");
 }
 
 // A code object read without the GIL is not kept alive: another one may take its address.
