@@ -23,164 +23,122 @@
 // `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
 // handshake's clock pair is known), as PyTorch writes it; from 0 the page showed 1970.
 #include <algorithm>
-#include <map>
 #include <vector>
 
-#include "collector/output/exports.h"
-#include "collector/output/slice_tracks.h"
-#include "collector/output/pickle_writer.h"
 #include "collector/engine/engine.h"
+#include "collector/output/exports.h"
+#include "collector/output/pickle_writer.h"
+#include "collector/output/slice_tracks.h"
 
 namespace cumemtrace {
 namespace {
 
-using internal::PickleWriter;
+// The snapshot's records, each allocation's frames taken from the process' stack table.
+class SnapshotWriter : public internal::PickleWriter {
+ public:
+  SnapshotWriter(std::ostream& out, const StackTable& stacks)
+      : PickleWriter(out), stacks_(stacks) {}
 
-// An allocation's stack, or none.
-struct Frames {
-  const StackTable* table = nullptr;
-  int32_t stack = -1;
-};
+  void Field(const char* key, uint64_t value) {
+    Str(key);
+    UInt(value);
+  }
+  void Field(const char* key, const std::string& value) {
+    Str(key);
+    Str(value);
+  }
 
-Frames FramesOf(const ProcessTimeline& t, const TimelineAllocation& a) {
-  return Frames{&t.stacks, a.stack};
-}
-
-void WriteFrames(PickleWriter& w, const Frames& frames) {
-  w.Str("frames");
-  w.BeginList();
-  if (frames.table != nullptr && frames.stack >= 0 &&
-      static_cast<size_t>(frames.stack) < frames.table->stacks.size()) {
-    const StackTable& table = *frames.table;
-    for (uint32_t f : table.stacks[static_cast<size_t>(frames.stack)]) {
-      w.BeginDict();
-      w.Str("filename");
-      w.Str(table.file[f]);
-      w.Str("line");
-      w.UInt(table.line[f]);
-      w.Str("name");
-      w.Str(table.function[f]);
-      w.EndDict();
+  // `stack` indexes the stack table; -1 (frees, gaps): an empty list.
+  void Frames(int32_t stack) {
+    Str("frames");
+    BeginList();
+    if (stack >= 0 && static_cast<size_t>(stack) < stacks_.stacks.size()) {
+      for (uint32_t f : stacks_.stacks[static_cast<size_t>(stack)]) {
+        BeginDict();
+        Field("filename", stacks_.file[f]);
+        Field("line", stacks_.line[f]);
+        Field("name", stacks_.function[f]);
+        EndDict();
+      }
     }
+    EndList();
   }
-  w.EndList();
-}
 
-std::string Category(const ProcessTimeline& t, int32_t phase) {
-  if (phase < 0 || static_cast<size_t>(phase) >= t.phase_names.size()) return "unknown";
-  return t.phase_names[static_cast<size_t>(phase)];
-}
-
-void Entry(PickleWriter& w, const char* action, uint64_t address, uint64_t bytes,
-           uint64_t time_abs_ns, const std::string& category, const Frames& frames = {}) {
-  w.BeginDict();
-  w.Str("action");
-  w.Str(action);
-  w.Str("addr");
-  w.UInt(address);
-  w.Str("size");
-  w.UInt(bytes);
-  w.Str("stream");
-  w.Int(0);  // CUPTI's memory records do not say which stream an allocation is ordered on
-  w.Str("time_us");
-  w.UInt(time_abs_ns / 1000);
-  WriteFrames(w, frames);
-  w.Str("category");
-  w.Str(category);
-  w.EndDict();
-}
-
-// A segment's fields up to its open list of blocks; EndSegment closes both.
-void BeginSegment(PickleWriter& w, uint32_t device, uint64_t address, uint64_t total,
-                  uint64_t used, const char* segment_type, const Frames& frames) {
-  w.BeginDict();
-  w.Str("device");
-  w.UInt(device);
-  w.Str("address");
-  w.UInt(address);
-  w.Str("total_size");
-  w.UInt(total);
-  w.Str("allocated_size");
-  w.UInt(used);
-  w.Str("active_size");
-  w.UInt(used);
-  w.Str("requested_size");
-  w.UInt(used);
-  w.Str("stream");
-  w.Int(0);
-  w.Str("segment_type");
-  w.Str(segment_type);
-  w.Str("segment_pool_id");
-  w.BeginTuple();
-  w.Int(0);
-  w.Int(0);
-  w.EndTuple();
-  w.Str("is_expandable");
-  w.Bool(false);
-  WriteFrames(w, frames);
-  w.Str("blocks");
-  w.BeginList();
-}
-
-void EndSegment(PickleWriter& w) {
-  w.EndList();
-  w.EndDict();
-}
-
-void Block(PickleWriter& w, uint64_t address, uint64_t bytes, uint64_t requested, bool active,
-           const Frames& frames = {}) {
-  w.BeginDict();
-  w.Str("address");
-  w.UInt(address);
-  w.Str("size");
-  w.UInt(bytes);
-  w.Str("requested_size");
-  w.UInt(requested);
-  w.Str("state");
-  w.Str(active ? "active_allocated" : "inactive");
-  WriteFrames(w, frames);
-  w.EndDict();
-}
-
-void Segment(PickleWriter& w, uint32_t device, const TimelineAllocation& a, bool blocks_known,
-             const Frames& frames) {
-  const uint64_t used = blocks_known ? a.bytes : 0;
-  BeginSegment(w, device, a.address, a.bytes, used, "large", frames);
-  Block(w, a.address, a.bytes, used, blocks_known, frames);
-  EndSegment(w);
-}
-
-// PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
-// (TORCH_ALLOCATED) inside its range as active_allocated blocks, and the gaps between them
-// as inactive ones, as torch.cuda.memory._snapshot() shows it.
-void SegmentWithBlocks(PickleWriter& w, const ProcessTimeline& t, uint32_t device,
-                       const TimelineAllocation& segment,
-                       const std::vector<const TimelineAllocation*>& blocks) {
-  uint64_t allocated = 0;
-  for (const TimelineAllocation* b : blocks) allocated += b->bytes;
-  // Small-pool segments are 2 MiB.
-  BeginSegment(w, device, segment.address, segment.bytes, allocated,
-               segment.bytes <= (2u << 20) ? "small" : "large", FramesOf(t, segment));
-  uint64_t cursor = segment.address;
-  for (const TimelineAllocation* b : blocks) {
-    if (b->address > cursor) Block(w, cursor, b->address - cursor, 0, false);
-    Block(w, b->address, b->bytes, b->bytes, true, FramesOf(t, *b));
-    cursor = b->address + b->bytes;
+  void Entry(const char* action, uint64_t address, uint64_t bytes, uint64_t time_abs_ns,
+             const std::string& category, int32_t stack = -1) {
+    BeginDict();
+    Field("action", action);
+    Field("addr", address);
+    Field("size", bytes);
+    Field("stream",
+          0);  // CUPTI's memory records do not say which stream an allocation is ordered on
+    Field("time_us", time_abs_ns / 1000);
+    Frames(stack);
+    Field("category", category);
+    EndDict();
   }
-  if (cursor < segment.address + segment.bytes) {
-    Block(w, cursor, segment.address + segment.bytes - cursor, 0, false);
+
+  // A segment's fields up to its open list of blocks; EndSegment closes both.
+  void BeginSegment(uint32_t device, const TimelineAllocation& a, uint64_t used,
+                    const char* segment_type) {
+    BeginDict();
+    Field("device", device);
+    Field("address", a.address);
+    Field("total_size", a.bytes);
+    Field("allocated_size", used);
+    Field("active_size", used);
+    Field("requested_size", used);
+    Field("stream", 0);
+    Field("segment_type", segment_type);
+    Str("segment_pool_id");
+    BeginTuple();
+    UInt(0);
+    UInt(0);
+    EndTuple();
+    Str("is_expandable");
+    Bool(false);
+    Frames(a.stack);
+    Str("blocks");
+    BeginList();
   }
-  EndSegment(w);
-}
+
+  void EndSegment() {
+    EndList();
+    EndDict();
+  }
+
+  void Block(uint64_t address, uint64_t bytes, uint64_t requested, bool active,
+             int32_t stack = -1) {
+    BeginDict();
+    Field("address", address);
+    Field("size", bytes);
+    Field("requested_size", requested);
+    Field("state", active ? "active_allocated" : "inactive");
+    Frames(stack);
+    EndDict();
+  }
+
+  // A segment holding one block that fills it.
+  void Segment(uint32_t device, const TimelineAllocation& a, bool blocks_known) {
+    const uint64_t used = blocks_known ? a.bytes : 0;
+    BeginSegment(device, a, used, "large");
+    Block(a.address, a.bytes, used, blocks_known, a.stack);
+    EndSegment();
+  }
+
+ private:
+  const StackTable& stacks_;
+};
 
 bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == kTorchReservedKind; }
 bool IsTensor(const TimelineAllocation& a) { return a.kind == kTorchAllocatedKind; }
 
-void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, PickleWriter& w) {
-  w.BeginDict();
-  w.Str("segments");
-  w.BeginList();
+// PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
+// (TORCH_ALLOCATED) inside its range as active_allocated blocks, and the gaps between them
+// as inactive ones, as torch.cuda.memory._snapshot() shows it.
+void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t) {
   for (uint32_t slot = 0; slot < t.devices.size(); ++slot) {
+    const uint32_t device = t.devices[slot].index;
     std::vector<const TimelineAllocation*> segments;
     std::vector<const TimelineAllocation*> tensors;
     for (const TimelineAllocation& a : t.allocations) {
@@ -197,84 +155,72 @@ void WriteBridgedSnapshot(const ProcessReport& p, const ProcessTimeline& t, Pick
     for (const TimelineAllocation* segment : segments) {
       const uint64_t end = segment->address + segment->bytes;
       while (next < tensors.size() && tensors[next]->address < segment->address) ++next;
-      std::vector<const TimelineAllocation*> inside;
-      for (; next < tensors.size() && tensors[next]->address + tensors[next]->bytes <= end; ++next) {
-        inside.push_back(tensors[next]);
+      size_t last = next;
+      uint64_t allocated = 0;
+      for (; last < tensors.size() && tensors[last]->address + tensors[last]->bytes <= end;
+           ++last) {
+        allocated += tensors[last]->bytes;
       }
-      SegmentWithBlocks(w, t, t.devices[slot].index, *segment, inside);
+      // Small-pool segments are 2 MiB.
+      w.BeginSegment(device, *segment, allocated, segment->bytes <= (2u << 20) ? "small" : "large");
+      uint64_t cursor = segment->address;
+      for (; next < last; ++next) {
+        const TimelineAllocation& b = *tensors[next];
+        if (b.address > cursor) w.Block(cursor, b.address - cursor, 0, false);
+        w.Block(b.address, b.bytes, b.bytes, true, b.stack);
+        cursor = b.address + b.bytes;
+      }
+      if (cursor < end) w.Block(cursor, end - cursor, 0, false);
+      w.EndSegment();
     }
     // Memory PyTorch never sees: a segment of its own, holding one block.
     for (const TimelineAllocation& a : t.allocations) {
-      if (a.device_slot == slot && a.live_at_exit && IsDeviceMemory(a.kind) &&
-          !IsTensor(a)) {
-        Segment(w, t.devices[slot].index, a, /*blocks_known=*/true, FramesOf(t, a));
+      if (a.device_slot == slot && a.live_at_exit && IsDeviceMemory(a.kind) && !IsTensor(a)) {
+        w.Segment(device, a, /*blocks_known=*/true);
       }
     }
   }
-  w.EndList();
+}
 
-  uint32_t max_device = 0;
-  for (const DeviceTimeline& d : t.devices) max_device = std::max(max_device, d.index);
-  const uint64_t origin = p.first_timestamp_abs_ns;  // relative time 0, absolute
-  bool unknown_written = false;
-  uint64_t last_ns = 0;
-  w.Str("device_traces");
-  w.BeginList();
-  for (uint32_t ordinal = 0; ordinal <= max_device && !t.devices.empty(); ++ordinal) {
-    struct Step {
-      uint64_t time_ns;
-      const char* action;
-      const TimelineAllocation* a;
-      bool birth;
-    };
-    std::vector<Step> steps;
-    for (const TimelineAllocation& a : t.allocations) {
-      if (t.devices[a.device_slot].index != ordinal) continue;
-      const bool library = IsDeviceMemory(a.kind) && !IsTensor(a);
-      if (!IsTorchSegment(a) && !IsTensor(a) && !library) continue;
-      if (!IsTensor(a)) steps.push_back({a.birth_ns, "segment_alloc", &a, true});
-      if (!IsTorchSegment(a)) steps.push_back({a.birth_ns, "alloc", &a, true});
-      if (a.live_at_exit) continue;
-      if (!IsTorchSegment(a)) {
-        steps.push_back({a.death_ns, "free_requested", &a, false});
-        steps.push_back({a.death_ns, "free_completed", &a, false});
-      }
-      if (!IsTensor(a)) steps.push_back({a.death_ns, "segment_free", &a, false});
-    }
-    std::stable_sort(steps.begin(), steps.end(),
-                     [](const Step& x, const Step& y) { return x.time_ns < y.time_ns; });
-    std::vector<const FailedAllocationReport*> failures;
-    for (const FailedAllocationReport& f : p.failed_allocations) {
-      if (f.device == ordinal) failures.push_back(&f);
-    }
-    w.BeginList();
-    size_t next_failure = 0;
-    for (size_t i = 0; i <= steps.size(); ++i) {
-      const uint64_t now = i < steps.size() ? steps[i].time_ns : ~uint64_t{0};
-      for (; next_failure < failures.size() && failures[next_failure]->time_ns < now;
-           ++next_failure) {
-        const FailedAllocationReport& f = *failures[next_failure];
-        const std::string category = f.phase.empty() ? "unknown" : f.phase;
-        unknown_written |= category == "unknown";
-        Entry(w, "oom", f.device_free_bytes, f.requested_bytes, origin + f.time_ns, category);
-        last_ns = std::max(last_ns, f.time_ns);
-      }
-      if (i == steps.size()) break;
-      const TimelineAllocation& a = *steps[i].a;
-      const std::string category = Category(t, a.phase);
-      unknown_written |= category == "unknown";
-      Entry(w, steps[i].action, a.address, a.bytes, origin + now, category,
-            steps[i].birth ? FramesOf(t, a) : Frames{});
-      last_ns = std::max(last_ns, now);
-    }
-    if (ordinal == max_device && !unknown_written) {
-      Entry(w, "snapshot", 0, 0, origin + last_ns, "unknown");  // see the top of this file
-    }
-    w.EndList();
+// One allocation's birth or death in a device's trace.
+struct Step {
+  uint64_t time_ns;
+  const TimelineAllocation* a;
+  bool birth;
+};
+
+// Through the bridge, the births and deaths of the device's segments, tensors and the memory
+// PyTorch never sees, by time.
+std::vector<Step> BridgedSteps(const ProcessTimeline& t, uint32_t ordinal) {
+  std::vector<Step> steps;
+  for (const TimelineAllocation& a : t.allocations) {
+    if (t.devices[a.device_slot].index != ordinal) continue;
+    if (!IsTorchSegment(a) && !IsDeviceMemory(a.kind)) continue;
+    steps.push_back({a.birth_ns, &a, true});
+    if (!a.live_at_exit) steps.push_back({a.death_ns, &a, false});
   }
-  w.EndList();
-  w.EndDict();
-  w.Finish();
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const Step& x, const Step& y) { return x.time_ns < y.time_ns; });
+  return steps;
+}
+
+// Without the bridge, the steps of the device's memory series: each is one birth or death.
+std::vector<Step> SeriesSteps(const ProcessTimeline& t, const DeviceTimeline& device,
+                              uint32_t slot) {
+  std::vector<std::pair<uint32_t, bool>> step_owner(device.device_memory.size());
+  for (uint32_t i = 0; i < t.allocations.size(); ++i) {
+    const TimelineAllocation& a = t.allocations[i];
+    if (a.device_slot != slot || a.birth_step == kNoStep) continue;
+    step_owner[a.birth_step] = {i, true};
+    if (a.death_step != kNoStep) step_owner[a.death_step] = {i, false};
+  }
+  std::vector<Step> steps;
+  steps.reserve(step_owner.size());
+  for (size_t k = 0; k < step_owner.size(); ++k) {
+    steps.push_back({device.device_memory[k].time_ns, &t.allocations[step_owner[k].first],
+                     step_owner[k].second});
+  }
+  return steps;
 }
 
 }  // namespace
@@ -296,19 +242,20 @@ size_t ProcessWithHighestPeak(const Report& report) {
 void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
   const ProcessReport& p = trace.report->processes.at(process);
   const ProcessTimeline& t = trace.timelines.at(process);
-  PickleWriter w(out);
-  if (p.torch.attached) {
-    WriteBridgedSnapshot(p, t, w);
-    return;
-  }
+  const bool bridged = p.torch.attached;
   const bool blocks_known = p.allocator_mode != "native";
+  SnapshotWriter w(out, t.stacks);
   w.BeginDict();
 
   w.Str("segments");
   w.BeginList();
-  for (const TimelineAllocation& a : t.allocations) {
-    if (IsDeviceMemory(a.kind) && a.live_at_exit) {
-      Segment(w, t.devices[a.device_slot].index, a, blocks_known, FramesOf(t, a));
+  if (bridged) {
+    BridgedSegments(w, t);
+  } else {
+    for (const TimelineAllocation& a : t.allocations) {
+      if (IsDeviceMemory(a.kind) && a.live_at_exit) {
+        w.Segment(t.devices[a.device_slot].index, a, blocks_known);
+      }
     }
   }
   w.EndList();
@@ -319,61 +266,54 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   const uint64_t origin = p.first_timestamp_abs_ns;  // relative time 0, absolute
   bool unknown_written = false;
   uint64_t last_ns = 0;
-  auto category_of = [&unknown_written](const std::string& category) -> const std::string& {
+  auto entry = [&](const char* action, uint64_t address, uint64_t bytes, uint64_t time_ns,
+                   const std::string& category, int32_t stack = -1) {
     unknown_written |= category == "unknown";
-    return category;
+    last_ns = std::max(last_ns, time_ns);
+    w.Entry(action, address, bytes, origin + time_ns, category, stack);
   };
   w.Str("device_traces");
   w.BeginList();
   for (uint32_t ordinal = 0; ordinal <= max_device && !t.devices.empty(); ++ordinal) {
-    w.BeginList();
     auto slot_it = std::find_if(t.devices.begin(), t.devices.end(),
                                 [ordinal](const DeviceTimeline& d) { return d.index == ordinal; });
-    if (slot_it != t.devices.end()) {
-      const auto slot = static_cast<uint32_t>(slot_it - t.devices.begin());
-      // Step k of the device's series is one birth or death: which allocation, which one.
-      std::vector<std::pair<uint32_t, bool>> step_owner(slot_it->device_memory.size());
-      for (uint32_t i = 0; i < t.allocations.size(); ++i) {
-        const TimelineAllocation& a = t.allocations[i];
-        if (a.device_slot != slot || a.birth_step == kNoStep) continue;
-        step_owner[a.birth_step] = {i, true};
-        if (a.death_step != kNoStep) step_owner[a.death_step] = {i, false};
-      }
-      std::vector<const FailedAllocationReport*> failures;
+    const auto slot = static_cast<uint32_t>(slot_it - t.devices.begin());
+    std::vector<Step> steps;
+    std::vector<const FailedAllocationReport*> failures;
+    if (bridged || slot_it != t.devices.end()) {
+      steps = bridged ? BridgedSteps(t, ordinal) : SeriesSteps(t, *slot_it, slot);
       for (const FailedAllocationReport& f : p.failed_allocations) {
         if (f.device == ordinal) failures.push_back(&f);
       }
-      size_t next_failure = 0;
-      for (size_t step = 0; step <= step_owner.size(); ++step) {
-        const uint64_t now =
-            step < step_owner.size() ? slot_it->device_memory[step].time_ns : ~uint64_t{0};
-        for (; next_failure < failures.size() && failures[next_failure]->time_ns < now;
-             ++next_failure) {
-          const FailedAllocationReport& f = *failures[next_failure];
-          // PyTorch's OOM entry carries the device's free bytes in `addr`.
-          Entry(w, "oom", f.device_free_bytes, f.requested_bytes, origin + f.time_ns,
-                category_of(f.phase.empty() ? "unknown" : f.phase));
-          last_ns = std::max(last_ns, f.time_ns);
-        }
-        if (step == step_owner.size()) break;
-        const TimelineAllocation& a = t.allocations[step_owner[step].first];
-        const std::string category = category_of(Category(t, a.phase));
-        const uint64_t at = origin + now;
-        last_ns = std::max(last_ns, now);
-        if (step_owner[step].second) {
-          Entry(w, "segment_alloc", a.address, a.bytes, at, category, FramesOf(t, a));
-          if (blocks_known) Entry(w, "alloc", a.address, a.bytes, at, category, FramesOf(t, a));
-        } else {
-          if (blocks_known) {
-            Entry(w, "free_requested", a.address, a.bytes, at, category);
-            Entry(w, "free_completed", a.address, a.bytes, at, category);
-          }
-          Entry(w, "segment_free", a.address, a.bytes, at, category);
-        }
+    }
+    w.BeginList();
+    size_t next_failure = 0;
+    for (size_t i = 0; i <= steps.size(); ++i) {
+      const uint64_t now = i < steps.size() ? steps[i].time_ns : ~uint64_t{0};
+      for (; next_failure < failures.size() && failures[next_failure]->time_ns < now;
+           ++next_failure) {
+        const FailedAllocationReport& f = *failures[next_failure];
+        // PyTorch's OOM entry carries the device's free bytes in `addr`.
+        entry("oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
+              f.phase.empty() ? "unknown" : f.phase);
+      }
+      if (i == steps.size()) break;
+      const TimelineAllocation& a = *steps[i].a;
+      // Which of PyTorch's entries the allocation has: a segment's and a block's.
+      const bool segment = !bridged || !IsTensor(a);
+      const bool block = bridged ? !IsTorchSegment(a) : blocks_known;
+      const std::string category = internal::PhaseLabel(t, a.phase, "unknown");
+      if (steps[i].birth) {
+        if (segment) entry("segment_alloc", a.address, a.bytes, now, category, a.stack);
+        if (block) entry("alloc", a.address, a.bytes, now, category, a.stack);
+      } else {
+        if (block) entry("free_requested", a.address, a.bytes, now, category);
+        if (block) entry("free_completed", a.address, a.bytes, now, category);
+        if (segment) entry("segment_free", a.address, a.bytes, now, category);
       }
     }
     if (ordinal == max_device && !unknown_written) {
-      Entry(w, "snapshot", 0, 0, origin + last_ns, "unknown");  // see the top of this file
+      w.Entry("snapshot", 0, 0, origin + last_ns, "unknown");  // see the top of this file
     }
     w.EndList();
   }

@@ -120,8 +120,8 @@ std::string ProcessLabel(const ProcessReport& report) {
 
 std::string DeviceLabel(uint32_t index) { return "GPU " + std::to_string(index); }
 
-std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase) {
-  if (phase < 0 || static_cast<size_t>(phase) >= timeline.phase_names.size()) return "(no phase)";
+std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase, const char* none) {
+  if (phase < 0 || static_cast<size_t>(phase) >= timeline.phase_names.size()) return none;
   return timeline.phase_names[static_cast<size_t>(phase)];
 }
 

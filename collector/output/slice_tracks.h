@@ -34,8 +34,9 @@ std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
 std::string ProcessLabel(const ProcessReport& report);
 // "GPU 0".
 std::string DeviceLabel(uint32_t index);
-// Display name of a timeline phase index (-1: "(no phase)").
-std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase);
+// Display name of a timeline phase index; `none` for -1.
+std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase,
+                       const char* none = "(no phase)");
 // Category of a phase range in the Chrome and Perfetto exports: "inferred_phase" for a phase
 // synthesized by phase inference (the program marked no NVTX range there), else "nvtx".
 const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
