@@ -1,5 +1,7 @@
 #include "collector/engine/event_order.h"
 
+#include <numeric>
+
 namespace cumemtrace::internal {
 
 // Time order, then the tie rule of design.md, then arrival (a stable order). CUPTI delivers
@@ -10,17 +12,12 @@ namespace cumemtrace::internal {
 // patterns degenerated into its heapsort fallback (docs/benchmarks.md, profile).
 void SortEvents(std::vector<Event>* events) {
   for (Event& e : *events) e.pad = static_cast<uint8_t>(TieRank(e.type));
-  auto before = [](const Event& x, const Event& y) {
-    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
-    return x.pad < y.pad;
-  };
-  if (std::is_sorted(events->begin(), events->end(), before)) return;
+  if (std::is_sorted(events->begin(), events->end(), Accountant::KeyBefore)) return;
   const size_t n = events->size();
-  uint64_t min_ns = ~uint64_t{0}, max_ns = 0;
-  for (const Event& e : *events) {
-    min_ns = std::min(min_ns, e.timestamp_ns);
-    max_ns = std::max(max_ns, e.timestamp_ns);
-  }
+  const auto [lo, hi] = std::minmax_element(
+      events->begin(), events->end(),
+      [](const Event& x, const Event& y) { return x.timestamp_ns < y.timestamp_ns; });
+  const uint64_t min_ns = lo->timestamp_ns, max_ns = hi->timestamp_ns;
   struct Key {
     uint64_t order;  // (timestamp - min) << 2 | tie rank, when the span fits in 62 bits
     uint64_t index;  // arrival index
@@ -31,7 +28,7 @@ void SortEvents(std::vector<Event>* events) {
     // Timestamps more than 146 years apart: only a corrupt trace. Sort it the slow way.
     for (size_t i = 0; i < n; ++i) keys[i] = Key{(*events)[i].timestamp_ns, i};
     std::stable_sort(keys.begin(), keys.end(), [&](const Key& x, const Key& y) {
-      return before((*events)[x.index], (*events)[y.index]);
+      return Accountant::KeyBefore((*events)[x.index], (*events)[y.index]);
     });
   } else {
     uint64_t differing_bits = 0;
@@ -49,12 +46,7 @@ void SortEvents(std::vector<Event>* events) {
       if (((differing_bits >> shift) & (kBuckets - 1)) == 0) continue;
       std::fill(offsets.begin(), offsets.end(), 0);
       for (const Key& k : keys) ++offsets[(k.order >> shift) & (kBuckets - 1)];
-      size_t sum = 0;
-      for (size_t& o : offsets) {
-        const size_t count = o;
-        o = sum;
-        sum += count;
-      }
+      std::exclusive_scan(offsets.begin(), offsets.end(), offsets.begin(), size_t{0});
       for (const Key& k : keys) scratch[offsets[(k.order >> shift) & (kBuckets - 1)]++] = k;
       keys.swap(scratch);
     }

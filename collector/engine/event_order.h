@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -95,41 +96,26 @@ class BlockPool {
 // A sorted run of the reorder window: events in key order, each with its arrival index.
 class Run {
  public:
+  // (time, tie rank (Event::pad), arrival): a total order, KeyBefore's plus arrival.
+  using Key = std::tuple<uint64_t, uint8_t, uint64_t>;
+
   explicit Run(BlockPool* pool) : pool_(pool) {}
-  Run(Run&& other) noexcept
-      : pool_(other.pool_), blocks_(std::move(other.blocks_)), back_ns_(other.back_ns_),
-        back_rank_(other.back_rank_), head_(other.head_), tail_(other.tail_) {
-    other.blocks_.clear();
-    other.head_ = other.tail_ = 0;
-  }
-  Run& operator=(Run&& other) noexcept {
-    if (this != &other) {
-      Release();
-      pool_ = other.pool_;
-      blocks_ = std::move(other.blocks_);
-      back_ns_ = other.back_ns_;
-      back_rank_ = other.back_rank_;
-      head_ = other.head_;
-      tail_ = other.tail_;
-      other.blocks_.clear();
-      other.head_ = other.tail_ = 0;
-    }
-    return *this;
-  }
+  Run(Run&&) = default;
+  Run& operator=(Run&&) = default;
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
-  ~Run() { Release(); }
 
   bool empty() const { return blocks_.empty(); }
   const Event& front() const { return blocks_.front()->events[head_]; }
-  uint64_t front_arrival() const { return blocks_.front()->arrival[head_]; }
-  // The key of the last event: its time and tie rank (Event::pad).
-  uint64_t back_ns() const { return back_ns_; }
-  uint8_t back_rank() const { return back_rank_; }
+  Key front_key() const {
+    const Event& e = front();
+    return {e.timestamp_ns, e.pad, blocks_.front()->arrival[head_]};
+  }
+  // The key of the last event, without its arrival.
+  std::pair<uint64_t, uint8_t> back() const { return back_; }
   // e goes in with `rank` as its tie rank (Event::pad).
   void Push(const Event& e, uint8_t rank, uint64_t arrival) {
-    back_ns_ = e.timestamp_ns;
-    back_rank_ = rank;
+    back_ = {e.timestamp_ns, rank};
     if (blocks_.empty() || tail_ == Block::kEvents) {
       blocks_.push_back(pool_->Get());
       tail_ = 0;
@@ -151,21 +137,16 @@ class Run {
   }
 
  private:
-  void Release() {
-    for (Block* b : blocks_) pool_->Put(b);
-    blocks_.clear();
-  }
-
   BlockPool* pool_;
+  // The pool owns the blocks: a run gives each back once it is read, and one dropped with the
+  // window leaks nothing.
   std::vector<Block*> blocks_;
-  uint64_t back_ns_ = 0;
-  uint8_t back_rank_ = 0;
+  std::pair<uint64_t, uint8_t> back_;
   size_t head_ = 0;  // in the first block
   size_t tail_ = 0;  // in the last block
 };
 
 constexpr size_t kMaxRuns = 32;
-
 
 // The reorder window of one stream: events come in arrival order and leave, in the
 // sweep's order, to sink->Sweep(event) once they are `window_ns` older than the newest.
@@ -191,22 +172,20 @@ class ReorderWindow : public EventOrder {
   void DrainAll(const DecodedStream&) override { Drain(0, true); }
 
  private:
-
   // e is the caller's copy, which this may change. Its tie rank is written into the
   // window's copy (Run::Push), not into e just before e is copied: the copy's wide loads
   // would wait on that one-byte store.
   void Insert(Event& e) {
     const uint64_t arrival = arrival_++;
-    const auto rank = static_cast<uint8_t>(TieRank(e.type));
+    const std::pair<uint64_t, uint8_t> key{e.timestamp_ns, static_cast<uint8_t>(TieRank(e.type))};
     if (e.timestamp_ns > newest_ns_) {
       newest_ns_ = e.timestamp_ns;
     } else {
       stats_.max_lateness_ns = std::max(stats_.max_lateness_ns, newest_ns_ - e.timestamp_ns);
     }
-    if (released_any_ && (e.timestamp_ns != released_ns_ ? e.timestamp_ns < released_ns_
-                                                          : rank < released_rank_)) {
+    if (key < released_) {
       // Older than what was swept already: applied now, where it arrived, and counted.
-      e.pad = rank;
+      e.pad = key.second;
       ++late_events_;
       sink_->Sweep(e);
       return;
@@ -214,104 +193,62 @@ class ReorderWindow : public EventOrder {
     // The run whose last event is the latest one not after e; else a new run.
     Run* best = nullptr;
     for (Run& r : runs_) {
-      const bool fits = e.timestamp_ns != r.back_ns() ? e.timestamp_ns > r.back_ns()
-                                                      : rank >= r.back_rank();
-      if (fits && (best == nullptr || best->back_ns() < r.back_ns() ||
-                   (best->back_ns() == r.back_ns() && best->back_rank() < r.back_rank()))) {
-        best = &r;
-      }
+      if (r.back() <= key && (best == nullptr || best->back() < r.back())) best = &r;
     }
-    if (best == nullptr) {
-      if (runs_.size() >= kMaxRuns) Consolidate();
-      best = &NewRun();
-      const Run& merged = runs_[0];
-      if (runs_.size() > 1 && !merged.empty() &&
-          (e.timestamp_ns != merged.back_ns() ? e.timestamp_ns > merged.back_ns()
-                                              : rank >= merged.back_rank())) {
-        // Consolidate() left one run that e can extend.
-        runs_.pop_back();
-        best = &runs_[0];
-      }
+    if (best == nullptr && runs_.size() >= kMaxRuns) {
+      Consolidate();
+      if (runs_[0].back() <= key) best = &runs_[0];
     }
-    best->Push(e, rank, arrival);
+    if (best == nullptr) best = &runs_.emplace_back(&blocks_);
+    best->Push(e, key.second, arrival);
     ++window_events_;
     if (window_events_ > streaming_.max_window_events) Drain(0, false);
   }
 
-  Run& NewRun() { return runs_.emplace_back(&blocks_); }
-
   // Too many runs (input far from sorted): merge them all into one.
   void Consolidate() {
-    std::vector<std::pair<uint64_t, Event>> all;
+    std::vector<std::pair<Run::Key, Event>> all;
     all.reserve(window_events_);
     for (Run& r : runs_) {
-      for (; !r.empty(); r.Pop()) all.emplace_back(r.front_arrival(), r.front());
+      for (; !r.empty(); r.Pop()) all.emplace_back(r.front_key(), r.front());
     }
-    std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) {
-      if (Accountant::KeyBefore(x.second, y.second)) return true;
-      if (Accountant::KeyBefore(y.second, x.second)) return false;
-      return x.first < y.first;
-    });
+    std::sort(all.begin(), all.end(),
+              [](const auto& x, const auto& y) { return x.first < y.first; });
     runs_.erase(runs_.begin() + 1, runs_.end());
-    for (const auto& [arrival, e] : all) runs_[0].Push(e, e.pad, arrival);
+    for (const auto& [key, e] : all) runs_[0].Push(e, e.pad, std::get<2>(key));
   }
 
   // Sweeps, in order, every waiting event older than `below_ns`, and the oldest ones beyond
   // the window's size limit; with `all`, every waiting event.
   void Drain(uint64_t below_ns, bool all) {
     while (!runs_.empty()) {
-      // The run with the first event, and the first event of all the others: events leave
-      // that run without comparisons until they pass the other's.
+      // The run with the first event, and the first key of all the others (read once: every
+      // event is compared with it): events leave that run until they pass it.
       size_t next = 0;
       for (size_t i = 1; i < runs_.size(); ++i) {
-        if (Before(runs_[i], runs_[next])) next = i;
+        if (runs_[i].front_key() < runs_[next].front_key()) next = i;
       }
-      const Run* other = nullptr;
+      Run::Key other{kNever, 0xFF, kNever};  // after every event
       for (size_t i = 0; i < runs_.size(); ++i) {
-        if (i != next && (other == nullptr || Before(runs_[i], *other))) other = &runs_[i];
+        if (i != next) other = std::min(other, runs_[i].front_key());
       }
       Run& run = runs_[next];
-      // The other run's first key, read once: the loop below compares every event with it.
-      const bool bounded = other != nullptr;
-      const uint64_t other_ns = bounded ? other->front().timestamp_ns : 0;
-      const uint8_t other_rank = bounded ? other->front().pad : 0;
-      const uint64_t other_arrival = bounded ? other->front_arrival() : 0;
       do {
         const Event& e = run.front();
         if (!all && e.timestamp_ns >= below_ns && window_events_ <= streaming_.max_window_events) {
           return;
         }
-        released_ns_ = e.timestamp_ns;
-        released_rank_ = e.pad;
-        released_any_ = true;
+        released_ = {e.timestamp_ns, e.pad};
         --window_events_;
         // The sink never touches the window, so the event is swept where it lies.
         sink_->Sweep(e);
         run.Pop();
-        if (run.empty() || !bounded) continue;
-        const Event& f = run.front();
-        if (f.timestamp_ns != other_ns) {
-          if (f.timestamp_ns > other_ns) break;
-        } else if (f.pad != other_rank) {
-          if (f.pad > other_rank) break;
-        } else if (run.front_arrival() > other_arrival) {
-          break;
-        }
-      } while (!run.empty());
+      } while (!run.empty() && run.front_key() < other);
       if (run.empty()) {
         if (next != runs_.size() - 1) runs_[next] = std::move(runs_.back());
         runs_.pop_back();
       }
     }
-  }
-
-  // Whether x's first event goes before y's.
-  static bool Before(const Run& x, const Run& y) {
-    const Event& a = x.front();
-    const Event& b = y.front();
-    if (a.timestamp_ns != b.timestamp_ns) return a.timestamp_ns < b.timestamp_ns;
-    if (a.pad != b.pad) return a.pad < b.pad;
-    return x.front_arrival() < y.front_arrival();
   }
 
   const StreamingOptions& streaming_;
@@ -322,13 +259,10 @@ class ReorderWindow : public EventOrder {
   size_t window_events_ = 0;
   uint64_t arrival_ = 0;
   uint64_t newest_ns_ = 0;
-  bool released_any_ = false;
-  // The key of the last event swept (KeyBefore's fields).
-  uint64_t released_ns_ = 0;
-  uint8_t released_rank_ = 0;
+  // The key of the last event swept; (0, 0) before the first, which no event is before.
+  std::pair<uint64_t, uint8_t> released_{0, 0};
   uint64_t late_events_ = 0;
 };
-
 
 template <typename Sink>
 std::unique_ptr<EventOrder> MakeOrder(bool sorted, const StreamingOptions& streaming, Sink* sink,
