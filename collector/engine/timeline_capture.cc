@@ -11,55 +11,6 @@
 #include "collector/engine/stacks.h"
 
 namespace cumemtrace::internal {
-namespace {
-
-// Deduplicated names of one process (kernel names repeat millions of times).
-class StringTable {
- public:
-  explicit StringTable(std::vector<std::string>* strings) : strings_(strings) {
-    for (uint32_t i = 0; i < strings_->size(); ++i) index_.emplace((*strings_)[i], i);
-  }
-  uint32_t Intern(const std::string& value) {
-    auto [it, inserted] = index_.emplace(value, static_cast<uint32_t>(strings_->size()));
-    if (inserted) strings_->push_back(value);
-    return it->second;
-  }
-
- private:
-  std::vector<std::string>* strings_;
-  std::unordered_map<std::string, uint32_t> index_;
-};
-
-// One counter series from the allocation table: a step at every birth and every death of the
-// selected kinds on each device, in event order. A death and a birth at one position (an
-// address reused while its release was lost) are a kill then a birth, as in the Accountant.
-template <typename Select, typename Record>
-void BuildSteps(const std::vector<Allocation>& allocations, uint64_t end_pos,
-                const std::vector<Event>& events, uint64_t first_ns, Select select,
-                Record record) {
-  struct Change {
-    uint64_t pos;
-    uint32_t is_birth;
-    uint32_t index;
-  };
-  std::vector<Change> changes;
-  for (uint32_t i = 0; i < allocations.size(); ++i) {
-    const Allocation& a = allocations[i];
-    if (!select(a)) continue;
-    changes.push_back(Change{a.birth_pos, 1, i});
-    if (a.death_pos < end_pos) changes.push_back(Change{a.death_pos, 0, i});
-  }
-  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
-    return x.pos != y.pos ? x.pos < y.pos : x.is_birth < y.is_birth;
-  });
-  for (const Change& c : changes) {
-    const uint64_t ts = events[c.pos].timestamp_ns;
-    record(c.index, c.is_birth != 0, ts >= first_ns ? ts - first_ns : 0);
-  }
-}
-
-}  // namespace
-
 void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases,
@@ -69,7 +20,14 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
   auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
-  StringTable strings(&out->strings);
+  // Names deduplicated (kernel names repeat millions of times).
+  std::unordered_map<std::string, uint32_t> index;
+  for (uint32_t i = 0; i < out->strings.size(); ++i) index.emplace(out->strings[i], i);
+  auto intern = [&](const std::string& value) {
+    auto [it, inserted] = index.emplace(value, static_cast<uint32_t>(out->strings.size()));
+    if (inserted) out->strings.push_back(value);
+    return it->second;
+  };
 
   out->devices.resize(report.devices.size());
   for (size_t slot = 0; slot < report.devices.size(); ++slot) {
@@ -80,7 +38,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   std::unordered_map<uint32_t, uint32_t> interned;  // wire string id -> strings index
   auto name_of = [&](uint32_t id) {
     auto [it, inserted] = interned.emplace(id, 0);
-    if (inserted) it->second = strings.Intern(s.Resolve(id));
+    if (inserted) it->second = intern(s.Resolve(id));
     return it->second;
   };
   std::unique_ptr<StackResolver> stacks;
@@ -105,38 +63,44 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     }
   }
 
-  // Device memory: steps, with each allocation's birth and death step.
-  std::vector<uint64_t> in_use(out->devices.size(), 0);
-  BuildSteps(
-      allocations, events.size(), events, first,
-      [](const Allocation& a) { return IsDeviceMemory(a.kind); },
-      [&](uint32_t index, bool is_birth, uint64_t ts) {
-        TimelineAllocation& t = out->allocations[index];
-        DeviceTimeline& d = out->devices[t.device_slot];
-        uint64_t& bytes = in_use[t.device_slot];
-        bytes = is_birth ? bytes + t.bytes : bytes - t.bytes;
-        const auto step = static_cast<uint32_t>(d.device_memory.size());
-        d.device_memory.push_back(MemoryStep{ts, bytes});
-        if (is_birth) {
-          t.birth_step = step;
-          // As in the Accountant: the peak is first reached by an allocation.
-          if (d.peak_step == kNoStep || bytes > d.device_memory[d.peak_step].bytes) {
-            d.peak_step = step;
-          }
-        } else {
-          t.death_step = step;
-        }
-      });
-  std::fill(in_use.begin(), in_use.end(), 0);
-  BuildSteps(
-      allocations, events.size(), events, first,
-      [](const Allocation& a) { return IsStaticMemory(a.kind); },
-      [&](uint32_t index, bool is_birth, uint64_t ts) {
-        const TimelineAllocation& t = out->allocations[index];
-        uint64_t& bytes = in_use[t.device_slot];
-        bytes = is_birth ? bytes + t.bytes : bytes - t.bytes;
-        out->devices[t.device_slot].static_memory.push_back(MemoryStep{ts, bytes});
-      });
+  // Two counter series per device, device and static memory: a step at every birth and every
+  // death, in event order. A death and a birth at one position (an address reused while its
+  // release was lost) are a kill then a birth, as in the Accountant.
+  struct Change {
+    uint64_t pos;
+    uint32_t is_birth;
+    uint32_t index;
+  };
+  std::vector<Change> changes;
+  for (uint32_t i = 0; i < allocations.size(); ++i) {
+    const Allocation& a = allocations[i];
+    if (!IsDeviceMemory(a.kind) && !IsStaticMemory(a.kind)) continue;
+    changes.push_back(Change{a.birth_pos, 1, i});
+    if (a.death_pos < events.size()) changes.push_back(Change{a.death_pos, 0, i});
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
+    return x.pos != y.pos ? x.pos < y.pos : x.is_birth < y.is_birth;
+  });
+  for (const Change& c : changes) {
+    TimelineAllocation& t = out->allocations[c.index];
+    DeviceTimeline& d = out->devices[t.device_slot];
+    const bool device = IsDeviceMemory(t.kind);
+    std::vector<MemoryStep>& steps = device ? d.device_memory : d.static_memory;
+    const uint64_t before = steps.empty() ? 0 : steps.back().bytes;
+    const auto step = static_cast<uint32_t>(steps.size());
+    steps.push_back(MemoryStep{rel(events[c.pos].timestamp_ns),
+                               c.is_birth ? before + t.bytes : before - t.bytes});
+    if (!device) continue;
+    if (c.is_birth) {
+      t.birth_step = step;
+      // As in the Accountant: the peak is first reached by an allocation.
+      if (d.peak_step == kNoStep || steps.back().bytes > steps[d.peak_step].bytes) {
+        d.peak_step = step;
+      }
+    } else {
+      t.death_step = step;
+    }
+  }
 
   // NVTX ranges, paired as PhaseTracker pairs them: a pop closes the most recent push of its
   // thread and domain, an end the start with its id.
@@ -165,12 +129,12 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
         break;
       }
       case EventType::kRangeClose: {
-        const bool is_pop = e.nvtx_op == 2;  // POP; otherwise END
+        const bool is_pop = e.nvtx_op == 2;       // POP; otherwise END
         for (size_t i = open.size(); i-- > 0;) {  // most recent first
           const Open& o = open[i];
-          const bool match = is_pop ? (o.is_push && o.slice.thread_id == e.thread_id &&
-                                       o.domain_id == e.aux_id)
-                                    : (!o.is_push && o.range_id == e.a);
+          const bool match =
+              is_pop ? (o.is_push && o.slice.thread_id == e.thread_id && o.domain_id == e.aux_id)
+                     : (!o.is_push && o.range_id == e.a);
           if (!match) continue;
           RangeSlice slice = o.slice;
           slice.end_ns = rel(e.timestamp_ns);
@@ -194,9 +158,9 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
       case EventType::kMark: {
         const std::string domain = s.Resolve(e.aux_id);
         const std::string message = s.Resolve(e.name_id);
-        out->marks.push_back(MarkInstant{rel(e.timestamp_ns), e.thread_id,
-                                         strings.Intern(domain.empty() ? message
-                                                                       : domain + ": " + message)});
+        out->marks.push_back(
+            MarkInstant{rel(e.timestamp_ns), e.thread_id,
+                        intern(domain.empty() ? message : domain + ": " + message)});
         break;
       }
       default:
@@ -209,8 +173,9 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     slice.still_open = true;
     out->ranges.push_back(slice);
   }
-  std::stable_sort(out->ranges.begin(), out->ranges.end(),
-                   [](const RangeSlice& x, const RangeSlice& y) { return x.start_ns < y.start_ns; });
+  std::stable_sort(
+      out->ranges.begin(), out->ranges.end(),
+      [](const RangeSlice& x, const RangeSlice& y) { return x.start_ns < y.start_ns; });
   if (stacks != nullptr) out->stacks = stacks->Take();
 }
 
