@@ -73,10 +73,7 @@ json FiguresData(const RunFigures& f) {
   json d = {{"label", f.label}, {"found", f.found}};
   if (!f.found) return d;
   json phases = json::object();
-  for (const std::string& name : f.phase_order) {
-    const auto it = f.phases.find(name);
-    if (it == f.phases.end()) continue;
-    const PhaseFigures& p = it->second;
+  for (const auto& [name, p] : f.phases) {  // json sorts the keys
     phases[name] = {{"peak_bytes", p.peak_bytes},
                     {"peak_above_entry_median_bytes", p.peak_above_entry_median_bytes < 0
                                                           ? json(nullptr)
@@ -118,8 +115,7 @@ bool HighestPeak(const Report& report, size_t* process, size_t* slot) {
   for (size_t i = 0; i < report.processes.size(); ++i) {
     const std::vector<DeviceReport>& devices = report.processes[i].devices;
     for (size_t s = 0; s < devices.size(); ++s) {
-      if (!found ||
-          devices[s].peak.bytes > report.processes[*process].devices[*slot].peak.bytes) {
+      if (!found || devices[s].peak.bytes > report.processes[*process].devices[*slot].peak.bytes) {
         *process = i;
         *slot = s;
         found = true;
@@ -134,27 +130,26 @@ RunFigures FiguresOf(const Report& report, const std::string& label) {
   f.label = label;
   size_t process = 0, slot = 0;
   if (!HighestPeak(report, &process, &slot)) return f;
-  const ProcessReport* best_process = &report.processes[process];
-  const DeviceReport* best_device = &best_process->devices[slot];
+  const ProcessReport& best_process = report.processes[process];
+  const DeviceReport& best_device = best_process.devices[slot];
+  const LifetimeAtPeak& lifetime = best_device.lifetime_at_peak;
   f.found = true;
-  f.pid = best_process->pid;
-  f.device = best_device->index;
-  f.peak_bytes = best_device->peak.bytes;
-  f.lifetimes = best_device->lifetime_at_peak.given;
-  f.lifetime_bytes = best_device->lifetime_at_peak.bytes_by_class;
-  f.activation_memory_bytes = best_device->lifetime_at_peak.activation_memory_bytes;
-  f.iterations = best_process->iterations.count;
-  for (const PhaseReport& phase : best_process->phases) {
+  f.pid = best_process.pid;
+  f.device = best_device.index;
+  f.peak_bytes = best_device.peak.bytes;
+  f.lifetimes = lifetime.given;
+  f.lifetime_bytes = lifetime.bytes_by_class;
+  f.activation_memory_bytes = lifetime.activation_memory_bytes;
+  f.iterations = best_process.iterations.count;
+  for (const PhaseReport& phase : best_process.phases) {
     if (phase.iteration) continue;
     for (const PhaseDeviceStats& d : phase.devices) {
       if (d.index != f.device) continue;
-      PhaseFigures& pf = f.phases[phase.name];
-      pf.peak_bytes = d.peak_bytes;
-      pf.allocated_bytes = d.allocated_bytes;
+      f.phases[phase.name] = {d.peak_bytes, -1, d.allocated_bytes};
       f.phase_order.push_back(phase.name);
     }
   }
-  for (const IterationPhaseStats& s : best_process->iterations.phases) {
+  for (const IterationPhaseStats& s : best_process.iterations.phases) {
     auto it = f.phases.find(s.phase);
     if (it == f.phases.end()) continue;
     for (const IterationPhaseDevice& d : s.devices) {

@@ -271,37 +271,30 @@ Json ProcessJson(const ProcessReport& p) {
 namespace internal {
 
 Json IterationsJson(const IterationReport& r, bool empty_spreads) {
-  Json j;
-  j["source"] = r.source.empty() ? Json() : Json(r.source);
-  j["range"] = r.range.empty() ? Json() : Json(r.range);
-  j["note"] = r.note.empty() ? Json() : Json(r.note);
-  j["count"] = r.count;
-  Json windows = Json::array();
-  for (const auto& [start, end] : r.windows_ns) windows.push_back({start, end});
-  j["windows_ns"] = std::move(windows);
-  j["warmup_ns"] = r.count > 0 ? Json(r.warmup_ns) : Json();
-  j["duration_ns"] = SpreadJson(r.duration_ns, empty_spreads);
-  Json phases = Json::array();
-  for (const IterationPhaseStats& s : r.phases) {
-    Json devices = Json::array();
-    for (const IterationPhaseDevice& d : s.devices) {
-      devices.push_back(
-          {{"index", d.index},
-           {"warmup_peak_above_entry_bytes",
-            s.in_warmup ? Json(d.warmup_peak_above_entry_bytes) : Json()},
-           {"warmup_net_change_bytes", s.in_warmup ? Json(d.warmup_net_change_bytes) : Json()},
-           {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes, empty_spreads)},
-           {"net_change_bytes", SpreadJson(d.net_change_bytes, empty_spreads)}});
-    }
-    phases.push_back({{"phase", s.phase},
-                      {"inferred", s.inferred},
-                      {"iterations_with_phase", s.iterations_with_phase},
-                      {"warmup_ns", s.in_warmup ? Json(s.warmup_ns) : Json()},
-                      {"time_ns", SpreadJson(s.time_ns, empty_spreads)},
-                      {"devices", std::move(devices)}});
-  }
-  j["phases"] = std::move(phases);
-  return j;
+  auto device = [&](bool in_warmup, const IterationPhaseDevice& d) -> Json {
+    return {{"index", d.index},
+            {"warmup_peak_above_entry_bytes", If(in_warmup, d.warmup_peak_above_entry_bytes)},
+            {"warmup_net_change_bytes", If(in_warmup, d.warmup_net_change_bytes)},
+            {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes, empty_spreads)},
+            {"net_change_bytes", SpreadJson(d.net_change_bytes, empty_spreads)}};
+  };
+  return {{"source", OrNull(r.source)},
+          {"range", OrNull(r.range)},
+          {"note", OrNull(r.note)},
+          {"count", r.count},
+          {"windows_ns", r.windows_ns},
+          {"warmup_ns", If(r.count > 0, r.warmup_ns)},
+          {"duration_ns", SpreadJson(r.duration_ns, empty_spreads)},
+          {"phases", Array(r.phases, [&](const IterationPhaseStats& s) -> Json {
+             return {{"phase", s.phase},
+                     {"inferred", s.inferred},
+                     {"iterations_with_phase", s.iterations_with_phase},
+                     {"warmup_ns", If(s.in_warmup, s.warmup_ns)},
+                     {"time_ns", SpreadJson(s.time_ns, empty_spreads)},
+                     {"devices", Array(s.devices, [&](const IterationPhaseDevice& d) {
+                        return device(s.in_warmup, d);
+                      })}};
+           })}};
 }
 
 // null without training phases: no classes, no activation figure (report.h).
@@ -314,38 +307,33 @@ Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
 }  // namespace internal
 
 std::string SummaryJson(const Report& report) {
-  Json j;
-  j["schema"] = "cumemtrace.summary/1";
-  j["trace_file"] = report.trace_file;
-  j["truncated"] = report.truncated;
-  j["truncation_reason"] = report.truncated ? Json(report.truncation_reason) : Json();
-  Json processes = Json::array();
-  for (const ProcessReport& p : report.processes) processes.push_back(ProcessJson(p));
-  j["processes"] = std::move(processes);
-  if (!report.job.ranks.empty()) {
-    const JobReport& job = report.job;
-    Json ranks = Json::array();
-    for (const RankFigures& r : job.ranks) {
-      ranks.push_back({{"rank", r.rank},
-                       {"local_rank", r.local_rank >= 0 ? Json(r.local_rank) : Json()},
-                       {"pid", r.pid},
-                       {"hostname", r.hostname},
-                       {"device", r.device},
-                       {"device_uuid", r.device_uuid},
-                       {"peak_bytes", r.peak_bytes},
-                       {"peak_realtime_ns", r.peak_abs_ns},
-                       {"nccl_bytes_at_peak", r.nccl_bytes_at_peak},
-                       {"phase_peak_bytes", r.phase_peak_bytes}});
-    }
-    j["job"] = {{"world_size", job.world_size > 0 ? Json(job.world_size) : Json()},
+  const JobReport& job = report.job;
+  Json j = {{"schema", "cumemtrace.summary/1"},
+            {"trace_file", report.trace_file},
+            {"truncated", report.truncated},
+            {"truncation_reason", If(report.truncated, report.truncation_reason)},
+            {"processes", Array(report.processes, ProcessJson)},
+            {"job", nullptr}};
+  auto rank = [](const RankFigures& r) -> Json {
+    return {{"rank", r.rank},
+            {"local_rank", If(r.local_rank >= 0, r.local_rank)},
+            {"pid", r.pid},
+            {"hostname", r.hostname},
+            {"device", r.device},
+            {"device_uuid", r.device_uuid},
+            {"peak_bytes", r.peak_bytes},
+            {"peak_realtime_ns", r.peak_abs_ns},
+            {"nccl_bytes_at_peak", r.nccl_bytes_at_peak},
+            {"phase_peak_bytes", r.phase_peak_bytes}};
+  };
+  if (!job.ranks.empty()) {
+    j["job"] = {{"world_size", If(job.world_size > 0, job.world_size)},
                 {"hosts", job.hosts},
-                {"ranks", std::move(ranks)},
+                {"ranks", Array(job.ranks, rank)},
                 {"highest_rank", job.highest_rank},
                 {"highest_peak_bytes", job.highest_peak_bytes},
                 {"lowest_peak_bytes", job.lowest_peak_bytes},
                 {"imbalance", job.imbalance}};
-  } else {
-    j["job"] = Json();
   }
   // Replace invalid UTF-8 (command lines are arbitrary bytes) instead of throwing.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

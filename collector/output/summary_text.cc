@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ namespace cumemtrace {
 namespace {
 
 using internal::PrintTable;
+using Row = std::vector<std::string>;
 
 std::string Format(const char* fmt, double value) {
   char buf[64];
@@ -105,60 +107,64 @@ std::string ExitText(const ExitStatus& exit) {
   }
 }
 
+// A titled table of `list`, one row per item under the header; nothing for an empty list.
+template <typename List, typename F>
+void Section(std::ostream& out, const std::string& indent, const char* title, Row header,
+             const char* align, const List& list, F row) {
+  if (list.empty()) return;
+  out << indent << title << ":\n";
+  std::vector<Row> rows{std::move(header)};
+  for (const auto& item : list) rows.push_back(row(item));
+  PrintTable(out, indent + "  ", rows, align);
+}
+
+// `rows` without column `c`: the gpu column, where there is one GPU.
+void EraseColumn(std::vector<Row>& rows, size_t c) {
+  for (Row& row : rows) {
+    if (row.size() > c) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
+  }
+}
+
 // Which allocator holds the memory: a framework's own calls versus libraries' direct ones.
 void PrintOrigins(std::ostream& out, const char* title,
                   const std::map<std::string, OriginStats>& groups) {
   if (groups.size() < 2) return;
-  out << "    " << title << ":\n";
-  std::vector<std::vector<std::string>> rows{{"", "at peak", "own peak", "allocations"}};
   std::vector<std::pair<std::string, OriginStats>> sorted(groups.begin(), groups.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
     return x.second.live_at_peak_bytes > y.second.live_at_peak_bytes;
   });
-  for (const auto& [name, a] : sorted) {
-    rows.push_back({name, Bytes(a.live_at_peak_bytes), Bytes(a.peak_bytes), Grouped(a.allocations)});
-  }
-  PrintTable(out, "      ", rows, "lrrr");
+  Section(out, "    ", title, {"", "at peak", "own peak", "allocations"}, "lrrr", sorted,
+          [](const auto& origin) -> Row {
+            const OriginStats& a = origin.second;
+            return {origin.first, Bytes(a.live_at_peak_bytes), Bytes(a.peak_bytes),
+                    Grouped(a.allocations)};
+          });
 }
 
 void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {
   out << "  GPU " << d.index;
-  if (d.has_info) {
-    out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
-  }
+  if (d.has_info) out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
   out << '\n';
   if (d.peak.seen) {
     out << "    peak device memory  " << Bytes(d.peak.bytes) << " (" << Grouped(d.peak.bytes)
-        << " B) at " << At(d.peak.time_ns) << ", "
-        << Plural(d.peak.live_count, "live allocation") << '\n';
+        << " B) at " << At(d.peak.time_ns) << ", " << Plural(d.peak.live_count, "live allocation")
+        << '\n';
   } else {
     out << "    peak device memory  none allocated\n";
   }
-  if (!d.peak.live_by_phase_and_kind.empty()) {
-    out << "    live at peak:\n";
-    std::vector<std::vector<std::string>> rows{{"phase", "kind", "count", "bytes"}};
-    for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
-      rows.push_back({Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)});
-    }
-    PrintTable(out, "      ", rows, "ll");
-  }
-  if (!d.peak.largest.empty()) {
-    out << "    largest at peak:\n";
-    std::vector<std::vector<std::string>> rows{{"bytes", "kind", "phase", "api", "born"}};
-    for (const LiveAllocation& a : d.peak.largest) {
-      rows.push_back({Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
-                      At(a.birth_ns)});
-    }
-    PrintTable(out, "      ", rows, "rlll");
-  }
-  if (!d.peak.top_stacks.empty()) {
-    out << "    top stacks at peak:\n";
-    std::vector<std::vector<std::string>> rows{{"bytes", "count", "where"}};
-    for (const StackAtPeak& st : d.peak.top_stacks) {
-      rows.push_back({Bytes(st.bytes), Grouped(st.count), st.frame});
-    }
-    PrintTable(out, "      ", rows, "rrl");
-  }
+  Section(out, "    ", "live at peak", {"phase", "kind", "count", "bytes"}, "ll",
+          d.peak.live_by_phase_and_kind, [](const LiveGroup& g) -> Row {
+            return {Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)};
+          });
+  Section(out, "    ", "largest at peak", {"bytes", "kind", "phase", "api", "born"}, "rlll",
+          d.peak.largest, [](const LiveAllocation& a) -> Row {
+            return {Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
+                    At(a.birth_ns)};
+          });
+  Section(out, "    ", "top stacks at peak", {"bytes", "count", "where"}, "rrl", d.peak.top_stacks,
+          [](const StackAtPeak& st) -> Row {
+            return {Bytes(st.bytes), Grouped(st.count), st.frame};
+          });
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     out << "    PyTorch tensors     peak " << Bytes(t.allocated_peak_bytes) << " ("
@@ -192,16 +198,16 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
              " tensors: reads low)\n";
     }
   }
+  static const std::set<std::string> kShownAbove = {
+      "DEVICE", "ARRAY", "DEVICE_STATIC", "MANAGED_STATIC", "TORCH_ALLOCATED", "TORCH_RESERVED"};
   std::vector<std::string> other;
   for (const auto& [kind, k] : d.by_kind) {
-    if (kind == "DEVICE" || kind == "ARRAY" || kind == "DEVICE_STATIC" || kind == "MANAGED_STATIC" ||
-        kind == "TORCH_ALLOCATED" || kind == "TORCH_RESERVED") {
-      continue;
-    }
+    if (kShownAbove.count(kind) > 0) continue;
     other.push_back(kind + " peak " + Bytes(k.peak_bytes) + " (" +
                     Plural(k.allocations, "allocation") + ")");
   }
-  if (!other.empty()) out << "    other memory        " << Join(other, ", ") << " (not in the peak)\n";
+  if (!other.empty())
+    out << "    other memory        " << Join(other, ", ") << " (not in the peak)\n";
   const NotProgramMemory& n = d.not_program;
   std::vector<std::string> foreign;
   if (n.static_allocations > 0) {
@@ -218,11 +224,9 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
     out << "    live at exit        " << Plural(d.live_at_exit_count, "allocation") << ", "
         << Bytes(d.live_at_exit_bytes) << '\n';
   }
-  if (d.kernel_count > 0 && d.kernel_busy_ns == 0) {
-    out << "    kernels             " << Grouped(d.kernel_count) << " launched\n";
-  } else if (d.kernel_count > 0) {
-    out << "    kernels             " << Grouped(d.kernel_count) << ", busy "
-        << Duration(d.kernel_busy_ns) << '\n';
+  if (d.kernel_count > 0) {
+    out << "    kernels             " << Grouped(d.kernel_count)
+        << (d.kernel_busy_ns == 0 ? " launched" : ", busy " + Duration(d.kernel_busy_ns)) << '\n';
   }
   if (d.reallocated_live_address > 0) {
     out << "    warning: " << d.reallocated_live_address
@@ -232,19 +236,14 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
 
 void PrintPhases(std::ostream& out, const ProcessReport& p) {
   if (p.phases.empty()) return;
-  const bool many_devices = p.devices.size() > 1;
   out << "  phases:\n";
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{"phase", "n", "time"};
-  if (many_devices) header.push_back("gpu");
-  for (const char* h : {"highest: at entry", "peak", "+above entry", "first: +above",
-                        "steady: +above", "allocated", "freed", "failed"}) {
-    header.push_back(h);
-  }
-  rows.push_back(header);
+  std::vector<Row> rows{{"phase", "n", "time", "gpu", "highest: at entry", "peak", "+above entry",
+                         "first: +above", "steady: +above", "allocated", "freed", "failed"}};
   for (const PhaseReport& ph : p.phases) {
-    std::string name = ph.name + (ph.inferred ? " (inferred)" : "") +
-                       (ph.still_open > 0 ? " (open at end)" : "");
+    // A phase without devices keeps this row of three.
+    rows.push_back(
+        {ph.name + (ph.inferred ? " (inferred)" : "") + (ph.still_open > 0 ? " (open at end)" : ""),
+         Grouped(ph.occurrences), Duration(ph.total_ns)});
     bool first = true;
     for (const PhaseDeviceStats& d : ph.devices) {
       // Devices a phase never touched would only add zero rows.
@@ -252,27 +251,18 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
           d.failed_allocations == 0) {
         continue;
       }
-      std::vector<std::string> row;
-      row.push_back(first ? name : "");
-      row.push_back(first ? Grouped(ph.occurrences) : "");
-      row.push_back(first ? Duration(ph.total_ns) : "");
-      if (many_devices) row.push_back(std::to_string(d.index));
-      row.push_back(Bytes(d.bytes_at_entry));
-      row.push_back(Bytes(d.peak_bytes));
-      row.push_back("+" + Bytes(d.peak_above_entry_bytes));
-      row.push_back(ph.occurrences > 1 ? "+" + Bytes(d.first.peak_above_entry_bytes) : "-");
-      row.push_back(d.steady_of > 0 ? "+" + Bytes(d.steady.peak_above_entry_bytes) : "-");
-      row.push_back(Bytes(d.allocated_bytes));
-      row.push_back(Bytes(d.freed_bytes));
-      row.push_back(Grouped(d.failed_allocations));
-      rows.push_back(row);
+      if (!first) rows.push_back({"", "", ""});
       first = false;
-    }
-    if (first) {  // no devices at all
-      std::vector<std::string> row{name, Grouped(ph.occurrences), Duration(ph.total_ns)};
-      rows.push_back(row);
+      rows.back().insert(
+          rows.back().end(),
+          {std::to_string(d.index), Bytes(d.bytes_at_entry), Bytes(d.peak_bytes),
+           "+" + Bytes(d.peak_above_entry_bytes),
+           ph.occurrences > 1 ? "+" + Bytes(d.first.peak_above_entry_bytes) : "-",
+           d.steady_of > 0 ? "+" + Bytes(d.steady.peak_above_entry_bytes) : "-",
+           Bytes(d.allocated_bytes), Bytes(d.freed_bytes), Grouped(d.failed_allocations)});
     }
   }
+  if (p.devices.size() < 2) EraseColumn(rows, 3);
   PrintTable(out, "    ", rows, "l");
   out << "    (highest: the occurrence with the highest peak, so peak - at entry = +above entry;"
          " first: the first occurrence; steady: the median occurrence of the others)\n";
@@ -291,59 +281,52 @@ std::string SignedBytes(int64_t bytes) {
   return (bytes < 0 ? "-" : "+") + Bytes(static_cast<uint64_t>(bytes < 0 ? -bytes : bytes));
 }
 
+// Appends a spread's median, min and max to `row`; "-" for each where it has no values.
+template <typename F>
+void AddSpread(Row& row, const Spread& s, F format) {
+  for (int64_t v : {s.median, s.min, s.max}) row.push_back(s.count > 0 ? format(v) : "-");
+}
+
 // Per-phase figures over iterations 2..N, the first (warm-up) apart.
 void PrintIterations(std::ostream& out, const ProcessReport& p) {
   const IterationReport& r = p.iterations;
   if (r.count == 0) return;
-  out << "  iterations: " << r.count;
-  out << (r.source == "range" ? " (range " + r.range + ")" : " (repeating " + r.range + ")");
-  out << "; first " << Duration(static_cast<uint64_t>(r.warmup_ns));
+  auto time = [](int64_t ns) { return Duration(static_cast<uint64_t>(ns)); };
+  out << "  iterations: " << r.count << (r.source == "range" ? " (range " : " (repeating ")
+      << r.range << "); first " << time(r.warmup_ns);
   if (r.duration_ns.count > 0) {
-    out << ", then median " << Duration(static_cast<uint64_t>(r.duration_ns.median)) << " ["
-        << Duration(static_cast<uint64_t>(r.duration_ns.min)) << " .. "
-        << Duration(static_cast<uint64_t>(r.duration_ns.max)) << "]";
+    out << ", then median " << time(r.duration_ns.median) << " [" << time(r.duration_ns.min)
+        << " .. " << time(r.duration_ns.max) << "]";
   }
   out << '\n';
+  std::vector<Row> rows;
   if (p.devices.empty()) {  // no GPU memory: time is all there is
-    std::vector<std::vector<std::string>> rows{{"phase", "time (median)", "min", "max", "first"}};
+    rows.push_back({"phase", "time (median)", "min", "max", "first"});
     for (const IterationPhaseStats& s : r.phases) {
-      const bool steady = s.time_ns.count > 0;
-      rows.push_back({s.phase, steady ? Duration(static_cast<uint64_t>(s.time_ns.median)) : "-",
-                      steady ? Duration(static_cast<uint64_t>(s.time_ns.min)) : "-",
-                      steady ? Duration(static_cast<uint64_t>(s.time_ns.max)) : "-",
-                      s.in_warmup ? Duration(static_cast<uint64_t>(s.warmup_ns)) : "-"});
+      rows.push_back({s.phase});
+      AddSpread(rows.back(), s.time_ns, time);
+      rows.back().push_back(s.in_warmup ? time(s.warmup_ns) : "-");
     }
     PrintTable(out, "    ", rows, "l");
     return;
   }
-  const bool many_devices = p.devices.size() > 1;
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{"phase"};
-  if (many_devices) header.push_back("gpu");
-  for (const char* h : {"time (median)", "+above entry: median", "min", "max", "net change",
-                        "first: +above", "first: net"}) {
-    header.push_back(h);
-  }
-  rows.push_back(header);
+  rows.push_back({"phase", "gpu", "time (median)", "+above entry: median", "min", "max",
+                  "net change", "first: +above", "first: net"});
   for (const IterationPhaseStats& s : r.phases) {
     bool first = true;
     for (const IterationPhaseDevice& d : s.devices) {
-      std::vector<std::string> row{first ? s.phase : ""};
-      if (many_devices) row.push_back(std::to_string(d.index));
+      rows.push_back({first ? s.phase : "", std::to_string(d.index),
+                      first && s.time_ns.count > 0 ? time(s.time_ns.median) : ""});
+      AddSpread(rows.back(), d.peak_above_entry_bytes, SignedBytes);
       const bool steady = d.peak_above_entry_bytes.count > 0;
-      row.push_back(first && s.time_ns.count > 0
-                        ? Duration(static_cast<uint64_t>(s.time_ns.median))
-                        : "");
-      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.median) : "-");
-      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.min) : "-");
-      row.push_back(steady ? SignedBytes(d.peak_above_entry_bytes.max) : "-");
-      row.push_back(steady ? SignedBytes(d.net_change_bytes.median) : "-");
-      row.push_back(s.in_warmup ? SignedBytes(d.warmup_peak_above_entry_bytes) : "-");
-      row.push_back(s.in_warmup ? SignedBytes(d.warmup_net_change_bytes) : "-");
-      rows.push_back(row);
+      rows.back().insert(rows.back().end(),
+                         {steady ? SignedBytes(d.net_change_bytes.median) : "-",
+                          s.in_warmup ? SignedBytes(d.warmup_peak_above_entry_bytes) : "-",
+                          s.in_warmup ? SignedBytes(d.warmup_net_change_bytes) : "-"});
       first = false;
     }
   }
+  if (p.devices.size() < 2) EraseColumn(rows, 1);
   PrintTable(out, "    ", rows, "l");
 }
 
@@ -352,16 +335,16 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   if (!p.command_line.empty()) out << ": " << OneLine(Join(p.command_line, " "), 160);
   out << '\n';
   std::vector<std::string> facts{ExitText(p.exit)};
-  facts.push_back("allocator " + (p.allocator_mode.empty() ? std::string("not chosen by run")
-                                                           : p.allocator_mode));
+  facts.push_back("allocator " +
+                  (p.allocator_mode.empty() ? std::string("not chosen by run") : p.allocator_mode));
   if (!p.pytorch_alloc_conf.empty()) facts.back() += " (" + p.pytorch_alloc_conf + ")";
   facts.push_back("traced for " + Duration(p.duration_ns));
   if (!p.hostname.empty()) facts.push_back("on " + p.hostname);
   out << "  " << Join(facts, ", ") << '\n';
 
   if (p.torch.attached) {
-    out << "  tensors from PyTorch's allocator (torch " << p.torch.torch_version << "): "
-        << Grouped(p.torch.blocks) << " blocks";
+    out << "  tensors from PyTorch's allocator (torch " << p.torch.torch_version
+        << "): " << Grouped(p.torch.blocks) << " blocks";
     if (p.torch.estimated_block_sizes > 0) {
       out << ", " << Grouped(p.torch.estimated_block_sizes) << " sizes estimated";
     }
@@ -374,30 +357,28 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   } else if (p.torch.seen && !p.torch.reason.empty()) {
     out << "  PyTorch's tensors not seen, only its segments: " << p.torch.reason << '\n';
   }
-  for (const std::string& reason : p.incomplete_reasons) out << "  warning: incomplete: " << reason << '\n';
+  for (const std::string& reason : p.incomplete_reasons)
+    out << "  warning: incomplete: " << reason << '\n';
   for (const std::string& damage : p.damage) out << "  warning: damaged stream: " << damage << '\n';
   for (const DropSummary& d : p.dropped) {
     out << "  warning: " << Grouped(d.total) << " records dropped (" << d.source << ")";
+    std::vector<const DropWindow*> gaps;
     uint64_t lo = UINT64_MAX, hi = 0;
     for (const DropWindow& w : d.windows) {
       if (!w.has_window) continue;
+      gaps.push_back(&w);
       lo = std::min(lo, w.first_ns);
       hi = std::max(hi, w.last_ns);
     }
     if (lo != UINT64_MAX) out << " between " << At(lo) << " and " << At(hi);
     out << "; figures around then are incomplete\n";
     // Each gap, so a reader knows which stretches of the timeline to distrust.
-    size_t shown = 0;
-    size_t with_window = 0;
-    for (const DropWindow& w : d.windows) with_window += w.has_window ? 1 : 0;
-    for (const DropWindow& w : d.windows) {
-      if (!w.has_window) continue;
-      if (++shown > 5) {
-        out << "    ... and " << with_window - 5 << " more gaps (summary.json lists them all)\n";
-        break;
-      }
-      out << "    gap: " << Grouped(w.count) << " records from " << At(w.first_ns) << " to "
-          << At(w.last_ns) << '\n';
+    for (size_t i = 0; i < gaps.size() && i < 5; ++i) {
+      out << "    gap: " << Grouped(gaps[i]->count) << " records from " << At(gaps[i]->first_ns)
+          << " to " << At(gaps[i]->last_ns) << '\n';
+    }
+    if (gaps.size() > 5) {
+      out << "    ... and " << gaps.size() - 5 << " more gaps (summary.json lists them all)\n";
     }
   }
   if (p.lost_batches > 0 || !p.sequence_gaps.empty()) {
@@ -423,19 +404,18 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   PrintPhases(out, p);
   PrintIterations(out, p);
 
-  if (!p.failed_allocations.empty()) {
-    out << "  failed allocations:\n";
-    std::vector<std::vector<std::string>> rows{
-        {"when", "api", "requested", "error", "gpu", "in use", "free/total", "phase"}};
-    for (const FailedAllocationReport& f : p.failed_allocations) {
-      rows.push_back({At(f.time_ns), f.api, Bytes(f.requested_bytes) + " (" + Grouped(f.requested_bytes) + " B)",
-                      f.error_name + " (" + std::to_string(f.error_code) + ")",
-                      std::to_string(f.device), Bytes(f.device_in_use_bytes),
-                      Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
-                      Phase(f.phase)});
-    }
-    PrintTable(out, "    ", rows, "rlrlrrrl");
-  }
+  Section(out, "  ", "failed allocations",
+          {"when", "api", "requested", "error", "gpu", "in use", "free/total", "phase"}, "rlrlrrrl",
+          p.failed_allocations, [](const FailedAllocationReport& f) -> Row {
+            return {At(f.time_ns),
+                    f.api,
+                    Bytes(f.requested_bytes) + " (" + Grouped(f.requested_bytes) + " B)",
+                    f.error_name + " (" + std::to_string(f.error_code) + ")",
+                    std::to_string(f.device),
+                    Bytes(f.device_in_use_bytes),
+                    Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
+                    Phase(f.phase)};
+          });
   if (!p.driver_retries.empty()) {
     // One line per API and error: a PyTorch run has one per autograd thread.
     std::map<std::string, std::pair<uint64_t, const FailedAllocationReport*>> by_error;
@@ -452,8 +432,6 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
   }
 }
 
-}  // namespace
-
 // Distributed jobs: one line per rank, the highest, the spread, and per-phase peaks.
 void PrintJob(std::ostream& out, const JobReport& job) {
   if (job.ranks.empty()) return;
@@ -465,18 +443,13 @@ void PrintJob(std::ostream& out, const JobReport& job) {
       << "% (highest - lowest, over highest)\n";
   std::vector<std::string> phases;
   for (const RankFigures& r : job.ranks) {
-    for (const auto& [name, bytes] : r.phase_peak_bytes) {
-      if (std::find(phases.begin(), phases.end(), name) == phases.end()) phases.push_back(name);
-    }
+    for (const auto& [name, bytes] : r.phase_peak_bytes) internal::AddOnce(phases, name);
   }
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header{"rank", "host", "pid", "gpu", "peak", "NCCL at peak"};
-  for (const std::string& phase : phases) header.push_back(phase + " peak");
-  rows.push_back(header);
+  std::vector<Row> rows{{"rank", "host", "pid", "gpu", "peak", "NCCL at peak"}};
+  for (const std::string& phase : phases) rows[0].push_back(phase + " peak");
   for (const RankFigures& r : job.ranks) {
-    std::vector<std::string> row{std::to_string(r.rank), r.hostname, std::to_string(r.pid),
-                                 std::to_string(r.device), Bytes(r.peak_bytes),
-                                 Bytes(r.nccl_bytes_at_peak)};
+    Row row{std::to_string(r.rank),   r.hostname,          std::to_string(r.pid),
+            std::to_string(r.device), Bytes(r.peak_bytes), Bytes(r.nccl_bytes_at_peak)};
     for (const std::string& phase : phases) {
       auto it = r.phase_peak_bytes.find(phase);
       row.push_back(it == r.phase_peak_bytes.end() ? "-" : Bytes(it->second));
@@ -485,6 +458,8 @@ void PrintJob(std::ostream& out, const JobReport& job) {
   }
   PrintTable(out, "  ", rows, "llrr");
 }
+
+}  // namespace
 
 void PrintSummaryText(const Report& report, std::ostream& out) {
   if (!report.trace_file.empty()) out << "cumemtrace summary of " << report.trace_file << '\n';
@@ -513,8 +488,11 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
   }
   if (quiet_count > 0) {
     std::vector<std::string> names;
-    for (const auto& [name, n] : quiet) names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
-    out << "\n" << Plural(quiet_count, "more process", "more processes") << " with no GPU memory, phases or "
+    for (const auto& [name, n] : quiet)
+      names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
+    out << "\n"
+        << Plural(quiet_count, "more process", "more processes")
+        << " with no GPU memory, phases or "
         << "warnings: " << Join(names, ", ") << '\n';
   }
 }
