@@ -59,7 +59,7 @@ class PhaseTracker {
  public:
   // `stream` resolves interned ids, so that two ids naming the same string are one phase.
   PhaseTracker(size_t device_slots, const DecodedStream* stream, const PhaseRules* rules)
-      : slots_(device_slots), stream_(stream), rules_(rules) {}
+      : slots_(device_slots), stream_(stream), rules_(rules), counters_(device_slots) {}
 
   // in_use: device memory in use per slot at this instant.
   void Open(const Event& event, const std::vector<uint64_t>& in_use, uint64_t order);
@@ -73,10 +73,10 @@ class PhaseTracker {
   void Attribute(uint32_t thread_id, Attribution* out) const;
 
   PhaseCounters& counters(int32_t phase, uint32_t slot) {
-    return counters_[static_cast<size_t>(phase) * slots_ + slot];
+    return counters_[slot][static_cast<size_t>(phase)];
   }
   const PhaseCounters& counters(int32_t phase, uint32_t slot) const {
-    return counters_[static_cast<size_t>(phase) * slots_ + slot];
+    return counters_[slot][static_cast<size_t>(phase)];
   }
   // The streaming sweep meets devices as it goes: a new slot starts at zero everywhere.
   void AddSlot();
@@ -88,14 +88,14 @@ class PhaseTracker {
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }
 
  private:
+  // An open occurrence: its record (levels: entry and the peak so far, per slot) and how a
+  // close finds it. Per-op ranges have no levels: they are never recorded.
   struct Occurrence {
-    int32_t phase;
-    uint32_t thread_id;  // the thread that opened it: its stack, for nesting and attribution
+    OccurrenceRecord record;  // record.thread_id: its stack, for nesting and attribution
     uint32_t domain_id;
     bool is_push;
     uint64_t range_id;
     uint64_t order;  // opening order, larger is more recent
-    uint64_t start_ns;
     bool rollup;
   };
 
@@ -111,10 +111,8 @@ class PhaseTracker {
   std::map<std::string, int32_t> name_by_phase_;      // by canonical name (or rollup key)
   std::vector<OccurrenceRecord> records_;
   uint64_t rolled_up_ranges_ = 0;
-  std::vector<PhaseCounters> counters_;  // [phase * slots_ + slot]
+  std::vector<std::vector<PhaseCounters>> counters_;  // [slot][phase]
   std::vector<Occurrence> open_;
-  // Entry and peak per open occurrence and slot: [open_index * 2 * slots_ + {0, slots_} + slot].
-  std::vector<uint64_t> windows_;
 };
 
 }  // namespace cumemtrace::internal
