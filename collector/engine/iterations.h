@@ -19,24 +19,15 @@ struct IterationWindow {
 };
 
 struct IterationDetection {
-  std::string source;  // "range", "repetition" or "" (none found)
-  std::string range;   // the range or the repeated phase sequence ("forward > backward > ...")
-  std::string note;    // why none were found, when so
-  std::vector<IterationWindow> windows;
+  std::vector<IterationWindow> windows;  // by start
 };
-
-IterationDetection DetectIterations(const std::vector<PhaseName>& names,
-                                    const std::vector<OccurrenceRecord>& occurrences,
-                                    const std::string& requested);
-
-// Values of one metric over iterations 2..N (the first, warm-up, is reported apart).
-Spread SpreadOf(std::vector<int64_t> values);
 
 // Index of the window holding `ts`, or -1 (before the first, after the last, or between).
 int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts);
 
-// The iterations pass, after the sweep: finds the iterations in the phases' occurrences and
-// fills p->iterations with per-phase statistics over them; returns the iteration windows.
+// The iterations pass, after the sweep: finds the iterations in the phases' occurrences (from
+// the range options.iteration_range names, if any) and fills p->iterations with per-phase
+// statistics over iterations 2..N (the first, warm-up, is reported apart).
 IterationDetection AddIterations(const PhaseTracker& phases,
                                  const std::vector<uint32_t>& slot_device, uint64_t first_ns,
                                  const AnalysisOptions& options, ProcessReport* p);
