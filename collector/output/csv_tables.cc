@@ -9,14 +9,13 @@ namespace {
 
 using internal::CellIf;
 using internal::CsvTable;
+using internal::PhaseName;
 
 // A row that starts with the process's stream_id and pid.
 template <typename... T>
 CsvTable& ProcessRow(CsvTable& table, const ProcessReport& p, const T&... fields) {
   return table.Row(p.stream_id, p.pid, fields...);
 }
-
-std::string PhaseOrNone(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
 
 void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
                 const std::map<std::string, OriginStats>& groups) {
@@ -64,8 +63,8 @@ void AppendTrainingTables(const Report& report,
     for (const AllocationLifetime& a : p.lifetimes) {
       const bool dead = a.death_ns >= 0;
       ProcessRow(lifetimes, p, a.device, a.stream, a.kind, a.api, a.library, a.address, a.bytes,
-                 a.birth_ns, CellIf(dead, a.death_ns), PhaseOrNone(a.birth_phase),
-                 dead ? PhaseOrNone(a.death_phase) : std::string(),
+                 a.birth_ns, CellIf(dead, a.death_ns), PhaseName(a.birth_phase),
+                 dead ? PhaseName(a.death_phase) : std::string(),
                  CellIf(a.birth_iteration >= 0, a.birth_iteration),
                  CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class);
     }
@@ -111,7 +110,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
                  n.released_unknown_count, n.released_unknown_bytes, d.kernel_count,
                  d.kernel_busy_ns);
       for (const LiveGroup& g : d.peak.live_by_phase_and_kind) {
-        ProcessRow(live, p, d.index, PhaseOrNone(g.phase), g.kind, g.count, g.bytes);
+        ProcessRow(live, p, d.index, PhaseName(g.phase), g.kind, g.count, g.bytes);
       }
       for (const auto& [kind, k] : d.by_kind) {
         ProcessRow(kinds, p, d.index, kind, k.allocations, k.releases, k.allocated_bytes,
@@ -134,7 +133,7 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
     }
     for (const FailedAllocationReport& f : p.failed_allocations) {
       ProcessRow(failed, p, f.time_ns, f.device, f.api, f.caller, f.requested_bytes, f.error_code,
-                 f.error_name, f.kind, f.thread_id, PhaseOrNone(f.phase), f.device_in_use_bytes,
+                 f.error_name, f.kind, f.thread_id, PhaseName(f.phase), f.device_in_use_bytes,
                  f.device_free_bytes, f.device_total_bytes);
     }
   }

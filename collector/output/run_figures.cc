@@ -10,6 +10,9 @@
 namespace cumemtrace {
 namespace {
 
+using internal::CellIf;
+using internal::Row;
+
 std::string Mib(int64_t bytes) {
   char text[64];
   snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
@@ -61,7 +64,7 @@ std::vector<std::string> AllPhases(const std::vector<RunFigures>& runs) {
   return phases;
 }
 
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+std::string Table(const std::vector<Row>& rows) {
   std::ostringstream out;
   internal::PrintTable(out, "", rows, "l");
   return out.str();
@@ -164,7 +167,7 @@ RunFigures FiguresOf(const Report& report, const std::string& label) {
 std::string CompareText(const std::vector<RunFigures>& runs) {
   if (runs.empty()) return "";
   const std::vector<std::string> phases = AllPhases(runs);
-  std::vector<std::vector<std::string>> rows{{""}};
+  std::vector<Row> rows{{""}};
   for (size_t i = 0; i < runs.size(); ++i) {
     rows[0].push_back(runs[i].label);
     if (i > 0) rows[0].push_back("vs " + runs[0].label);
@@ -172,7 +175,7 @@ std::string CompareText(const std::vector<RunFigures>& runs) {
   std::vector<std::vector<std::pair<std::string, int64_t>>> metrics;
   for (const RunFigures& r : runs) metrics.push_back(Metrics(r, phases));
   for (size_t m = 0; m < metrics[0].size(); ++m) {
-    std::vector<std::string> row{metrics[0][m].first};
+    Row row{metrics[0][m].first};
     const int64_t base = metrics[0][m].second;
     for (size_t i = 0; i < runs.size(); ++i) {
       const int64_t v = metrics[i][m].second;
@@ -197,8 +200,8 @@ std::string CompareCsv(const std::vector<RunFigures>& runs) {
     const auto metrics = Metrics(r, phases);
     for (size_t m = 0; m < metrics.size(); ++m) {
       const int64_t v = metrics[m].second;
-      csv.Row(r.label, r.pid, r.device, metrics[m].first, internal::CellIf(v >= 0, v),
-              internal::CellIf(v >= 0 && base[m].second >= 0, v - base[m].second));
+      csv.Row(r.label, r.pid, r.device, metrics[m].first, CellIf(v >= 0, v),
+              CellIf(v >= 0 && base[m].second >= 0, v - base[m].second));
     }
   }
   return csv.Text();
@@ -211,13 +214,13 @@ std::string SweepText(const std::string& parameter, const std::vector<SweepPoint
     internal::AddOnce(values, p.value);
   }
   const bool labeled = labels.size() > 1 || !labels[0].empty();
-  std::vector<std::vector<std::string>> rows{{parameter}};
+  std::vector<Row> rows{{parameter}};
   for (const std::string& label : labels) {
     const std::string prefix = labeled ? label + " " : "";
     for (const char* h : {"peak", "persistent", "activation"}) rows[0].push_back(prefix + h);
   }
   for (const std::string& value : values) {
-    std::vector<std::string> row{value};
+    Row row{value};
     for (const std::string& label : labels) {
       // The last point of the label and value.
       auto point = std::find_if(points.rbegin(), points.rend(), [&](const SweepPoint& p) {
@@ -230,14 +233,12 @@ std::string SweepText(const std::string& parameter, const std::vector<SweepPoint
       }
       const RunFigures& f = point->figures;
       const int exit_status = point->exit_status;
-      row.push_back(Mib(static_cast<int64_t>(f.peak_bytes)) +
-                    (exit_status != 0 ? " (exit " + std::to_string(exit_status) + ")" : ""));
-      if (!f.lifetimes) {  // no training phases: no persistent or activation figure
-        row.insert(row.end(), {"-", "-"});
-        continue;
-      }
-      row.push_back(Mib(ClassBytes(f, "persistent")));
-      row.push_back(Mib(static_cast<int64_t>(f.activation_memory_bytes)));
+      // Without training phases, no persistent or activation figure.
+      row.insert(row.end(),
+                 {Mib(static_cast<int64_t>(f.peak_bytes)) +
+                      (exit_status != 0 ? " (exit " + std::to_string(exit_status) + ")" : ""),
+                  f.lifetimes ? Mib(ClassBytes(f, "persistent")) : "-",
+                  f.lifetimes ? Mib(static_cast<int64_t>(f.activation_memory_bytes)) : "-"});
     }
     rows.push_back(row);
   }
@@ -251,12 +252,10 @@ std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>
   for (const SweepPoint& p : points) {
     const RunFigures& f = p.figures;
     const bool classes = f.found && f.lifetimes;  // lifetime figures need training phases
-    csv.Row(p.label, p.value, p.exit_status, internal::CellIf(f.found, f.peak_bytes),
-            internal::CellIf(classes, ClassBytes(f, "persistent")),
-            internal::CellIf(classes, f.activation_memory_bytes),
-            internal::CellIf(classes, ClassBytes(f, "gradient")),
-            internal::CellIf(classes, ClassBytes(f, "temporary")),
-            internal::CellIf(f.found, f.iterations));
+    csv.Row(p.label, p.value, p.exit_status, CellIf(f.found, f.peak_bytes),
+            CellIf(classes, ClassBytes(f, "persistent")),
+            CellIf(classes, f.activation_memory_bytes), CellIf(classes, ClassBytes(f, "gradient")),
+            CellIf(classes, ClassBytes(f, "temporary")), CellIf(f.found, f.iterations));
   }
   return csv.Text();
 }

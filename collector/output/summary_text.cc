@@ -1,7 +1,6 @@
 // PrintSummaryText: the terminal summary. Human units everywhere, exact bytes where a
 // number will be compared (the peak), columns aligned.
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -13,8 +12,9 @@
 namespace cumemtrace {
 namespace {
 
+using internal::PhaseName;
 using internal::PrintTable;
-using Row = std::vector<std::string>;
+using internal::Row;
 
 std::string Format(const char* fmt, double value) {
   char buf[64];
@@ -55,8 +55,6 @@ std::string Duration(uint64_t ns) {
 }
 
 std::string At(uint64_t ns) { return "+" + Duration(ns); }
-
-std::string Phase(const std::string& phase) { return phase.empty() ? "(no phase)" : phase; }
 
 std::string Join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
@@ -154,11 +152,11 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
   }
   Section(out, "    ", "live at peak", {"phase", "kind", "count", "bytes"}, "ll",
           d.peak.live_by_phase_and_kind, [](const LiveGroup& g) -> Row {
-            return {Phase(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)};
+            return {PhaseName(g.phase), g.kind, Grouped(g.count), Bytes(g.bytes)};
           });
   Section(out, "    ", "largest at peak", {"bytes", "kind", "phase", "api", "born"}, "rlll",
           d.peak.largest, [](const LiveAllocation& a) -> Row {
-            return {Bytes(a.bytes), a.kind, Phase(a.phase), a.api.empty() ? "-" : a.api,
+            return {Bytes(a.bytes), a.kind, PhaseName(a.phase), a.api.empty() ? "-" : a.api,
                     At(a.birth_ns)};
           });
   Section(out, "    ", "top stacks at peak", {"bytes", "count", "where"}, "rrl", d.peak.top_stacks,
@@ -414,7 +412,7 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
                     std::to_string(f.device),
                     Bytes(f.device_in_use_bytes),
                     Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
-                    Phase(f.phase)};
+                    PhaseName(f.phase)};
           });
   if (!p.driver_retries.empty()) {
     // One line per API and error: a PyTorch run has one per autograd thread.

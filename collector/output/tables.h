@@ -11,10 +11,15 @@
 
 namespace cumemtrace::internal {
 
+using Row = std::vector<std::string>;
+
+inline std::string PhaseName(const std::string& phase) {
+  return phase.empty() ? "(no phase)" : phase;
+}
+
 // `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers. The first
 // row sets the number of columns; trailing blanks are cut.
-inline void PrintTable(std::ostream& out, const std::string& indent,
-                       const std::vector<std::vector<std::string>>& rows,
+inline void PrintTable(std::ostream& out, const std::string& indent, const std::vector<Row>& rows,
                        const std::string& align) {
   if (rows.empty()) return;
   std::vector<size_t> width(rows[0].size(), 0);
