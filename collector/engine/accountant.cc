@@ -24,12 +24,16 @@ uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
   return address ^ layer ^ (static_cast<uint64_t>(slot) << 56);
 }
 
+// A time relative to the process's first timestamp (engine.h); 0 before it.
+uint64_t Since(uint64_t first, uint64_t ts) { return ts >= first ? ts - first : 0; }
+
 const char* DropSourceName(int source) {
-  switch (source) {
-    case v1::DROP_SOURCE_CUPTI: return "cupti";
-    case v1::DROP_SOURCE_TRACER_QUEUE: return "tracer_queue";
-    default: return "unspecified";
-  }
+  if (source == v1::DROP_SOURCE_CUPTI) return "cupti";
+  return source == v1::DROP_SOURCE_TRACER_QUEUE ? "tracer_queue" : "unspecified";
+}
+
+std::string NameOfPhase(const std::vector<std::string>& phase_names, int32_t phase) {
+  return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
 }
 
 // What the stream said about itself (StreamFacts), and how it ended.
@@ -51,14 +55,13 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   if (s.closed) {
     switch (s.close_reason) {
       case v1::CLOSE_REASON_PROTOCOL_ERROR:
-        p->complete = false;
-        p->incomplete_reasons.push_back("the collector closed the stream after a protocol error" +
-                                        (s.close_error.empty() ? "" : ": " + s.close_error));
-        break;
       case v1::CLOSE_REASON_IO_ERROR:
         p->complete = false;
-        p->incomplete_reasons.push_back("the stream ended with a read error" +
-                                        (s.close_error.empty() ? "" : ": " + s.close_error));
+        p->incomplete_reasons.push_back(
+            (s.close_reason == v1::CLOSE_REASON_IO_ERROR
+                 ? "the stream ended with a read error"
+                 : "the collector closed the stream after a protocol error") +
+            (s.close_error.empty() ? "" : ": " + s.close_error));
         break;
       case v1::CLOSE_REASON_COLLECTOR_SHUTDOWN:
         if (!p->complete) {
@@ -85,8 +88,6 @@ void ShiftRecordsToRealtime(DecodedStream* s) {
   s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
 }
 
-namespace {
-
 void FillTorchLayers(const DeviceCounters& c, TorchLayers* t) {
   t->present = c.kind_seen[kTorchAllocatedKind] || c.kind_seen[kTorchReservedKind];
   if (!t->present) return;
@@ -100,12 +101,9 @@ void FillTorchLayers(const DeviceCounters& c, TorchLayers* t) {
   t->other_device_peak_bytes = c.kinds[3].peak_bytes;
 }
 
-}  // namespace
-
 void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t index,
                       uint64_t first, DeviceReport* out) {
   DeviceReport& d = *out;
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
   d.index = index;
   auto info = s.device_info.find(d.index);
   if (info != s.device_info.end()) {
@@ -118,10 +116,10 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
   if (d.peak.seen) {
     d.peak.bytes = c.peak;
     d.peak.time_abs_ns = c.peak_ns;
-    d.peak.time_ns = rel(c.peak_ns);
+    d.peak.time_ns = Since(first, c.peak_ns);
   }
-  for (int k = 0; k < kMemoryKinds; ++k) {
-    if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(static_cast<uint8_t>(k))] = c.kinds[k];
+  for (uint8_t k = 0; k < kMemoryKinds; ++k) {
+    if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(k)] = c.kinds[k];
   }
   for (const uint8_t k : {uint8_t{3}, uint8_t{4}, kTorchAllocatedKind}) {
     d.live_at_exit_count += c.kinds[k].live_at_exit_count;
@@ -143,25 +141,9 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
   d.reallocated_live_address = c.reallocated_live_address;
 }
 
-// Per (slot, origin id), merged by the origin's text into p->devices[slot].*out.
-void AddOriginStats(const std::map<std::pair<uint32_t, uint32_t>, OriginStats>& stats,
-                    const char* unknown_name, const DecodedStream& s,
-                    std::map<std::string, OriginStats> DeviceReport::*out, ProcessReport* p) {
-  for (const auto& [key, group] : stats) {
-    const std::string name = key.second == 0 ? unknown_name : s.Resolve(key.second);
-    // Two ids with one text (a string sent again after a lost batch) merge.
-    OriginStats& merged = (p->devices[key.first].*out)[name];
-    merged.allocations += group.allocations;
-    merged.allocated_bytes += group.allocated_bytes;
-    merged.peak_bytes = std::max(merged.peak_bytes, group.peak_bytes);
-    merged.live_at_peak_bytes += group.live_at_peak_bytes;
-    merged.live_at_exit_bytes += group.live_at_exit_bytes;
-  }
-}
-
 // Bytes live at the peak by allocating stack, the largest `top` (ties: the lower wire id).
-void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStream& s,
-                   size_t top, DevicePeak* peak) {
+void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStream& s, size_t top,
+                   DevicePeak* peak) {
   std::unordered_map<uint32_t, StackAtPeak> by_stack;
   for (const Allocation* a : live) {
     if (a->stack_id == 0) continue;
@@ -186,10 +168,6 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
 void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                       const std::vector<std::string>& phase_names, const DecodedStream& s,
                       size_t top_allocations, uint64_t first, ProcessReport* p) {
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
-  auto phase_name = [&phase_names](int32_t phase) {
-    return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
-  };
   for (size_t slot = 0; slot < at_peak.size(); ++slot) {
     std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
     for (const Allocation* a : at_peak[slot]) {
@@ -199,7 +177,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     }
     DevicePeak& peak = p->devices[slot].peak;
     for (auto& [key, g] : groups) {
-      g.phase = phase_name(key.first);
+      g.phase = NameOfPhase(phase_names, key.first);
       g.kind = MemoryKindName(key.second);
       peak.live_by_phase_and_kind.push_back(std::move(g));
     }
@@ -218,8 +196,8 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
       peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
-                                            phase_name(a.phase), s.Resolve(a.api_id), a.thread_id,
-                                            rel(a.birth_ns)});
+                                            NameOfPhase(phase_names, a.phase), s.Resolve(a.api_id),
+                                            a.thread_id, Since(first, a.birth_ns)});
     }
     if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
   }
@@ -256,7 +234,6 @@ void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t sl
 void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>& phase_names,
                       const std::vector<uint32_t>& slot_device, const DecodedStream& s,
                       uint64_t first, ProcessReport* p) {
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
   std::vector<std::vector<const OccurrenceRecord*>> by_phase(phases.names().size());
   for (const OccurrenceRecord& o : phases.occurrences()) {
     by_phase[static_cast<size_t>(o.phase)].push_back(&o);
@@ -280,7 +257,7 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
     r.occurrences = n.occurrences;
     r.total_ns = n.total_ns;
     r.still_open = n.still_open;
-    r.first_open_ns = rel(n.first_open_ns);
+    r.first_open_ns = Since(first, n.first_open_ns);
     for (uint32_t slot = 0; slot < slot_device.size(); ++slot) {
       PhaseDeviceStats d;
       static_cast<PhaseCounters&>(d) = phases.counters(static_cast<int32_t>(i), slot);
@@ -293,7 +270,6 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
 }
 
 void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
   std::map<int, DropSummary> drops;
   for (const DropRecord& d : s.drops) {
     DropSummary& sum = drops[d.source];
@@ -303,8 +279,8 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
     w.count = d.count;
     w.has_window = d.first_ns != 0;
     if (w.has_window) {
-      w.first_ns = rel(d.first_ns);
-      w.last_ns = rel(std::max(d.first_ns, d.last_ns));
+      w.first_ns = Since(first, d.first_ns);
+      w.last_ns = Since(first, std::max(d.first_ns, d.last_ns));
     }
     sum.windows.push_back(w);
   }
@@ -315,13 +291,13 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
 
 const char* MemoryKindName(uint8_t kind) {
   static const char* const kNames[kMemoryKinds] = {
-      "UNKNOWN",       "PAGEABLE",       "PINNED",          "DEVICE",         "ARRAY",
-      "MANAGED",       "DEVICE_STATIC",  "MANAGED_STATIC",  "TORCH_ALLOCATED", "TORCH_RESERVED"};
+      "UNKNOWN", "PAGEABLE",      "PINNED",         "DEVICE",          "ARRAY",
+      "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC", "TORCH_ALLOCATED", "TORCH_RESERVED"};
   return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
 }
 
-Accountant::Accountant(const AnalysisOptions& options, Retention retention,
-                       const PhaseRules* rules, const DecodedStream* stream, StreamingStats* stats)
+Accountant::Accountant(const AnalysisOptions& options, Retention retention, const PhaseRules* rules,
+                       const DecodedStream* stream, StreamingStats* stats)
     : options_(options),
       retention_(retention),
       stats_(*stats),
@@ -428,11 +404,10 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
   const uint32_t index = NewLive();
   ++live_count_;
   stats_.max_live = std::max(stats_.max_live, live_count_);
-  pool_[index] = Allocation{e.a,          e.b,          pos_,           kNever,
-                            e.timestamp_ns, 0,          slot,           attribution_.innermost,
-                            -1,           static_cast<uint32_t>(e.c),   e.name_id,
-                            e.caller_id,  e.thread_id,  {kNone, kNone}, kind, 0,
-                            e.stack_id};
+  const auto stream = static_cast<uint32_t>(e.c);
+  pool_[index] =
+      Allocation{e.a,    e.b,       pos_,        e.timestamp_ns, slot,       attribution_.innermost,
+                 stream, e.name_id, e.caller_id, e.thread_id,    e.stack_id, kind};
   live_.Insert(key, index);
 
   d.kind_seen[kind] = true;
@@ -497,13 +472,10 @@ void Accountant::Release(const Event& e, uint32_t slot) {
   KindStats& k = d.kinds[kind];
   ++k.releases;
   k.released_bytes += bytes;
-  int32_t death_phase = -1;
-  if (IsDeviceMemory(kind)) {
-    phases_.Attribute(e.thread_id, &attribution_);
-    death_phase = attribution_.innermost;
-  }
-  Die(index, e.timestamp_ns, death_phase);
-  if (IsDeviceMemory(kind)) {
+  const bool device = IsDeviceMemory(kind);
+  if (device) phases_.Attribute(e.thread_id, &attribution_);
+  Die(index, e.timestamp_ns, device ? attribution_.innermost : -1);
+  if (device) {
     in_use_[slot] = d.in_use;
     for (int32_t phase : attribution_.names) {
       PhaseCounters& c = phases_.counters(phase, slot);
@@ -530,22 +502,20 @@ void Accountant::SweepOne(const Event& e) {
     case EventType::kMark:
       ++nvtx_marks_;
       break;
-    case EventType::kAllocate: {
-      const uint32_t slot = SlotOf(e.device);
-      failed_.OnMemoryEvent(e);
-      phases_.Attribute(e.thread_id, &attribution_);
-      Allocate(e, slot);
-      break;
-    }
     case EventType::kRelease:
       failed_.OnMemoryEvent(e);
       Release(e, SlotOf(e.device));
       break;
+    case EventType::kAllocate:
     case EventType::kFailedAllocation: {
       const uint32_t slot = SlotOf(e.device);
       failed_.OnMemoryEvent(e);
       phases_.Attribute(e.thread_id, &attribution_);
-      failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
+      if (e.type == EventType::kAllocate) {
+        Allocate(e, slot);
+      } else {
+        failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
+      }
       break;
     }
     case EventType::kKernel: {
@@ -594,17 +564,23 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   p.first_timestamp_abs_ns = first;
   p.last_timestamp_abs_ns = last;
   p.duration_ns = last - first;
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
 
-  // What is still live closes at the end.
-  std::vector<const Allocation*> live;
+  // What is still live closes at the end. What was live at each peak: still live and born by
+  // then, or kept when freed.
+  std::vector<const Allocation*> at_peak;
   live_.ForEachValue([&](uint32_t index) {
     const Allocation& a = pool_[index];
-    live.push_back(&a);
     KindStats& k = devices_[a.slot].kinds[a.kind];
     ++k.live_at_exit_count;
     k.live_at_exit_bytes += a.bytes;
+    if (!IsDeviceMemory(a.kind)) return;
+    for (int g = 0; g < 2; ++g) groups_[g][a.group[g]].stats.live_at_exit_bytes += a.bytes;
+    const uint64_t peak_pos = devices_[a.slot].peak_pos;
+    if (peak_pos != kNever && a.birth_pos <= peak_pos) at_peak.push_back(&a);
   });
+  for (const std::vector<Allocation>& list : freed_at_peak_) {
+    for (const Allocation& a : list) at_peak.push_back(&a);
+  }
   phases_.CloseAll(last, in_use_);
 
   // Slots in device order.
@@ -630,33 +606,21 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     FillDeviceReport(s, devices_[slot], slot_device_[slot], first, &p.devices[new_slot[slot]]);
   }
 
-  // What was live at each peak: still live and born by then, or kept when freed.
-  std::vector<const Allocation*> at_peak;
-  for (const Allocation* a : live) {
-    const uint64_t peak_pos = devices_[a->slot].peak_pos;
-    if (IsDeviceMemory(a->kind) && peak_pos != kNever && a->birth_pos <= peak_pos) {
-      at_peak.push_back(a);
-    }
-  }
-  for (const std::vector<Allocation>& list : freed_at_peak_) {
-    for (const Allocation& a : list) at_peak.push_back(&a);
-  }
-
-  // By API and by calling module.
-  for (const Allocation* a : at_peak) {
-    for (int g = 0; g < 2; ++g) groups_[g][a->group[g]].stats.live_at_peak_bytes += a->bytes;
-  }
-  for (const Allocation* a : live) {
-    if (!IsDeviceMemory(a->kind)) continue;
-    for (int g = 0; g < 2; ++g) groups_[g][a->group[g]].stats.live_at_exit_bytes += a->bytes;
-  }
+  // By API and by calling module. Two ids with one text (a string sent again after a lost
+  // batch) merge.
   for (int g = 0; g < 2; ++g) {
-    std::map<std::pair<uint32_t, uint32_t>, OriginStats> stats;
-    for (const Group& G : groups_[g]) stats[{new_slot[G.slot], G.id}] = G.stats;
-    if (g == 0) {
-      AddOriginStats(stats, "(unknown)", s, &DeviceReport::by_api, &p);
-    } else {
-      AddOriginStats(stats, "(not unwound)", s, &DeviceReport::by_library, &p);
+    for (const Allocation* a : at_peak)
+      groups_[g][a->group[g]].stats.live_at_peak_bytes += a->bytes;
+    for (const Group& G : groups_[g]) {
+      DeviceReport& d = p.devices[new_slot[G.slot]];
+      OriginStats& merged = (g == 0 ? d.by_api : d.by_library)[G.id != 0 ? s.Resolve(G.id)
+                                                               : g == 0  ? "(unknown)"
+                                                                         : "(not unwound)"];
+      merged.allocations += G.stats.allocations;
+      merged.allocated_bytes += G.stats.allocated_bytes;
+      merged.peak_bytes = std::max(merged.peak_bytes, G.stats.peak_bytes);
+      merged.live_at_peak_bytes += G.stats.live_at_peak_bytes;
+      merged.live_at_exit_bytes += G.stats.live_at_exit_bytes;
     }
   }
 
@@ -676,19 +640,17 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,
                                freed ? a.death_phase : -1, freed);
   };
-  std::vector<std::map<std::string, uint64_t>> classes(n_slots);
-  for (const Allocation* a : at_peak) {
-    classes[new_slot[a->slot]][LifetimeClassName(classify(*a))] += a->bytes;
-  }
-  const bool training = HasTrainingPhases(phases_.names());
-  for (uint32_t slot = 0; slot < n_slots && training; ++slot) {
+  if (HasTrainingPhases(phases_.names())) {
+    for (const Allocation* a : at_peak) {
+      LifetimeAtPeak& l = p.devices[new_slot[a->slot]].lifetime_at_peak;
+      l.bytes_by_class[LifetimeClassName(classify(*a))] += a->bytes;
+    }
     for (DeviceReport& d : p.devices) {
-      if (d.index != sorted[slot]) continue;
-      d.lifetime_at_peak.given = true;
-      d.lifetime_at_peak.bytes_by_class = classes[slot];
-      auto persistent = classes[slot].find("persistent");
-      const uint64_t held = persistent == classes[slot].end() ? 0 : persistent->second;
-      d.lifetime_at_peak.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
+      LifetimeAtPeak& l = d.lifetime_at_peak;
+      l.given = true;
+      auto persistent = l.bytes_by_class.find("persistent");
+      const uint64_t held = persistent == l.bytes_by_class.end() ? 0 : persistent->second;
+      l.activation_memory_bytes = d.peak.bytes - std::min(d.peak.bytes, held);
     }
   }
   FillDropReports(s, first, &p);
@@ -699,9 +661,6 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     if (IsDeviceMemory(a.kind)) a.lifetime_class = static_cast<uint8_t>(classify(a));
   }
   if (options_.keep_lifetimes) {
-    auto phase_name = [&phase_names](int32_t phase) {
-      return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
-    };
     for (const Allocation& a : pool_) {
       if (!IsDeviceMemory(a.kind)) continue;
       const bool freed = a.death_pos != kNever;
@@ -713,10 +672,10 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
       row.library = s.Resolve(a.caller_id);
       row.address = a.address;
       row.bytes = a.bytes;
-      row.birth_ns = rel(a.birth_ns);
-      row.death_ns = freed ? static_cast<int64_t>(rel(a.death_ns)) : -1;
-      row.birth_phase = phase_name(a.phase);
-      row.death_phase = freed ? phase_name(a.death_phase) : std::string();
+      row.birth_ns = Since(first, a.birth_ns);
+      row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
+      row.birth_phase = NameOfPhase(phase_names, a.phase);
+      row.death_phase = freed ? NameOfPhase(phase_names, a.death_phase) : std::string();
       row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
       row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
       row.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "collector/engine/address_map.h"
-#include "collector/engine/engine.h"
 #include "collector/engine/decoded_stream.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/failed_allocations.h"
 #include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
@@ -47,20 +47,20 @@ struct Allocation {
   uint64_t address;
   uint64_t bytes;
   uint64_t birth_pos;  // sweep position (events swept before it) of the allocating event
-  uint64_t death_pos;  // of the releasing event; kNever while live
   uint64_t birth_ns;   // absolute
-  uint64_t death_ns;   // absolute; meaningless while live
   uint32_t slot;       // device slot
   int32_t phase;       // phase of origin (innermost attributed range), -1 for none
-  int32_t death_phase; // phase it was freed in, -1 for none (or never freed)
   uint32_t stream;
   uint32_t api_id;
   uint32_t caller_id;  // calling module, 0 when not looked up
   uint32_t thread_id;
-  uint32_t group[2];   // origin groups (by API, by calling module) of device memory
+  uint32_t stack_id;  // wire stack id (`run --stacks`), 0 when none
   uint8_t kind;
-  uint8_t lifetime_class;  // LifetimeClass, set at the end (kKeepAll) or at the peak
-  uint32_t stack_id;       // wire stack id (`run --stacks`), 0 when none
+  uint64_t death_pos = kNever;     // of the releasing event; kNever while live
+  uint64_t death_ns = 0;           // absolute; meaningless while live
+  int32_t death_phase = -1;        // phase it was freed in, -1 for none (or never freed)
+  uint32_t group[2] = {~0u, ~0u};  // origin groups (by API, by calling module) of device memory
+  uint8_t lifetime_class = 0;      // LifetimeClass, set at the end (kKeepAll) or at the peak
 };
 
 struct DeviceCounters {
