@@ -295,7 +295,7 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
         const FailedAllocationReport& f = *failures[next_failure];
         // PyTorch's OOM entry carries the device's free bytes in `addr`.
         entry("oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
-              f.phase.empty() ? "unknown" : f.phase);
+              internal::PhaseLabel(f.phase, "unknown"));
       }
       if (i == steps.size()) break;
       const TimelineAllocation& a = *steps[i].a;

@@ -24,27 +24,6 @@ std::vector<uint32_t> NestingLanes(const std::vector<std::pair<uint64_t, uint64_
   return lanes;
 }
 
-namespace {
-
-// Splits `order` (indexes, in nesting order) into lanes and appends one track per lane.
-template <typename Interval, typename MakeTrack>
-void AddLaneTracks(const std::vector<uint32_t>& order, Interval interval, MakeTrack make,
-                   std::vector<SliceTrack>* tracks) {
-  std::vector<std::pair<uint64_t, uint64_t>> intervals;
-  intervals.reserve(order.size());
-  for (uint32_t i : order) intervals.push_back(interval(i));
-  const std::vector<uint32_t> lanes = NestingLanes(intervals);
-  const size_t base = tracks->size();
-  for (size_t k = 0; k < order.size(); ++k) {
-    while (tracks->size() <= base + lanes[k]) {
-      tracks->push_back(make(static_cast<uint32_t>(tracks->size() - base)));
-    }
-    (*tracks)[base + lanes[k]].slices.push_back(order[k]);
-  }
-}
-
-}  // namespace
-
 std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
                                         const ProcessTimeline& timeline) {
   std::vector<SliceTrack> tracks;
@@ -57,58 +36,100 @@ std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
     });
     return order;
   };
+  // Splits the slices of one thread or stream (`order`: in nesting order) into lanes and
+  // appends a track per lane: `own`, then its overflow tracks.
+  auto add_lanes = [&tracks](const SliceTrack& own, const std::string& overflow_name,
+                             const auto& slices, const std::vector<uint32_t>& order) {
+    std::vector<std::pair<uint64_t, uint64_t>> intervals;
+    intervals.reserve(order.size());
+    for (uint32_t i : order) intervals.emplace_back(slices[i].start_ns, slices[i].end_ns);
+    const std::vector<uint32_t> lanes = NestingLanes(intervals);
+    const size_t base = tracks.size();
+    for (size_t k = 0; k < order.size(); ++k) {
+      while (tracks.size() <= base + lanes[k]) {
+        SliceTrack& track = tracks.emplace_back(own);
+        track.lane = static_cast<uint32_t>(tracks.size() - 1 - base);
+        if (track.lane > 0) {
+          track.name = overflow_name + " (overlapping " + std::to_string(track.lane) + ")";
+        }
+      }
+      tracks[base + lanes[k]].slices.push_back(order[k]);
+    }
+  };
 
   std::map<uint32_t, std::vector<uint32_t>> by_thread;
   for (uint32_t i : nesting_order(timeline.ranges)) {
     by_thread[timeline.ranges[i].thread_id].push_back(i);
   }
-  for (const auto& [thread_key, order] : by_thread) {
-    // A copy: lambdas may not capture structured bindings before C++20 (clang rejects it).
-    const uint32_t thread = thread_key;
+  for (const auto& [thread, order] : by_thread) {
+    SliceTrack own;
+    own.thread_id = thread;
     auto name_it = report.thread_names.find(thread);
-    const std::string thread_name =
+    own.name =
         name_it != report.thread_names.end() ? name_it->second : "thread " + std::to_string(thread);
-    AddLaneTracks(
-        order,
-        [&](uint32_t i) {
-          return std::make_pair(timeline.ranges[i].start_ns, timeline.ranges[i].end_ns);
-        },
-        [&](uint32_t lane) {
-          SliceTrack t;
-          t.thread_id = thread;
-          t.lane = lane;
-          t.name = lane == 0 ? thread_name
-                             : thread_name + " NVTX (overlapping " + std::to_string(lane) + ")";
-          return t;
-        },
-        &tracks);
+    add_lanes(own, own.name + " NVTX", timeline.ranges, order);
   }
 
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> by_stream;
   for (uint32_t i : nesting_order(timeline.kernels)) {
     by_stream[{timeline.kernels[i].device, timeline.kernels[i].stream}].push_back(i);
   }
-  for (const auto& [stream_key, order] : by_stream) {
-    const std::pair<uint32_t, uint32_t> key = stream_key;  // captured below (see above)
-    const std::string name = DeviceLabel(key.first) + " stream " + std::to_string(key.second);
-    AddLaneTracks(
-        order,
-        [&](uint32_t i) {
-          return std::make_pair(timeline.kernels[i].start_ns, timeline.kernels[i].end_ns);
-        },
-        [&](uint32_t lane) {
-          SliceTrack t;
-          t.kernels = true;
-          t.device = key.first;
-          t.stream = key.second;
-          t.lane = lane;
-          t.name = lane == 0 ? name + " kernels"
-                             : name + " kernels (overlapping " + std::to_string(lane) + ")";
-          return t;
-        },
-        &tracks);
+  for (const auto& [stream, order] : by_stream) {
+    SliceTrack own;
+    own.kernels = true;
+    own.name = DeviceLabel(stream.first) + " stream " + std::to_string(stream.second) + " kernels";
+    add_lanes(own, own.name, timeline.kernels, order);
   }
   return tracks;
+}
+
+namespace {
+
+const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
+                          int32_t phase) {
+  if (!report.phase_inference.applied || phase < 0 ||
+      static_cast<size_t>(phase) >= timeline.phase_names.size()) {
+    return "nvtx";
+  }
+  const std::string& name = timeline.phase_names[static_cast<size_t>(phase)];
+  for (const PhaseReport& ph : report.phases) {
+    if (ph.name == name) return ph.inferred ? "inferred_phase" : "nvtx";
+  }
+  return "nvtx";
+}
+
+}  // namespace
+
+Slice SliceOf(const ProcessReport& report, const ProcessTimeline& timeline, const SliceTrack& track,
+              uint32_t i) {
+  if (track.kernels) {
+    const KernelSlice& k = timeline.kernels[i];
+    return {k.start_ns, k.end_ns, timeline.strings[k.name], "kernel"};
+  }
+  const RangeSlice& r = timeline.ranges[i];
+  return {r.start_ns, r.end_ns, PhaseLabel(timeline, r.phase),
+          PhaseCategory(report, timeline, r.phase)};
+}
+
+void DeviceCounters(
+    const ProcessReport& report, const ProcessTimeline& timeline, size_t slot,
+    const std::function<void(const std::string&, const std::vector<MemoryStep>&, bool)>& fn) {
+  const DeviceTimeline& dt = timeline.devices[slot];
+  const std::string gpu = DeviceLabel(dt.index);
+  auto series = [&](const char* what, const std::vector<MemoryStep>& steps, bool from_zero) {
+    if (!steps.empty()) fn(gpu + what, steps, from_zero);
+  };
+  // Without the bridge, native mode sees the caching allocator's segments, not its tensors.
+  series(report.allocator_mode == "native" && !report.torch.attached
+             ? " device memory (allocator segments)"
+             : " device memory in use",
+         dt.device_memory, true);
+  series(" module globals (not the program's)", dt.static_memory, true);
+  const uint64_t tracer = report.devices[slot].not_program.tracer_bytes;
+  if (tracer > 0) {
+    series(" tracer buffers (not the program's)", {{0, tracer}, {report.duration_ns, tracer}},
+           false);
+  }
 }
 
 std::string ProcessLabel(const ProcessReport& report) {
@@ -125,17 +146,8 @@ std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase, const cha
   return timeline.phase_names[static_cast<size_t>(phase)];
 }
 
-const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
-                          int32_t phase) {
-  if (!report.phase_inference.applied || phase < 0 ||
-      static_cast<size_t>(phase) >= timeline.phase_names.size()) {
-    return "nvtx";
-  }
-  const std::string& name = timeline.phase_names[static_cast<size_t>(phase)];
-  for (const PhaseReport& ph : report.phases) {
-    if (ph.name == name) return ph.inferred ? "inferred_phase" : "nvtx";
-  }
-  return "nvtx";
+std::string PhaseLabel(const std::string& phase, const char* none) {
+  return phase.empty() ? none : phase;
 }
 
 uint64_t TraceOrigin(const Report& report) {
@@ -147,6 +159,10 @@ uint64_t TraceOrigin(const Report& report) {
     seen = true;
   }
   return origin;
+}
+
+uint64_t ProcessOffset(const ProcessReport& report, uint64_t origin) {
+  return report.first_timestamp_abs_ns >= origin ? report.first_timestamp_abs_ns - origin : 0;
 }
 
 }  // namespace cumemtrace::internal

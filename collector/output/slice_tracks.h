@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,15 +21,32 @@ struct SliceTrack {
   std::string name;
   bool kernels = false;    // slices index ProcessTimeline::kernels, else ::ranges
   uint32_t thread_id = 0;  // NVTX: the thread whose ranges these are
-  uint32_t device = 0;     // kernels: device ordinal
-  uint32_t stream = 0;     // kernels: CUPTI stream
   uint32_t lane = 0;       // 0: the thread's or stream's own track; n: n-th overflow track
   std::vector<uint32_t> slices;
 };
 
-// NVTX tracks per thread (by thread id), then kernel tracks per device and stream.
+// NVTX tracks per thread (by thread id), then kernel tracks per device and stream; the
+// overflow tracks of a thread or stream follow its own track.
 std::vector<SliceTrack> PlanSliceTracks(const ProcessReport& report,
                                         const ProcessTimeline& timeline);
+
+// Slice `i` of `track` as the exports show it. Phase ranges have the category
+// "inferred_phase" when phase inference synthesized them (the program marked no NVTX range
+// there), else "nvtx"; kernels have "kernel".
+struct Slice {
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  std::string name;
+  const char* category = nullptr;
+};
+Slice SliceOf(const ProcessReport& report, const ProcessTimeline& timeline, const SliceTrack& track,
+              uint32_t i);
+
+// The counter tracks of device `slot` that have steps, in export order: fn(name, steps,
+// from_zero), where `from_zero` says the series starts from 0 bytes at time 0.
+void DeviceCounters(
+    const ProcessReport& report, const ProcessTimeline& timeline, size_t slot,
+    const std::function<void(const std::string&, const std::vector<MemoryStep>&, bool)>& fn);
 
 // "python3 (pid 1069)".
 std::string ProcessLabel(const ProcessReport& report);
@@ -37,13 +55,13 @@ std::string DeviceLabel(uint32_t index);
 // Display name of a timeline phase index; `none` for -1.
 std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase,
                        const char* none = "(no phase)");
-// Category of a phase range in the Chrome and Perfetto exports: "inferred_phase" for a phase
-// synthesized by phase inference (the program marked no NVTX range there), else "nvtx".
-const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& timeline,
-                          int32_t phase);
+// Display name of a phase name; `none` for "" (no phase was open).
+std::string PhaseLabel(const std::string& phase, const char* none = "(no phase)");
 
 // The earliest first timestamp over the processes: time 0 of the exports, so that processes
 // keep their relative placement.
 uint64_t TraceOrigin(const Report& report);
+// Where the process' time 0 lies on that axis.
+uint64_t ProcessOffset(const ProcessReport& report, uint64_t origin);
 
 }  // namespace cumemtrace::internal
