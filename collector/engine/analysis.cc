@@ -2,6 +2,7 @@
 // `report` orders events through a reorder window and keeps only the live set and what was
 // live at the peak; exports and the lifetime rows sort every event and keep every
 // allocation.
+#include <algorithm>
 #include <functional>
 #include <utility>
 
@@ -90,43 +91,17 @@ class TraceAnalysis {
   }
 
   bool NeedsPass() const {
-    for (const auto& [id, p] : processes_) {
-      if (p->stage != Process::Stage::kDone) return true;
-    }
-    return false;
+    return std::any_of(processes_.begin(), processes_.end(),
+                       [](const auto& p) { return p.second->stage != Process::Stage::kDone; });
   }
 
   void BeginPass() {
     in_pass_ = true;
     decoder_ = std::make_unique<StreamDecoder>();
-    for (auto& [id, process] : processes_) {
-      Process& p = *process;
-      if (p.stage == Process::Stage::kDone) continue;
-      DecodedStream& s = decoder_->streams()[id];
-      p.events = 0;
-      switch (p.stage) {
-        case Process::Stage::kSweep:
-          p.accountant = NewAccountant(s, &p.stats);
-          p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
-          break;
-        case Process::Stage::kBursts:
-          p.bursts_scan = std::make_unique<BurstScan>(p.outcome);
-          p.order = MakeOrder(p.sorted, streaming_, p.bursts_scan.get(), &p.stats);
-          break;
-        case Process::Stage::kGradients:
-          p.gradient_scan = std::make_unique<GradientScan>(p.outcome, p.bursts);
-          p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
-          break;
-        case Process::Stage::kFinal:
-          AddInferredNames(&s);
-          p.accountant = NewAccountant(s, &p.stats);
-          p.accountant->SetInferred(
-              p.outcome, InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome));
-          p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
-          break;
-        case Process::Stage::kDone:
-          break;
-      }
+    for (auto& [id, p] : processes_) {
+      if (p->stage == Process::Stage::kDone) continue;
+      p->events = 0;
+      Start(*p, decoder_->streams()[id]);
     }
   }
 
@@ -144,17 +119,32 @@ class TraceAnalysis {
   }
 
  private:
-  std::unique_ptr<Accountant> NewAccountant(const DecodedStream& s, StreamingStats* stats) {
-    return std::make_unique<Accountant>(options_, mode_.retention, rules_, &s, stats);
+  // What consumes the events of p's stage, and the order that feeds it.
+  void Start(Process& p, DecodedStream& s) {
+    if (p.stage == Process::Stage::kBursts) {
+      p.bursts_scan = std::make_unique<BurstScan>(p.outcome);
+      p.order = MakeOrder(p.sorted, streaming_, p.bursts_scan.get(), &p.stats);
+    } else if (p.stage == Process::Stage::kGradients) {
+      p.gradient_scan = std::make_unique<GradientScan>(p.outcome, p.bursts);
+      p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
+    } else {
+      const bool final = p.stage == Process::Stage::kFinal;
+      if (final) AddInferredNames(&s);
+      p.accountant = std::make_unique<Accountant>(options_, mode_.retention, rules_, &s, &p.stats);
+      if (final) {
+        p.accountant->SetInferred(
+            p.outcome, InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome));
+      }
+      p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
+    }
   }
 
-  Process& Get(uint32_t stream_id, const DecodedStream& s) {
+  Process& Get(uint32_t stream_id, DecodedStream& s) {
     std::unique_ptr<Process>& p = processes_[stream_id];
     if (p == nullptr) {
       p = std::make_unique<Process>();
       p->sorted = mode_.sorted;
-      p->accountant = NewAccountant(s, &p->stats);
-      p->order = OrderFor(p->sorted, streaming_, p->accountant.get(), &p->stats);
+      Start(*p, s);
     }
     return *p;
   }
@@ -203,8 +193,8 @@ class TraceAnalysis {
           report.phase_inference = p.outcome;
           p.stage = Process::Stage::kDone;
         } else {
-          p.stage = p.outcome.signal == "memory" ? Process::Stage::kGradients
-                                                 : Process::Stage::kFinal;
+          p.stage =
+              p.outcome.signal == "memory" ? Process::Stage::kGradients : Process::Stage::kFinal;
         }
         break;
       case Process::Stage::kGradients:
@@ -240,39 +230,27 @@ void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis, const Analysis
   std::string_view wire_frame;
   constexpr uint64_t kProgressStep = uint64_t{4} << 20;
   uint64_t next_progress = kProgressStep;
-  struct Done {  // the end of the pass, however it ends
-    const AnalysisOptions& options;
-    TraceFileReader& reader;
-    int pass;
-    ~Done() {
-      if (options.progress) options.progress(pass, reader.file_bytes(), reader.file_bytes());
+  using Result = TraceFileReader::Result;
+  Result result;
+  while ((result = reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame)) == Result::kChunk) {
+    if (is_wire) {
+      analysis.AddWireFrame(stream_id, wire_frame);
+    } else {
+      analysis.AddChunk(chunk);
     }
-  } done{options, reader, pass};
-  for (;;) {
-    switch (reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame)) {
-      case TraceFileReader::Result::kChunk:
-        if (is_wire) {
-          analysis.AddWireFrame(stream_id, wire_frame);
-        } else {
-          analysis.AddChunk(chunk);
-        }
-        if (options.progress && reader.consumed_bytes() >= next_progress) {
-          options.progress(pass, reader.consumed_bytes(), reader.file_bytes());
-          next_progress = reader.consumed_bytes() + kProgressStep;
-        }
-        break;
-      case TraceFileReader::Result::kEnd:
-        return;
-      case TraceFileReader::Result::kTruncated:
-        analysis.MarkTruncated("the file ends inside a chunk after " +
-                               std::to_string(reader.consumed_bytes()) + " of " +
-                               std::to_string(reader.file_bytes()) + " bytes");
-        return;
-      case TraceFileReader::Result::kError:
-        analysis.MarkTruncated(reader.error());
-        return;
+    if (options.progress && reader.consumed_bytes() >= next_progress) {
+      options.progress(pass, reader.consumed_bytes(), reader.file_bytes());
+      next_progress = reader.consumed_bytes() + kProgressStep;
     }
   }
+  if (result == Result::kTruncated) {
+    analysis.MarkTruncated("the file ends inside a chunk after " +
+                           std::to_string(reader.consumed_bytes()) + " of " +
+                           std::to_string(reader.file_bytes()) + " bytes");
+  } else if (result == Result::kError) {
+    analysis.MarkTruncated(reader.error());
+  }
+  if (options.progress) options.progress(pass, reader.file_bytes(), reader.file_bytes());
 }
 
 // The analysis of what `open` opens, read as often as the passes need.
@@ -305,8 +283,8 @@ std::unique_ptr<AnalyzedTrace> AnalyzeBytes(std::string_view bytes, const Analys
                                             Mode mode, const StreamingOptions& streaming,
                                             std::map<uint32_t, StreamingStats>* stats,
                                             std::string* error) {
-  return Analyze([bytes](TraceFileReader* r) { return r->OpenBytes(bytes, "the trace"); },
-                 options, mode, streaming, stats, error);
+  return Analyze([bytes](TraceFileReader* r) { return r->OpenBytes(bytes, "the trace"); }, options,
+                 mode, streaming, stats, error);
 }
 
 }  // namespace internal
