@@ -1,11 +1,13 @@
 #include "tracer/python_frames.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <unordered_map>
 
@@ -139,8 +141,9 @@ int g_layout_checks = 0;  // walks that passed, under the table lock
 
 // Why a thread without the GIL got no Python stack, for the tracer's one notice
 // (TakePythonFramesNotice); the first reason is kept.
-enum Refusal : int { kNoRefusal, kNoLayout, kLayoutRefused, kRefusalTold };
+enum Refusal : int { kNoRefusal, kNoLayout, kLayoutRefused, kCannotCheck, kRefusalTold };
 std::atomic<int> g_refusal{kNoRefusal};
+std::atomic<int> g_unusable_because{kLayoutRefused};  // why the check failed
 
 // Names of the code objects seen, by key (from 1): appended under the table lock, read by
 // the sender without a lock (function and file never change once counted).
@@ -228,26 +231,45 @@ uint32_t CachedLine(uint32_t key, int offset, Decode decode) {
   return value;
 }
 
-// Reads this process's memory: checked (process_vm_readv) until the layout is trusted.
+// Reads this process's memory: checked until the layout is trusted, with process_vm_readv,
+// or where a seccomp filter forbids it, by writing the bytes into a pipe (write fails with
+// EFAULT where a plain read would fault). The pipe lives for one walk only.
 class MemoryReader {
  public:
   explicit MemoryReader(bool checked) : checked_(checked) {}
-  bool Bytes(uintptr_t address, void* out, size_t size) const {
+  ~MemoryReader() {
+    if (pipe_[0] >= 0) close(pipe_[0]);
+    if (pipe_[1] >= 0) close(pipe_[1]);
+  }
+  MemoryReader(const MemoryReader&) = delete;
+  MemoryReader& operator=(const MemoryReader&) = delete;
+
+  bool Bytes(uintptr_t address, void* out, size_t size) {
     if (!checked_) {
       memcpy(out, reinterpret_cast<const void*>(address), size);
       return true;
     }
-    iovec local{out, size};
-    iovec remote{reinterpret_cast<void*>(address), size};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(size);
+    if (!through_pipe_) {
+      iovec local{out, size};
+      iovec remote{reinterpret_cast<void*>(address), size};
+      const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+      if (n >= 0 || (errno != EPERM && errno != ENOSYS)) return n == static_cast<ssize_t>(size);
+      through_pipe_ = true;
+    }
+    if (pipe_[0] < 0 && pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+    return write(pipe_[1], reinterpret_cast<const void*>(address), size) ==
+               static_cast<ssize_t>(size) &&
+           read(pipe_[0], out, size) == static_cast<ssize_t>(size);
   }
   template <typename T>
-  bool Read(uintptr_t address, T* out) const {
+  bool Read(uintptr_t address, T* out) {
     return Bytes(address, out, sizeof(T));
   }
 
  private:
   bool checked_;
+  bool through_pipe_ = false;
+  int pipe_[2] = {-1, -1};
 };
 
 // One walk of the calling thread's frames through a FrameLayout, under the table lock.
@@ -261,6 +283,12 @@ class FrameWalk {
     const auto thread = reinterpret_cast<uintptr_t>(py_.ThisThreadState());
     if (thread == 0) return 0;
     uintptr_t frame = 0;
+    // The thread state is certainly mapped: a checked read that fails there says the check
+    // itself cannot be made (no process_vm_readv and no descriptor for the pipe).
+    if (!memory_.Read(thread, &frame)) {
+      cannot_check_ = true;
+      return Wrong();
+    }
     if (!memory_.Read(thread + layout_.tstate_frame, &frame)) return Wrong();
     if (layout_.cframe_frame >= 0 && frame != 0 &&
         !memory_.Read(frame + static_cast<uint16_t>(layout_.cframe_frame), &frame)) {
@@ -300,6 +328,7 @@ class FrameWalk {
   }
 
   bool wrong() const { return wrong_; }
+  bool cannot_check() const { return cannot_check_; }
 
  private:
   uint32_t Wrong() {
@@ -390,6 +419,7 @@ class FrameWalk {
   MemoryReader memory_;
   bool gil_;
   bool wrong_ = false;
+  bool cannot_check_ = false;
 };
 
 // The API's walk, for the versions without a known layout. With the GIL.
@@ -464,6 +494,8 @@ uint32_t CheckLayout(const PythonApi& py, const FrameLayout& layout, bool gil, u
     std::copy(direct, direct + 2 * n, out);
   }
   if (!agrees) {
+    g_unusable_because.store(walk.cannot_check() ? kCannotCheck : kLayoutRefused,
+                             std::memory_order_relaxed);
     g_layout_state.store(kLayoutUnusable, std::memory_order_release);
   } else if (n > 0 && ++g_layout_checks >= kChecksBeforeTrust) {
     g_layout_state.store(kLayoutTrusted, std::memory_order_release);
@@ -483,8 +515,9 @@ uint32_t CapturePythonFrames(uint64_t* out, uint32_t max) {
   if (!gil &&
       (layout == nullptr || g_layout_state.load(std::memory_order_acquire) == kLayoutUnusable)) {
     int none = kNoRefusal;
-    g_refusal.compare_exchange_strong(none, layout == nullptr ? kNoLayout : kLayoutRefused,
-                                      std::memory_order_relaxed);
+    g_refusal.compare_exchange_strong(
+        none, layout == nullptr ? kNoLayout : g_unusable_because.load(std::memory_order_relaxed),
+        std::memory_order_relaxed);
     return 0;
   }
   if (g_table_busy.exchange(true, std::memory_order_acquire)) return 0;
@@ -523,9 +556,18 @@ bool TakePythonFramesNotice(std::string* text) {
   *text = version == 0
               ? std::string("Python before 3.11")
               : "Python " + std::to_string(version >> 8) + "." + std::to_string(version & 0xff);
-  *text += why == kNoLayout ? ": no frame layout is known for this version"
-                            : ": its frames are not laid out as this version's are (a debug or "
-                              "free-threaded build?)";
+  switch (why) {
+    case kNoLayout:
+      *text += ": no frame layout is known for this version";
+      break;
+    case kCannotCheck:
+      *text += ": its frame layout cannot be checked (no process_vm_readv, no pipe)";
+      break;
+    default:
+      *text +=
+          ": its frames are not laid out as this version's are (a debug or free-threaded "
+          "build?)";
+  }
   *text +=
       ", so a thread that let go of the GIL (as PyTorch's operators do around their "
       "allocations) has no Python stack; a thread that holds it still has one";
@@ -534,6 +576,7 @@ bool TakePythonFramesNotice(std::string* text) {
 
 void ResetPythonFrameLayoutForTesting(bool usable) {
   g_layout_state.store(usable ? kLayoutChecking : kLayoutUnusable, std::memory_order_relaxed);
+  g_unusable_because.store(kLayoutRefused, std::memory_order_relaxed);
   g_layout_checks = 0;
   g_refusal.store(kNoRefusal, std::memory_order_relaxed);
 }
