@@ -7,13 +7,17 @@ constexpr uint32_t kBatch = 1000;  // container items per MARK, as pickle.py's _
 
 }  // namespace
 
-PickleWriter::PickleWriter(std::ostream& out) : out_(out) {
-  Put('\x80');
-  Put('\x02');
-}
-
 void PickleWriter::Little(uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out_.put(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+void PickleWriter::Put(char op, uint64_t value, int bytes) {
+  out_.put(op);
+  Little(value, bytes);
+}
+
+void PickleWriter::Memo(char short_op, char long_op, uint32_t index) {
+  Put(index < 0x100 ? short_op : long_op, index, index < 0x100 ? 1 : 4);
 }
 
 void PickleWriter::ValueDone() {
@@ -23,32 +27,36 @@ void PickleWriter::ValueDone() {
   // A dict's batch counts keys and values; a tuple is built from one MARK.
   const uint32_t batch = top.type == Container::kDict ? 2 * kBatch : kBatch;
   if (top.type != Container::kTuple && top.pending == batch) {
-    Put(top.type == Container::kDict ? 'u' : 'e');
-    Put('(');
+    out_.put(top.type == Container::kDict ? 'u' : 'e');
+    out_.put('(');
     top.pending = 0;
   }
 }
 
-void PickleWriter::None() {
-  Put('N');
+void PickleWriter::Scalar(char op) {
+  out_.put(op);
   ValueDone();
 }
 
-void PickleWriter::Bool(bool value) {
-  Put(value ? '\x88' : '\x89');
+void PickleWriter::Begin(const char* ops, Container type) {
+  out_ << ops;
+  open_.push_back(Open{type, 0});
+}
+
+void PickleWriter::End(char op) {
+  out_.put(op);
+  open_.pop_back();
   ValueDone();
 }
 
 void PickleWriter::Int(int64_t value) {
+  const auto bits = static_cast<uint64_t>(value);
   if (value >= 0 && value < 0x100) {
-    Put('K');
-    Little(static_cast<uint64_t>(value), 1);
+    Put('K', bits, 1);
   } else if (value >= 0 && value < 0x10000) {
-    Put('M');
-    Little(static_cast<uint64_t>(value), 2);
+    Put('M', bits, 2);
   } else if (value >= INT32_MIN && value <= INT32_MAX) {
-    Put('J');
-    Little(static_cast<uint64_t>(value), 4);
+    Put('J', bits, 4);
   } else {
     // LONG1: little-endian two's complement in the fewest bytes that keep the sign.
     int bytes = 8;
@@ -57,9 +65,8 @@ void PickleWriter::Int(int64_t value) {
       if (shifted != 0 && shifted != -1) break;
       --bytes;
     }
-    Put('\x8a');
-    Put(static_cast<char>(bytes));
-    Little(static_cast<uint64_t>(value), bytes);
+    Put('\x8a', static_cast<uint64_t>(bytes), 1);
+    Little(bits, bytes);
   }
   ValueDone();
 }
@@ -69,76 +76,24 @@ void PickleWriter::UInt(uint64_t value) {
     Int(static_cast<int64_t>(value));
     return;
   }
-  // 2^63 and above need a ninth byte so that the sign bit stays clear.
-  Put('\x8a');
-  Put(9);
+  // 2^63 and above need a ninth byte, 0, so that the sign bit stays clear.
+  Put('\x8a', 9, 1);
   Little(value, 8);
-  Put('\0');
-  ValueDone();
+  Scalar('\0');
 }
 
 void PickleWriter::Str(const std::string& value) {
   auto it = memo_.find(value);
   if (it != memo_.end()) {
-    if (it->second < 0x100) {
-      Put('h');
-      Little(it->second, 1);
-    } else {
-      Put('j');
-      Little(it->second, 4);
-    }
+    Memo('h', 'j', it->second);
   } else {
-    Put('X');
-    Little(value.size(), 4);
+    Put('X', value.size(), 4);
     out_.write(value.data(), static_cast<std::streamsize>(value.size()));
     const auto index = static_cast<uint32_t>(memo_.size());
     memo_.emplace(value, index);
-    if (index < 0x100) {
-      Put('q');
-      Little(index, 1);
-    } else {
-      Put('r');
-      Little(index, 4);
-    }
+    Memo('q', 'r', index);
   }
   ValueDone();
 }
-
-void PickleWriter::BeginDict() {
-  Put('}');
-  Put('(');
-  open_.push_back(Open{Container::kDict, 0});
-}
-
-void PickleWriter::EndDict() {
-  Put('u');
-  open_.pop_back();
-  ValueDone();
-}
-
-void PickleWriter::BeginList() {
-  Put(']');
-  Put('(');
-  open_.push_back(Open{Container::kList, 0});
-}
-
-void PickleWriter::EndList() {
-  Put('e');
-  open_.pop_back();
-  ValueDone();
-}
-
-void PickleWriter::BeginTuple() {
-  Put('(');
-  open_.push_back(Open{Container::kTuple, 0});
-}
-
-void PickleWriter::EndTuple() {
-  Put('t');
-  open_.pop_back();
-  ValueDone();
-}
-
-void PickleWriter::Finish() { Put('.'); }
 
 }  // namespace cumemtrace::internal

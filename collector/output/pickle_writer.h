@@ -23,21 +23,21 @@ namespace cumemtrace::internal {
 
 class PickleWriter {
  public:
-  explicit PickleWriter(std::ostream& out);
+  explicit PickleWriter(std::ostream& out) : out_(out) { out_.write("\x80\x02", 2); }
 
-  void None();
-  void Bool(bool value);
+  void None() { Scalar('N'); }
+  void Bool(bool value) { Scalar(value ? '\x88' : '\x89'); }
   void Int(int64_t value);
   void UInt(uint64_t value);
   void Str(const std::string& value);
-  void BeginDict();
-  void EndDict();
-  void BeginList();
-  void EndList();
-  void BeginTuple();
-  void EndTuple();
+  void BeginDict() { Begin("}(", Container::kDict); }
+  void EndDict() { End('u'); }
+  void BeginList() { Begin("](", Container::kList); }
+  void EndList() { End('e'); }
+  void BeginTuple() { Begin("(", Container::kTuple); }
+  void EndTuple() { End('t'); }
   // Writes STOP; exactly one top-level value must have been written.
-  void Finish();
+  void Finish() { out_.put('.'); }
 
  private:
   enum class Container : uint8_t { kDict, kList, kTuple };
@@ -45,9 +45,15 @@ class PickleWriter {
     Container type;
     uint32_t pending;  // values written since the last MARK
   };
+  void Begin(const char* ops, Container type);
+  void End(char op);
+  void Scalar(char op);
   void ValueDone();
-  void Put(char op) { out_.put(op); }
+  // `op`, then `value` in `bytes` little-endian bytes.
+  void Put(char op, uint64_t value, int bytes);
   void Little(uint64_t value, int bytes);
+  // A memo opcode: `short_op` for the first 256 entries, else `long_op`.
+  void Memo(char short_op, char long_op, uint32_t index);
 
   std::ostream& out_;
   std::vector<Open> open_;

@@ -38,23 +38,19 @@ std::string Base64(const void* data, size_t size) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   std::string out;
   out.reserve((size + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < size; i += 3) {
-    const uint32_t n = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += kAlphabet[n & 63];
-  }
-  if (i < size) {
-    uint32_t n = uint32_t{bytes[i]} << 16;
-    if (i + 1 < size) n |= uint32_t{bytes[i + 1]} << 8;
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < size ? kAlphabet[(n >> 6) & 63] : '=';
-    out += '=';
+  for (size_t i = 0; i < size; i += 3) {
+    const size_t n = std::min<size_t>(3, size - i);  // bytes in this group: 4 - n pad chars
+    uint32_t group = 0;
+    for (size_t k = 0; k < 3; ++k) group = (group << 8) | (k < n ? bytes[i + k] : 0u);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(group >> (18 - 6 * k)) & 63] : '=';
   }
   return out;
+}
+
+// `value` where it is known, else null.
+template <typename T>
+json OrNull(bool known, const T& value) {
+  return known ? json(value) : json(nullptr);
 }
 
 template <typename T>
@@ -68,7 +64,8 @@ const std::vector<std::string> kLifetimeClassNames = {"persistent", "activation"
                                                       "temporary", "other"};
 constexpr uint8_t kUnknownLifetimeClass = 0xFF;
 
-json StepsData(const DeviceTimeline& dt) {
+// A device's memory series and peak, which the report and compare pages both show.
+json PeakData(const DeviceReport& dr, const DeviceTimeline& dt) {
   std::vector<double> step_time, step_bytes;
   step_time.reserve(dt.device_memory.size());
   step_bytes.reserve(dt.device_memory.size());
@@ -76,17 +73,22 @@ json StepsData(const DeviceTimeline& dt) {
     step_time.push_back(static_cast<double>(s.time_ns));
     step_bytes.push_back(static_cast<double>(s.bytes));
   }
-  return {{"n", step_time.size()}, {"time_ns", Column(step_time)}, {"bytes", Column(step_bytes)}};
+  return {{"peak_bytes", dr.peak.bytes},
+          {"peak_time_ns", OrNull(dr.peak.seen, dr.peak.time_ns)},
+          {"peak_step", OrNull(dt.peak_step != kNoStep, dt.peak_step)},
+          {"lifetime_at_peak", internal::LifetimeAtPeakJson(dr.lifetime_at_peak)},
+          {"steps",
+           {{"n", step_time.size()}, {"time_ns", Column(step_time)},
+            {"bytes", Column(step_bytes)}}}};
 }
 
 json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
   std::vector<uint32_t> birth, death, api, library;
-  std::vector<int32_t> phase;
+  std::vector<int32_t> phase, stack;
   std::vector<double> bytes;
   std::vector<uint8_t> kind, lifetime_class;
-  std::vector<int32_t> stack;
   for (const TimelineAllocation& a : t.allocations) {
     if (a.device_slot != slot || !IsDeviceMemory(a.kind)) continue;
     if (!t.stacks.empty()) stack.push_back(a.stack);
@@ -116,21 +118,17 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
       busy[bin] += static_cast<float>((hi - lo) / width);
     }
   }
-  json d = {{"index", dr.index},
-            {"name", dr.has_info ? json(dr.name) : json(nullptr)},
-            {"total_memory_bytes", dr.has_info ? json(dr.total_memory_bytes) : json(nullptr)},
-            {"peak_bytes", dr.peak.bytes},
-            {"peak_time_ns", dr.peak.seen ? json(dr.peak.time_ns) : json(nullptr)},
-            {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
+  json d = PeakData(dr, dt);
+  d.update({{"index", dr.index},
+            {"name", OrNull(dr.has_info, dr.name)},
+            {"total_memory_bytes", OrNull(dr.has_info, dr.total_memory_bytes)},
             {"peak_live_allocations", dr.peak.live_count},
             {"kernel_count", dr.kernel_count},
-            {"lifetime_at_peak", internal::LifetimeAtPeakJson(dr.lifetime_at_peak)},
-            {"steps", StepsData(dt)},
             {"allocations",
              {{"n", birth.size()}, {"birth_step", Column(birth)}, {"death_step", Column(death)},
               {"bytes", Column(bytes)}, {"phase", Column(phase)}, {"api", Column(api)},
               {"library", Column(library)}, {"kind", Column(kind)}}},
-            {"kernel_busy", {{"bins", kKernelBins}, {"fraction", Column(busy)}}}};
+            {"kernel_busy", {{"bins", kKernelBins}, {"fraction", Column(busy)}}}});
   // Only with the analysis' lifetimes; the viewer then groups a live set by class as well.
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
   // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
@@ -174,9 +172,8 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
                          {"peak_bytes", d.peak_bytes},
                          {"peak_above_entry_bytes", d.peak_above_entry_bytes},
                          {"first_above_entry_bytes", d.first.peak_above_entry_bytes},
-                         {"steady_above_entry_bytes", d.steady_of > 0
-                                                          ? json(d.steady.peak_above_entry_bytes)
-                                                          : json()},
+                         {"steady_above_entry_bytes",
+                          OrNull(d.steady_of > 0, d.steady.peak_above_entry_bytes)},
                          {"allocated_bytes", d.allocated_bytes}, {"freed_bytes", d.freed_bytes},
                          {"allocations", d.allocations}, {"frees", d.frees},
                          {"failed_allocations", d.failed_allocations}, {"kernels", d.kernels}});
@@ -189,7 +186,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
   for (const FailedAllocationReport& f : p.failed_allocations) {
     failed.push_back({{"time_ns", f.time_ns}, {"device", f.device}, {"api", f.api},
                       {"requested_bytes", f.requested_bytes}, {"error_name", f.error_name},
-                      {"phase", f.phase.empty() ? json(nullptr) : json(f.phase)},
+                      {"phase", OrNull(!f.phase.empty(), f.phase)},
                       {"caller", f.caller}, {"device_in_use_bytes", f.device_in_use_bytes},
                       {"device_free_bytes", f.device_free_bytes}});
   }
@@ -250,19 +247,15 @@ json CompareRunData(const ViewerRun& run) {
   const DeviceReport& dr = p.devices[best_slot];
   const DeviceTimeline& dt = run.trace->timelines[best_process].devices[best_slot];
   const IterationReport& it = p.iterations;
+  r.update(PeakData(dr, dt));
   r.update({{"process", internal::ProcessLabel(p)},
             {"pid", p.pid},
             {"allocator_mode", p.allocator_mode},
             {"duration_ns", p.duration_ns},
-            {"device", {{"index", dr.index}, {"name", dr.has_info ? json(dr.name) : json(nullptr)}}},
+            {"device", {{"index", dr.index}, {"name", OrNull(dr.has_info, dr.name)}}},
             {"align_ns", it.windows_ns.empty() ? 0 : it.windows_ns.front().first},
             {"aligned_at", it.windows_ns.empty() ? "trace start" : "first iteration start"},
-            {"peak_bytes", dr.peak.bytes},
-            {"peak_time_ns", dr.peak.seen ? json(dr.peak.time_ns) : json(nullptr)},
-            {"peak_step", dt.peak_step == kNoStep ? json(nullptr) : json(dt.peak_step)},
-            {"lifetime_at_peak", internal::LifetimeAtPeakJson(dr.lifetime_at_peak)},
-            {"iterations", internal::IterationsJson(it, true)},
-            {"steps", StepsData(dt)}});
+            {"iterations", internal::IterationsJson(it, true)}});
   return r;
 }
 
@@ -271,7 +264,7 @@ json SweepPointData(const SweepPoint& point) {
   const auto persistent = f.lifetime_bytes.find("persistent");
   json d = {{"label", point.label}, {"value", point.value}, {"exit_status", point.exit_status},
             {"found", f.found},
-            {"page", point.page.empty() ? json(nullptr) : json(point.page)}};
+            {"page", OrNull(!point.page.empty(), point.page)}};
   if (!f.found) return d;
   d.update(
       {{"pid", f.pid},
@@ -281,10 +274,23 @@ json SweepPointData(const SweepPoint& point) {
        {"persistent_bytes", !f.lifetimes                           ? json(nullptr)
                             : persistent == f.lifetime_bytes.end() ? json(0)
                                                                    : json(persistent->second)},
-       {"activation_memory_bytes", f.lifetimes ? json(f.activation_memory_bytes) : json(nullptr)},
-       {"lifetime_bytes", f.lifetimes ? json(f.lifetime_bytes) : json(nullptr)},
+       {"activation_memory_bytes", OrNull(f.lifetimes, f.activation_memory_bytes)},
+       {"lifetime_bytes", OrNull(f.lifetimes, f.lifetime_bytes)},
        {"iterations", f.iterations}});
   return d;
+}
+
+// The viewer page of `mode` with `data` in place of the template's {{CUMEMTRACE_DATA}} marker.
+void WriteViewerPage(const char* mode, json data, std::ostream& out) {
+  data["schema"] = "cumemtrace.viewer/1";
+  data["mode"] = mode;
+  const std::string dumped = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string text = EscapeJsonForScript(dumped);
+  const std::string_view html(internal::kViewerHtml, internal::kViewerHtmlSize);
+  constexpr std::string_view kMarker = "{{CUMEMTRACE_DATA}}";
+  const size_t at = html.find(kMarker);
+  out << html.substr(0, at);
+  if (at != std::string_view::npos) out << text << html.substr(at + kMarker.size());
 }
 
 }  // namespace
@@ -299,15 +305,11 @@ std::string EscapeJsonForScript(std::string_view json_text) {
   out.reserve(json_text.size());
   for (size_t i = 0; i < json_text.size(); ++i) {
     const char ch = json_text[i];
-    if (ch == '<') {
-      out += "\\u003c";
-    } else if (ch == '>') {
-      out += "\\u003e";
-    } else if (ch == '&') {
-      out += "\\u0026";
-    } else if (ch == '\xe2' && i + 2 < json_text.size() && json_text[i + 1] == '\x80' &&
-               (json_text[i + 2] == '\xa8' || json_text[i + 2] == '\xa9')) {
-      out += json_text[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+    const std::string_view rest = json_text.substr(i, 3);
+    if (ch == '<' || ch == '>' || ch == '&') {
+      out += ch == '<' ? "\\u003c" : ch == '>' ? "\\u003e" : "\\u0026";
+    } else if (rest == "\xe2\x80\xa8" || rest == "\xe2\x80\xa9") {
+      out += rest[2] == '\xa8' ? "\\u2028" : "\\u2029";
       i += 2;
     } else {
       out += ch;
@@ -316,47 +318,27 @@ std::string EscapeJsonForScript(std::string_view json_text) {
   return out;
 }
 
-namespace {
-
-// The viewer page with `data` in place of the template's {{CUMEMTRACE_DATA}} marker.
-void WriteViewerPage(const json& data, std::ostream& out) {
-  const std::string dumped = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  const std::string text = EscapeJsonForScript(dumped);
-  const std::string_view html(internal::kViewerHtml, internal::kViewerHtmlSize);
-  constexpr std::string_view kMarker = "{{CUMEMTRACE_DATA}}";
-  const size_t at = html.find(kMarker);
-  out << html.substr(0, at);
-  if (at != std::string_view::npos) out << text << html.substr(at + kMarker.size());
-}
-
-}  // namespace
-
 void WriteViewerHtml(const AnalyzedTrace& trace, std::ostream& out) {
-  json data = {{"schema", "cumemtrace.viewer/1"},
-               {"mode", "report"},
-               {"trace_file", trace.report->trace_file},
+  json data = {{"trace_file", trace.report->trace_file},
                {"truncated", trace.report->truncated},
                {"processes", json::array()}};
   for (size_t i = 0; i < trace.report->processes.size(); ++i) {
     data["processes"].push_back(ProcessData(trace.report->processes[i], trace.timelines[i]));
   }
-  WriteViewerPage(data, out);
+  WriteViewerPage("report", std::move(data), out);
 }
 
 void WriteCompareViewerHtml(const std::vector<ViewerRun>& runs, std::ostream& out) {
-  json data = {{"schema", "cumemtrace.viewer/1"}, {"mode", "compare"}, {"runs", json::array()}};
+  json data = {{"runs", json::array()}};
   for (const ViewerRun& run : runs) data["runs"].push_back(CompareRunData(run));
-  WriteViewerPage(data, out);
+  WriteViewerPage("compare", std::move(data), out);
 }
 
 void WriteSweepViewerHtml(const std::string& parameter, const std::vector<SweepPoint>& points,
                           std::ostream& out) {
-  json data = {{"schema", "cumemtrace.viewer/1"},
-               {"mode", "sweep"},
-               {"parameter", parameter},
-               {"points", json::array()}};
+  json data = {{"parameter", parameter}, {"points", json::array()}};
   for (const SweepPoint& point : points) data["points"].push_back(SweepPointData(point));
-  WriteViewerPage(data, out);
+  WriteViewerPage("sweep", std::move(data), out);
 }
 
 }  // namespace cumemtrace
