@@ -52,25 +52,15 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   }
   p->complete = s.launcher_exit.has_value() || s.process_exit_code.has_value();
   if (!p->complete) p->incomplete_reasons.push_back("ended without an exit record");
-  if (s.closed) {
-    switch (s.close_reason) {
-      case v1::CLOSE_REASON_PROTOCOL_ERROR:
-      case v1::CLOSE_REASON_IO_ERROR:
-        p->complete = false;
-        p->incomplete_reasons.push_back(
-            (s.close_reason == v1::CLOSE_REASON_IO_ERROR
-                 ? "the stream ended with a read error"
-                 : "the collector closed the stream after a protocol error") +
-            (s.close_error.empty() ? "" : ": " + s.close_error));
-        break;
-      case v1::CLOSE_REASON_COLLECTOR_SHUTDOWN:
-        if (!p->complete) {
-          p->incomplete_reasons.push_back("the collector stopped while the process was connected");
-        }
-        break;
-      default:
-        break;
-    }
+  const bool read_error = s.close_reason == v1::CLOSE_REASON_IO_ERROR;
+  if (s.closed && (read_error || s.close_reason == v1::CLOSE_REASON_PROTOCOL_ERROR)) {
+    p->complete = false;
+    p->incomplete_reasons.push_back(
+        (read_error ? "the stream ended with a read error"
+                    : "the collector closed the stream after a protocol error") +
+        (s.close_error.empty() ? "" : ": " + s.close_error));
+  } else if (s.closed && s.close_reason == v1::CLOSE_REASON_COLLECTOR_SHUTDOWN && !p->complete) {
+    p->incomplete_reasons.push_back("the collector stopped while the process was connected");
   }
   if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
 }
@@ -89,15 +79,15 @@ void ShiftRecordsToRealtime(DecodedStream* s) {
 }
 
 void FillTorchLayers(const DeviceCounters& c, TorchLayers* t) {
-  t->present = c.kind_seen[kTorchAllocatedKind] || c.kind_seen[kTorchReservedKind];
+  const KindStats& allocated = c.kinds[kTorchAllocatedKind];
+  const KindStats& reserved = c.kinds[kTorchReservedKind];
+  t->present = allocated.allocations + reserved.allocations > 0;
   if (!t->present) return;
-  t->allocated_peak_bytes = c.kinds[kTorchAllocatedKind].peak_bytes;
-  t->reserved_peak_bytes = c.kinds[kTorchReservedKind].peak_bytes;
-  t->reserved_at_allocated_peak_bytes = c.torch_reserved_at_allocated_peak;
-  t->fragmentation_at_peak_bytes =
-      c.torch_reserved_at_allocated_peak > t->allocated_peak_bytes
-          ? c.torch_reserved_at_allocated_peak - t->allocated_peak_bytes
-          : 0;
+  t->allocated_peak_bytes = allocated.peak_bytes;
+  t->reserved_peak_bytes = reserved.peak_bytes;
+  const uint64_t at_peak = c.torch_reserved_at_allocated_peak;
+  t->reserved_at_allocated_peak_bytes = at_peak;
+  t->fragmentation_at_peak_bytes = at_peak - std::min(at_peak, allocated.peak_bytes);
   t->other_device_peak_bytes = c.kinds[3].peak_bytes;
 }
 
@@ -119,7 +109,7 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
     d.peak.time_ns = Since(first, c.peak_ns);
   }
   for (uint8_t k = 0; k < kMemoryKinds; ++k) {
-    if (c.kind_seen[k] || c.kinds[k].releases > 0) d.by_kind[MemoryKindName(k)] = c.kinds[k];
+    if (c.kinds[k].allocations + c.kinds[k].releases > 0) d.by_kind[MemoryKindName(k)] = c.kinds[k];
   }
   for (const uint8_t k : {uint8_t{3}, uint8_t{4}, kTorchAllocatedKind}) {
     d.live_at_exit_count += c.kinds[k].live_at_exit_count;
@@ -275,14 +265,10 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
     DropSummary& sum = drops[d.source];
     sum.source = DropSourceName(d.source);
     sum.total += d.count;
-    DropWindow w;
-    w.count = d.count;
-    w.has_window = d.first_ns != 0;
-    if (w.has_window) {
-      w.first_ns = Since(first, d.first_ns);
-      w.last_ns = Since(first, std::max(d.first_ns, d.last_ns));
-    }
-    sum.windows.push_back(w);
+    const bool timed = d.first_ns != 0;
+    sum.windows.push_back(DropWindow{d.count, timed ? Since(first, d.first_ns) : 0,
+                                     timed ? Since(first, std::max(d.first_ns, d.last_ns)) : 0,
+                                     timed});
   }
   for (auto& [source, sum] : drops) p->dropped.push_back(std::move(sum));
 }
@@ -410,7 +396,6 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
                  stream, e.name_id, e.caller_id, e.thread_id,    e.stack_id, kind};
   live_.Insert(key, index);
 
-  d.kind_seen[kind] = true;
   KindStats& k = d.kinds[kind];
   ++k.allocations;
   k.allocated_bytes += e.b;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -72,7 +73,6 @@ struct DeviceCounters {
   uint64_t static_peak = 0;
   std::array<uint64_t, kMemoryKinds> kind_live{};
   std::array<KindStats, kMemoryKinds> kinds{};
-  std::array<bool, kMemoryKinds> kind_seen{};
   uint64_t released_unknown_count = 0;
   uint64_t released_unknown_bytes = 0;
   uint64_t reallocated_live_address = 0;
@@ -111,8 +111,7 @@ class Accountant {
   // The sweep's order: time, then the tie rule of design.md (Event::pad); arrival breaks the
   // remaining ties.
   static bool KeyBefore(const Event& x, const Event& y) {
-    if (x.timestamp_ns != y.timestamp_ns) return x.timestamp_ns < y.timestamp_ns;
-    return x.pad < y.pad;
+    return std::tie(x.timestamp_ns, x.pad) < std::tie(y.timestamp_ns, y.pad);
   }
 
  private:

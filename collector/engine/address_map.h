@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace cumemtrace::internal {
@@ -52,22 +53,14 @@ class AddressMap {
       if (values_[i] != 0) f(values_[i] - 1);
     }
   }
-  void Clear() {
-    keys_.clear();
-    values_.clear();
-    size_ = 0;
-    mask_ = 0;
-  }
 
  private:
   size_t Home(uint64_t key) const {
     return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
   }
   void Grow() {
-    std::vector<uint64_t> old_keys;
-    std::vector<uint32_t> old_values;
-    old_keys.swap(keys_);
-    old_values.swap(values_);
+    const std::vector<uint64_t> old_keys = std::move(keys_);
+    const std::vector<uint32_t> old_values = std::move(values_);
     const size_t capacity = old_values.empty() ? 1024 : old_values.size() * 2;
     keys_.assign(capacity, 0);
     values_.assign(capacity, 0);

@@ -78,10 +78,7 @@ struct Block {
 class BlockPool {
  public:
   Block* Get() {
-    if (free_.empty()) {
-      all_.push_back(std::make_unique<Block>());
-      return all_.back().get();
-    }
+    if (free_.empty()) return all_.emplace_back(std::make_unique<Block>()).get();
     Block* b = free_.back();
     free_.pop_back();
     return b;

@@ -29,10 +29,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     return it->second;
   };
 
-  out->devices.resize(report.devices.size());
-  for (size_t slot = 0; slot < report.devices.size(); ++slot) {
-    out->devices[slot].index = report.devices[slot].index;
-  }
+  for (const DeviceReport& d : report.devices) out->devices.emplace_back().index = d.index;
 
   out->allocations.resize(allocations.size());
   std::unordered_map<uint32_t, uint32_t> interned;  // wire string id -> strings index
