@@ -70,17 +70,18 @@ class SnapshotWriter : public internal::PickleWriter {
     Field("action", action);
     Field("addr", address);
     Field("size", bytes);
-    Field("stream",
-          0);  // CUPTI's memory records do not say which stream an allocation is ordered on
+    // CUPTI's memory records do not say which stream an allocation is ordered on.
+    Field("stream", 0);
     Field("time_us", time_abs_ns / 1000);
     Frames(stack);
     Field("category", category);
     EndDict();
   }
 
-  // A segment's fields up to its open list of blocks; EndSegment closes both.
-  void BeginSegment(uint32_t device, const TimelineAllocation& a, uint64_t used,
-                    const char* segment_type) {
+  // A segment; `blocks()` writes its blocks.
+  template <typename Blocks>
+  void Segment(uint32_t device, const TimelineAllocation& a, uint64_t used,
+               const char* segment_type, Blocks blocks) {
     BeginDict();
     Field("device", device);
     Field("address", a.address);
@@ -100,9 +101,7 @@ class SnapshotWriter : public internal::PickleWriter {
     Frames(a.stack);
     Str("blocks");
     BeginList();
-  }
-
-  void EndSegment() {
+    blocks();
     EndList();
     EndDict();
   }
@@ -121,9 +120,8 @@ class SnapshotWriter : public internal::PickleWriter {
   // A segment holding one block that fills it.
   void Segment(uint32_t device, const TimelineAllocation& a, bool blocks_known) {
     const uint64_t used = blocks_known ? a.bytes : 0;
-    BeginSegment(device, a, used, "large");
-    Block(a.address, a.bytes, used, blocks_known, a.stack);
-    EndSegment();
+    Segment(device, a, used, "large",
+            [&] { Block(a.address, a.bytes, used, blocks_known, a.stack); });
   }
 
  private:
@@ -162,16 +160,17 @@ void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t) {
         allocated += tensors[last]->bytes;
       }
       // Small-pool segments are 2 MiB.
-      w.BeginSegment(device, *segment, allocated, segment->bytes <= (2u << 20) ? "small" : "large");
-      uint64_t cursor = segment->address;
-      for (; next < last; ++next) {
-        const TimelineAllocation& b = *tensors[next];
-        if (b.address > cursor) w.Block(cursor, b.address - cursor, 0, false);
-        w.Block(b.address, b.bytes, b.bytes, true, b.stack);
-        cursor = b.address + b.bytes;
-      }
-      if (cursor < end) w.Block(cursor, end - cursor, 0, false);
-      w.EndSegment();
+      const char* type = segment->bytes <= (2u << 20) ? "small" : "large";
+      w.Segment(device, *segment, allocated, type, [&] {
+        uint64_t cursor = segment->address;
+        for (; next < last; ++next) {
+          const TimelineAllocation& b = *tensors[next];
+          if (b.address > cursor) w.Block(cursor, b.address - cursor, 0, false);
+          w.Block(b.address, b.bytes, b.bytes, true, b.stack);
+          cursor = b.address + b.bytes;
+        }
+        if (cursor < end) w.Block(cursor, end - cursor, 0, false);
+      });
     }
     // Memory PyTorch never sees: a segment of its own, holding one block.
     for (const TimelineAllocation& a : t.allocations) {
@@ -226,15 +225,14 @@ std::vector<Step> SeriesSteps(const ProcessTimeline& t, const DeviceTimeline& de
 }  // namespace
 
 size_t ProcessWithHighestPeak(const Report& report) {
+  auto peak = [](const ProcessReport& p) {
+    uint64_t bytes = 0;
+    for (const DeviceReport& d : p.devices) bytes = std::max(bytes, d.peak.bytes);
+    return bytes;
+  };
   size_t best = 0;
-  uint64_t best_bytes = 0;
   for (size_t i = 0; i < report.processes.size(); ++i) {
-    for (const DeviceReport& d : report.processes[i].devices) {
-      if (d.peak.bytes > best_bytes) {
-        best_bytes = d.peak.bytes;
-        best = i;
-      }
-    }
+    if (peak(report.processes[i]) > peak(report.processes[best])) best = i;
   }
   return best;
 }

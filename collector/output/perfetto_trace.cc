@@ -2,8 +2,9 @@
 // of `packet` fields, so packets are serialized and appended one at a time: a trace with ten
 // million kernels never exists as one message in memory.
 #include <string>
-#include <type_traits>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 
 #include "collector/format/varint.h"
 #include "collector/output/exports.h"
@@ -59,34 +60,49 @@ class PerfettoWriter {
     return uuid;
   }
 
-  // An event on `track`, for the caller to name, annotate and emit.
-  pp::TrackEvent* Event(pp::TracePacket& packet, uint64_t track, pp::TrackEvent::Type type,
-                        uint64_t ts, const char* category = nullptr) {
+  using Annotations =
+      std::initializer_list<std::pair<const char*, std::variant<uint64_t, std::string>>>;
+
+  // Writes an event on `track`, its name by interned id, adding the name to the packet's
+  // interned data the first time (kernel names repeat millions of times).
+  void Event(uint64_t track, pp::TrackEvent::Type type, uint64_t ts,
+             const std::string* name = nullptr, const char* category = nullptr,
+             Annotations annotations = {}) {
+    pp::TracePacket packet;
     packet.set_timestamp(ts);
     pp::TrackEvent* event = packet.mutable_track_event();
     event->set_type(type);
     event->set_track_uuid(track);
     if (category != nullptr) event->add_categories(category);
-    return event;
+    if (name != nullptr) {
+      auto [it, inserted] = iids_.emplace(*name, iids_.size() + 1);
+      if (inserted) {
+        pp::EventName* entry = packet.mutable_interned_data()->add_event_names();
+        entry->set_iid(it->second);
+        entry->set_name(*name);
+      }
+      event->set_name_iid(it->second);
+    }
+    for (const auto& [key, value] : annotations) {
+      pp::DebugAnnotation* a = event->add_debug_annotations();
+      a->set_name(key);
+      if (const uint64_t* number = std::get_if<uint64_t>(&value)) {
+        a->set_uint_value(*number);
+      } else {
+        a->set_string_value(std::get<std::string>(value));
+      }
+    }
+    Emit(packet);
   }
 
   void Counter(uint64_t track, uint64_t ts, uint64_t value) {
     pp::TracePacket packet;
-    Event(packet, track, pp::TrackEvent::TYPE_COUNTER, ts)
-        ->set_counter_value(static_cast<int64_t>(value));
+    packet.set_timestamp(ts);
+    pp::TrackEvent* event = packet.mutable_track_event();
+    event->set_type(pp::TrackEvent::TYPE_COUNTER);
+    event->set_track_uuid(track);
+    event->set_counter_value(static_cast<int64_t>(value));
     Emit(packet);
-  }
-
-  // Sets the event's name by interned id, adding the name to the packet's interned data
-  // the first time (kernel names repeat millions of times).
-  void SetName(pp::TracePacket& packet, const std::string& name) {
-    auto [it, inserted] = iids_.emplace(name, iids_.size() + 1);
-    if (inserted) {
-      pp::EventName* entry = packet.mutable_interned_data()->add_event_names();
-      entry->set_iid(it->second);
-      entry->set_name(name);
-    }
-    packet.mutable_track_event()->set_name_iid(it->second);
   }
 
  private:
@@ -97,17 +113,6 @@ class PerfettoWriter {
   uint64_t next_uuid_ = 1;
   std::unordered_map<std::string, uint64_t> iids_;
 };
-
-template <typename T>
-void Annotate(pp::TrackEvent* event, const char* name, const T& value) {
-  pp::DebugAnnotation* a = event->add_debug_annotations();
-  a->set_name(name);
-  if constexpr (std::is_integral_v<T>) {
-    a->set_uint_value(value);
-  } else {
-    a->set_string_value(value);
-  }
-}
 
 void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeline& t,
                   uint64_t origin) {
@@ -135,29 +140,23 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
 
     // The peak and the failed allocations of this device, as instants on one track.
     uint64_t events_track = 0;
-    auto instant = [&](uint64_t time_ns, const char* name) {
+    auto instant = [&](uint64_t time_ns, const std::string& name,
+                       PerfettoWriter::Annotations annotations) {
       if (events_track == 0) events_track = w.NamedTrack(process_track, gpu + " memory events");
-      pp::TrackEvent* e =
-          w.Event(packet, events_track, pp::TrackEvent::TYPE_INSTANT, offset + time_ns, "memory");
-      w.SetName(packet, name);
-      return e;
+      w.Event(events_track, pp::TrackEvent::TYPE_INSTANT, offset + time_ns, &name, "memory",
+              annotations);
     };
     if (dr.peak.seen) {
-      pp::TrackEvent* e = instant(dr.peak.time_ns, "peak device memory");
-      Annotate(e, "bytes", dr.peak.bytes);
-      Annotate(e, "live_allocations", dr.peak.live_count);
-      w.Emit(packet);
+      instant(dr.peak.time_ns, "peak device memory",
+              {{"bytes", dr.peak.bytes}, {"live_allocations", dr.peak.live_count}});
     }
     for (const FailedAllocationReport& f : p.failed_allocations) {
       if (f.device != dr.index) continue;
-      pp::TrackEvent* e = instant(f.time_ns, "failed allocation");
-      Annotate(e, "api", f.api);
-      Annotate(e, "requested_bytes", f.requested_bytes);
-      Annotate(e, "error", f.error_name);
-      Annotate(e, "phase", internal::PhaseLabel(f.phase));
-      Annotate(e, "device_in_use_bytes", f.device_in_use_bytes);
-      Annotate(e, "device_free_bytes", f.device_free_bytes);
-      w.Emit(packet);
+      instant(f.time_ns, "failed allocation",
+              {{"api", f.api}, {"requested_bytes", f.requested_bytes}, {"error", f.error_name},
+               {"phase", internal::PhaseLabel(f.phase)},
+               {"device_in_use_bytes", f.device_in_use_bytes},
+               {"device_free_bytes", f.device_free_bytes}});
     }
   }
 
@@ -167,15 +166,12 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     for (const DropWindow& window : d.windows) {
       if (!window.has_window) continue;
       if (drops_track == 0) drops_track = w.NamedTrack(process_track, "records dropped (gaps)");
-      pp::TrackEvent* e = w.Event(packet, drops_track, pp::TrackEvent::TYPE_SLICE_BEGIN,
-                                  offset + window.first_ns, "gap");
-      w.SetName(packet, "records dropped (" + d.source + ")");
-      Annotate(e, "count", window.count);
-      w.Emit(packet);
+      const std::string name = "records dropped (" + d.source + ")";
+      w.Event(drops_track, pp::TrackEvent::TYPE_SLICE_BEGIN, offset + window.first_ns, &name,
+              "gap", {{"count", window.count}});
       // A window of one instant still gets a visible width of 1 us.
-      w.Event(packet, drops_track, pp::TrackEvent::TYPE_SLICE_END,
+      w.Event(drops_track, pp::TrackEvent::TYPE_SLICE_END,
               offset + std::max(window.last_ns, window.first_ns + 1000));
-      w.Emit(packet);
     }
   }
 
@@ -199,18 +195,14 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     // Slices nest on the track: close what ended before the next one starts.
     std::vector<uint64_t> open_ends;
     auto close_until = [&](uint64_t ts) {
-      while (!open_ends.empty() && open_ends.back() <= ts) {
-        w.Event(packet, track, pp::TrackEvent::TYPE_SLICE_END, offset + open_ends.back());
-        w.Emit(packet);
-        open_ends.pop_back();
+      for (; !open_ends.empty() && open_ends.back() <= ts; open_ends.pop_back()) {
+        w.Event(track, pp::TrackEvent::TYPE_SLICE_END, offset + open_ends.back());
       }
     };
     for (uint32_t i : plan.slices) {
       const internal::Slice s = internal::SliceOf(p, t, plan, i);
       close_until(s.start_ns);
-      w.Event(packet, track, pp::TrackEvent::TYPE_SLICE_BEGIN, offset + s.start_ns, s.category);
-      w.SetName(packet, s.name);
-      w.Emit(packet);
+      w.Event(track, pp::TrackEvent::TYPE_SLICE_BEGIN, offset + s.start_ns, &s.name, s.category);
       open_ends.push_back(s.end_ns);
     }
     close_until(~uint64_t{0});
@@ -219,10 +211,8 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
   if (!t.marks.empty()) {
     const uint64_t track = w.NamedTrack(process_track, "NVTX marks");
     for (const MarkInstant& m : t.marks) {
-      pp::TrackEvent* e = w.Event(packet, track, pp::TrackEvent::TYPE_INSTANT, offset + m.time_ns);
-      w.SetName(packet, t.strings[m.name]);
-      Annotate(e, "thread_id", m.thread_id);
-      w.Emit(packet);
+      w.Event(track, pp::TrackEvent::TYPE_INSTANT, offset + m.time_ns, &t.strings[m.name], nullptr,
+              {{"thread_id", m.thread_id}});
     }
   }
 }

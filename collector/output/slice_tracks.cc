@@ -92,10 +92,9 @@ const char* PhaseCategory(const ProcessReport& report, const ProcessTimeline& ti
     return "nvtx";
   }
   const std::string& name = timeline.phase_names[static_cast<size_t>(phase)];
-  for (const PhaseReport& ph : report.phases) {
-    if (ph.name == name) return ph.inferred ? "inferred_phase" : "nvtx";
-  }
-  return "nvtx";
+  const auto it = std::find_if(report.phases.begin(), report.phases.end(),
+                               [&name](const PhaseReport& ph) { return ph.name == name; });
+  return it != report.phases.end() && it->inferred ? "inferred_phase" : "nvtx";
 }
 
 }  // namespace
@@ -133,10 +132,9 @@ void DeviceCounters(
 }
 
 std::string ProcessLabel(const ProcessReport& report) {
-  std::string program = report.command_line.empty() ? "process" : report.command_line[0];
-  const size_t slash = program.rfind('/');
-  if (slash != std::string::npos) program = program.substr(slash + 1);
-  return program + " (pid " + std::to_string(report.pid) + ")";
+  const std::string program = report.command_line.empty() ? "process" : report.command_line[0];
+  // The base name: rfind gives npos, and npos + 1 is 0, where there is no slash.
+  return program.substr(program.rfind('/') + 1) + " (pid " + std::to_string(report.pid) + ")";
 }
 
 std::string DeviceLabel(uint32_t index) { return "GPU " + std::to_string(index); }
