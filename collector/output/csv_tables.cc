@@ -25,55 +25,6 @@ void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
   }
 }
 
-// Per-phase statistics over iterations, lifetime classes at the peak, and (when the analysis
-// kept them) one row per allocation's life.
-void AppendTrainingTables(const Report& report,
-                          std::vector<std::pair<std::string, std::string>>* tables) {
-  CsvTable iterations({"stream_id", "pid", "phase", "inferred", "device", "iterations_with_phase",
-                       "warmup_ns", "time_ns_median", "time_ns_min", "time_ns_max",
-                       "warmup_peak_above_entry_bytes", "peak_above_entry_bytes_median",
-                       "peak_above_entry_bytes_min", "peak_above_entry_bytes_max",
-                       "warmup_net_change_bytes", "net_change_bytes_median",
-                       "net_change_bytes_min", "net_change_bytes_max"});
-  CsvTable classes({"stream_id", "pid", "device", "lifetime_class", "bytes_at_peak",
-                    "activation_memory_bytes"});
-  CsvTable lifetimes({"stream_id", "pid", "device", "stream", "kind", "api", "library", "address",
-                      "bytes", "birth_ns", "death_ns", "birth_phase", "death_phase",
-                      "birth_iteration", "death_iteration", "lifetime_class"});
-  auto spread = [](CsvTable& t, const Spread& s) {
-    for (int64_t v : {s.median, s.min, s.max}) t.Field(CellIf(s.count > 0, v));
-  };
-  for (const ProcessReport& p : report.processes) {
-    for (const IterationPhaseStats& s : p.iterations.phases) {
-      for (const IterationPhaseDevice& d : s.devices) {
-        ProcessRow(iterations, p, s.phase, s.inferred ? "true" : "false", d.index,
-                   s.iterations_with_phase, CellIf(s.in_warmup, s.warmup_ns));
-        spread(iterations, s.time_ns);
-        iterations.Field(CellIf(s.in_warmup, d.warmup_peak_above_entry_bytes));
-        spread(iterations, d.peak_above_entry_bytes);
-        iterations.Field(CellIf(s.in_warmup, d.warmup_net_change_bytes));
-        spread(iterations, d.net_change_bytes);
-      }
-    }
-    for (const DeviceReport& d : p.devices) {
-      for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
-        ProcessRow(classes, p, d.index, name, bytes, d.lifetime_at_peak.activation_memory_bytes);
-      }
-    }
-    for (const AllocationLifetime& a : p.lifetimes) {
-      const bool dead = a.death_ns >= 0;
-      ProcessRow(lifetimes, p, a.device, a.stream, a.kind, a.api, a.library, a.address, a.bytes,
-                 a.birth_ns, CellIf(dead, a.death_ns), PhaseName(a.birth_phase),
-                 dead ? PhaseName(a.death_phase) : std::string(),
-                 CellIf(a.birth_iteration >= 0, a.birth_iteration),
-                 CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class);
-    }
-  }
-  tables->emplace_back("iteration_phases.csv", iterations.Text());
-  tables->emplace_back("lifetime_at_peak.csv", classes.Text());
-  tables->emplace_back("lifetimes.csv", lifetimes.Text());
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report) {
@@ -100,6 +51,22 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
   CsvTable failed({"stream_id", "pid", "time_ns", "device", "api", "caller", "requested_bytes",
                    "error_code", "error_name", "kind", "thread_id", "phase",
                    "device_in_use_bytes", "device_free_bytes", "device_total_bytes"});
+  // Per-phase statistics over iterations, lifetime classes at the peak, and (when the analysis
+  // kept them) one row per allocation's life.
+  CsvTable iterations({"stream_id", "pid", "phase", "inferred", "device", "iterations_with_phase",
+                       "warmup_ns", "time_ns_median", "time_ns_min", "time_ns_max",
+                       "warmup_peak_above_entry_bytes", "peak_above_entry_bytes_median",
+                       "peak_above_entry_bytes_min", "peak_above_entry_bytes_max",
+                       "warmup_net_change_bytes", "net_change_bytes_median",
+                       "net_change_bytes_min", "net_change_bytes_max"});
+  CsvTable classes({"stream_id", "pid", "device", "lifetime_class", "bytes_at_peak",
+                    "activation_memory_bytes"});
+  CsvTable lifetimes({"stream_id", "pid", "device", "stream", "kind", "api", "library", "address",
+                      "bytes", "birth_ns", "death_ns", "birth_phase", "death_phase",
+                      "birth_iteration", "death_iteration", "lifetime_class"});
+  auto spread = [](CsvTable& t, const Spread& s) {
+    for (int64_t v : {s.median, s.min, s.max}) t.Field(CellIf(s.count > 0, v));
+  };
 
   for (const ProcessReport& p : report.processes) {
     for (const DeviceReport& d : p.devices) {
@@ -118,6 +85,9 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
       }
       OriginRows(apis, p, d, d.by_api);
       OriginRows(libraries, p, d, d.by_library);
+      for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
+        ProcessRow(classes, p, d.index, name, bytes, d.lifetime_at_peak.activation_memory_bytes);
+      }
     }
     for (const PhaseReport& ph : p.phases) {
       for (const PhaseDeviceStats& d : ph.devices) {
@@ -136,14 +106,36 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
                  f.error_name, f.kind, f.thread_id, PhaseName(f.phase), f.device_in_use_bytes,
                  f.device_free_bytes, f.device_total_bytes);
     }
+    for (const IterationPhaseStats& s : p.iterations.phases) {
+      for (const IterationPhaseDevice& d : s.devices) {
+        ProcessRow(iterations, p, s.phase, s.inferred ? "true" : "false", d.index,
+                   s.iterations_with_phase, CellIf(s.in_warmup, s.warmup_ns));
+        spread(iterations, s.time_ns);
+        iterations.Field(CellIf(s.in_warmup, d.warmup_peak_above_entry_bytes));
+        spread(iterations, d.peak_above_entry_bytes);
+        iterations.Field(CellIf(s.in_warmup, d.warmup_net_change_bytes));
+        spread(iterations, d.net_change_bytes);
+      }
+    }
+    for (const AllocationLifetime& a : p.lifetimes) {
+      const bool dead = a.death_ns >= 0;
+      ProcessRow(lifetimes, p, a.device, a.stream, a.kind, a.api, a.library, a.address, a.bytes,
+                 a.birth_ns, CellIf(dead, a.death_ns), PhaseName(a.birth_phase),
+                 dead ? PhaseName(a.death_phase) : std::string(),
+                 CellIf(a.birth_iteration >= 0, a.birth_iteration),
+                 CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class);
+    }
   }
-  std::vector<std::pair<std::string, std::string>> tables = {
-      {"devices.csv", devices.Text()},         {"live_at_peak.csv", live.Text()},
-      {"by_kind.csv", kinds.Text()},           {"by_api.csv", apis.Text()},
-      {"by_library.csv", libraries.Text()},    {"phases.csv", phases.Text()},
-      {"failed_allocations.csv", failed.Text()}};
-  AppendTrainingTables(report, &tables);
-  return tables;
+  return {{"devices.csv", devices.Text()},
+          {"live_at_peak.csv", live.Text()},
+          {"by_kind.csv", kinds.Text()},
+          {"by_api.csv", apis.Text()},
+          {"by_library.csv", libraries.Text()},
+          {"phases.csv", phases.Text()},
+          {"failed_allocations.csv", failed.Text()},
+          {"iteration_phases.csv", iterations.Text()},
+          {"lifetime_at_peak.csv", classes.Text()},
+          {"lifetimes.csv", lifetimes.Text()}};
 }
 
 }  // namespace cumemtrace

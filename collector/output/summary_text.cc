@@ -474,8 +474,7 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
   for (const ProcessReport& p : report.processes) {
     const bool nothing_to_show = p.devices.empty() && p.phases.empty() &&
                                  p.failed_allocations.empty() && p.notices.empty() &&
-                                 p.damage.empty() && p.dropped.empty() &&
-                                 (p.complete || report.processes.size() > 1);
+                                 p.damage.empty() && p.dropped.empty();
     if (nothing_to_show && report.processes.size() > 1) {
       ++quiet[p.command_line.empty() ? std::string("?") : BaseName(p.command_line[0])];
       ++quiet_count;
@@ -488,10 +487,9 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
     std::vector<std::string> names;
     for (const auto& [name, n] : quiet)
       names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
-    out << "\n"
+    out << '\n'
         << Plural(quiet_count, "more process", "more processes")
-        << " with no GPU memory, phases or "
-        << "warnings: " << Join(names, ", ") << '\n';
+        << " with no GPU memory, phases or warnings: " << Join(names, ", ") << '\n';
   }
 }
 
