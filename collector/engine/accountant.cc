@@ -354,7 +354,6 @@ void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
   a.death_phase = death_phase;
   DeviceCounters& d = devices_[a.slot];
   d.kind_live[a.kind] -= a.bytes;
-  if (IsStaticMemory(a.kind)) d.static_live -= a.bytes;
   if (!IsDeviceMemory(a.kind)) return;
   d.in_use -= a.bytes;
   if (d.peak_pos != kNever && a.birth_pos <= d.peak_pos) {
@@ -407,8 +406,7 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
     }
   }
   if (IsStaticMemory(kind)) {
-    d.static_live += e.b;
-    d.static_peak = std::max(d.static_peak, d.static_live);
+    d.static_peak = std::max(d.static_peak, d.kind_live[6] + d.kind_live[7]);
   }
   if (IsDeviceMemory(kind)) {
     d.in_use += e.b;
@@ -421,7 +419,7 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
       freed_at_peak_[slot].clear();
     }
     in_use_[slot] = d.in_use;
-    phases_.OnInUse(slot, in_use_[slot]);
+    phases_.OnInUse(slot, d.in_use);
     for (int32_t phase : attribution_.names) {
       PhaseCounters& c = phases_.counters(phase, slot);
       ++c.allocations;

@@ -69,8 +69,7 @@ struct DeviceCounters {
   uint64_t peak = 0;
   uint64_t peak_pos = kNever;
   uint64_t peak_ns = 0;
-  uint64_t static_live = 0;
-  uint64_t static_peak = 0;
+  uint64_t static_peak = 0;  // DEVICE_STATIC + MANAGED_STATIC
   std::array<uint64_t, kMemoryKinds> kind_live{};
   std::array<KindStats, kMemoryKinds> kinds{};
   uint64_t released_unknown_count = 0;
