@@ -202,21 +202,18 @@ PhaseWindow WindowOf(const OccurrenceRecord& o, size_t slot) {
 void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t slot,
                      PhaseDeviceStats* d) {
   if (list.empty()) return;
-  const OccurrenceRecord* highest = list[0];
-  for (const OccurrenceRecord* o : list) {
-    if (o->peak(slot) > highest->peak(slot)) highest = o;
-  }
-  const PhaseWindow h = WindowOf(*highest, slot);
+  auto by_peak = [slot](const auto* x, const auto* y) { return x->peak(slot) < y->peak(slot); };
+  const PhaseWindow h = WindowOf(**std::max_element(list.begin(), list.end(), by_peak), slot);
   d->bytes_at_entry = h.bytes_at_entry;
   d->peak_bytes = h.peak_bytes;
   d->peak_above_entry_bytes = h.peak_above_entry_bytes;
   d->first = WindowOf(*list[0], slot);
   if (list.size() < 2) return;
   std::vector<const OccurrenceRecord*> rest(list.begin() + 1, list.end());
-  std::stable_sort(rest.begin(), rest.end(),
-                   [slot](const OccurrenceRecord* x, const OccurrenceRecord* y) {
-                     return x->peak(slot) - x->entry(slot) < y->peak(slot) - y->entry(slot);
-                   });
+  auto by_rise = [slot](const auto* x, const auto* y) {
+    return x->peak(slot) - x->entry(slot) < y->peak(slot) - y->entry(slot);
+  };
+  std::stable_sort(rest.begin(), rest.end(), by_rise);
   d->steady = WindowOf(*rest[(rest.size() - 1) / 2], slot);  // the lower median
   d->steady_of = rest.size();
 }
@@ -230,9 +227,7 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
   }
   for (auto& list : by_phase) {
     std::stable_sort(list.begin(), list.end(),
-                     [](const OccurrenceRecord* x, const OccurrenceRecord* y) {
-                       return x->start_ns < y->start_ns;
-                     });
+                     [](const auto* x, const auto* y) { return x->start_ns < y->start_ns; });
   }
   for (size_t i = 0; i < phases.names().size(); ++i) {
     const PhaseName& n = phases.names()[i];
@@ -570,10 +565,10 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   const size_t n_slots = slot_device_.size();
   std::vector<uint32_t> sorted = slot_device_;
   std::sort(sorted.begin(), sorted.end());
-  std::vector<uint32_t> new_slot(n_slots);
-  for (uint32_t slot = 0; slot < n_slots; ++slot) {
-    new_slot[slot] = static_cast<uint32_t>(
-        std::lower_bound(sorted.begin(), sorted.end(), slot_device_[slot]) - sorted.begin());
+  std::vector<uint32_t> new_slot;
+  for (const uint32_t device : slot_device_) {
+    new_slot.push_back(static_cast<uint32_t>(
+        std::lower_bound(sorted.begin(), sorted.end(), device) - sorted.begin()));
   }
   failed_.Finish(s, first, &phases_, &p);  // counts in phases by the slots it was given
   phases_.ReorderSlots(new_slot);

@@ -15,11 +15,13 @@ namespace cumemtrace {
 namespace internal {
 namespace {
 
+// kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and 3
+// of the inference; kFinal: the accountant with the inferred ranges.
+enum class Stage { kSweep, kBursts, kGradients, kFinal, kDone };
+
 // One process: its order, what consumes it, and where its passes stand.
 struct Process {
-  // kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and
-  // 3 of the inference; kFinal: the accountant with the inferred ranges.
-  enum class Stage { kSweep, kBursts, kGradients, kFinal, kDone } stage = Stage::kSweep;
+  Stage stage = Stage::kSweep;
   bool sorted = false;
   size_t index = 0;  // in the report's processes
   uint64_t events = 0;
@@ -92,14 +94,14 @@ class TraceAnalysis {
 
   bool NeedsPass() const {
     return std::any_of(processes_.begin(), processes_.end(),
-                       [](const auto& p) { return p.second->stage != Process::Stage::kDone; });
+                       [](const auto& p) { return p.second->stage != Stage::kDone; });
   }
 
   void BeginPass() {
     in_pass_ = true;
     decoder_ = std::make_unique<StreamDecoder>();
     for (auto& [id, p] : processes_) {
-      if (p->stage == Process::Stage::kDone) continue;
+      if (p->stage == Stage::kDone) continue;
       p->events = 0;
       Start(*p, decoder_->streams()[id]);
     }
@@ -107,7 +109,7 @@ class TraceAnalysis {
 
   void EndPass() {
     for (auto& [id, p] : processes_) {
-      if (p->stage != Process::Stage::kDone) EndStage(*p, decoder_->streams()[id]);
+      if (p->stage != Stage::kDone) EndStage(*p, decoder_->streams()[id]);
     }
     decoder_ = std::make_unique<StreamDecoder>();
     in_pass_ = false;
@@ -121,14 +123,14 @@ class TraceAnalysis {
  private:
   // What consumes the events of p's stage, and the order that feeds it.
   void Start(Process& p, DecodedStream& s) {
-    if (p.stage == Process::Stage::kBursts) {
+    if (p.stage == Stage::kBursts) {
       p.bursts_scan = std::make_unique<BurstScan>(p.outcome);
       p.order = MakeOrder(p.sorted, streaming_, p.bursts_scan.get(), &p.stats);
-    } else if (p.stage == Process::Stage::kGradients) {
+    } else if (p.stage == Stage::kGradients) {
       p.gradient_scan = std::make_unique<GradientScan>(p.outcome, p.bursts);
       p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
     } else {
-      const bool final = p.stage == Process::Stage::kFinal;
+      const bool final = p.stage == Stage::kFinal;
       if (final) AddInferredNames(&s);
       p.accountant = std::make_unique<Accountant>(options_, mode_.retention, rules_, &s, &p.stats);
       if (final) {
@@ -152,7 +154,7 @@ class TraceAnalysis {
   // The process being read again, or null when it is done.
   Process* Pass(uint32_t stream_id) {
     auto it = processes_.find(stream_id);
-    if (it == processes_.end() || it->second->stage == Process::Stage::kDone) return nullptr;
+    if (it == processes_.end() || it->second->stage == Stage::kDone) return nullptr;
     return it->second.get();
   }
 
@@ -172,36 +174,35 @@ class TraceAnalysis {
     p.order->DrainAll(s);
     ProcessReport& report = trace_->report->processes[p.index];
     switch (p.stage) {
-      case Process::Stage::kSweep:
-      case Process::Stage::kFinal: {
+      case Stage::kSweep:
+      case Stage::kFinal: {
         ProcessTimeline* timeline = nullptr;
         if (mode_.retention == Retention::kKeepAll) {
           timeline = &trace_->timelines[p.index];
           *timeline = ProcessTimeline();
         }
         report = p.accountant->Finish(s, p.events, p.order->late_events(), timeline);
-        const bool infer = p.stage == Process::Stage::kSweep && p.accountant->needs_inference();
+        const bool infer = p.stage == Stage::kSweep && p.accountant->needs_inference();
         if (infer) p.outcome = p.accountant->inference();
-        p.stage = infer ? Process::Stage::kBursts : Process::Stage::kDone;
+        p.stage = infer ? Stage::kBursts : Stage::kDone;
         break;
       }
-      case Process::Stage::kBursts:
+      case Stage::kBursts:
         p.bursts = p.bursts_scan->Finish(&p.outcome);
         p.forward_start = p.bursts_scan->forward_start();
         if (p.bursts.empty()) {
           // Not applied after all: the first sweep's report stands, with the reason.
           report.phase_inference = p.outcome;
-          p.stage = Process::Stage::kDone;
+          p.stage = Stage::kDone;
         } else {
-          p.stage =
-              p.outcome.signal == "memory" ? Process::Stage::kGradients : Process::Stage::kFinal;
+          p.stage = p.outcome.signal == "memory" ? Stage::kGradients : Stage::kFinal;
         }
         break;
-      case Process::Stage::kGradients:
+      case Stage::kGradients:
         p.optimizer_end = p.gradient_scan->optimizer_end();
-        p.stage = Process::Stage::kFinal;
+        p.stage = Stage::kFinal;
         break;
-      case Process::Stage::kDone:
+      case Stage::kDone:
         break;
     }
     p.order.reset();

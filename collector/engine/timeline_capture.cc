@@ -40,7 +40,16 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   };
   std::unique_ptr<StackResolver> stacks;
   if (!s.stacks.empty()) stacks = std::make_unique<StackResolver>(s);
-  for (size_t i = 0; i < allocations.size(); ++i) {
+  // Two counter series per device, device and static memory: a step at every birth and every
+  // death, in event order. A death and a birth at one position (an address reused while its
+  // release was lost) are a kill then a birth, as in the Accountant.
+  struct Change {
+    uint64_t pos;
+    uint32_t is_birth;
+    uint32_t index;
+  };
+  std::vector<Change> changes;
+  for (uint32_t i = 0; i < allocations.size(); ++i) {
     const Allocation& a = allocations[i];
     TimelineAllocation& t = out->allocations[i];
     if (stacks != nullptr) t.stack = stacks->Resolve(a.stack_id);
@@ -58,23 +67,11 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
     }
-  }
-
-  // Two counter series per device, device and static memory: a step at every birth and every
-  // death, in event order. A death and a birth at one position (an address reused while its
-  // release was lost) are a kill then a birth, as in the Accountant.
-  struct Change {
-    uint64_t pos;
-    uint32_t is_birth;
-    uint32_t index;
-  };
-  std::vector<Change> changes;
-  for (uint32_t i = 0; i < allocations.size(); ++i) {
-    const Allocation& a = allocations[i];
     if (!IsDeviceMemory(a.kind) && !IsStaticMemory(a.kind)) continue;
     changes.push_back(Change{a.birth_pos, 1, i});
-    if (a.death_pos < events.size()) changes.push_back(Change{a.death_pos, 0, i});
+    if (!t.live_at_exit) changes.push_back(Change{a.death_pos, 0, i});
   }
+
   std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
     return x.pos != y.pos ? x.pos < y.pos : x.is_birth < y.is_birth;
   });
