@@ -530,15 +530,14 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   for (const auto& [index, info] : s.device_info) SlotOf(index);
   for (const auto& [index, t] : s.tracer_memory) SlotOf(index);
 
+  // The exit record and the drop windows extend the process's time (0: not known).
   uint64_t first = any_ ? first_ : 0, last = last_;
-  if (s.process_exit_ns != 0) {
-    if (!any_ || s.process_exit_ns < first) first = s.process_exit_ns;
-    last = std::max(last, s.process_exit_ns);
-  }
-  for (const DropRecord& d : s.drops) {
-    if (d.first_ns != 0 && (!any_ || d.first_ns < first)) first = d.first_ns;
-    last = std::max(last, d.last_ns);
-  }
+  auto extend = [&](uint64_t from, uint64_t to) {
+    if (from != 0 && (!any_ || from < first)) first = from;
+    last = std::max(last, to);
+  };
+  extend(s.process_exit_ns, s.process_exit_ns);
+  for (const DropRecord& d : s.drops) extend(d.first_ns, d.last_ns);
   p.first_timestamp_abs_ns = first;
   p.last_timestamp_abs_ns = last;
   p.duration_ns = last - first;
@@ -636,29 +635,26 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
 
   for (Allocation& a : pool_) {
     a.slot = new_slot[a.slot];
-    if (IsDeviceMemory(a.kind)) a.lifetime_class = static_cast<uint8_t>(classify(a));
-  }
-  if (options_.keep_lifetimes) {
-    for (const Allocation& a : pool_) {
-      if (!IsDeviceMemory(a.kind)) continue;
-      const bool freed = a.death_pos != kNever;
-      AllocationLifetime row;
-      row.device = sorted[a.slot];
-      row.stream = a.stream;
-      row.kind = MemoryKindName(a.kind);
-      row.api = s.Resolve(a.api_id);
-      row.library = s.Resolve(a.caller_id);
-      row.address = a.address;
-      row.bytes = a.bytes;
-      row.birth_ns = Since(first, a.birth_ns);
-      row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
-      row.birth_phase = NameOfPhase(phase_names, a.phase);
-      row.death_phase = freed ? NameOfPhase(phase_names, a.death_phase) : std::string();
-      row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
-      row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
-      row.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
-      p.lifetimes.push_back(std::move(row));
-    }
+    if (!IsDeviceMemory(a.kind)) continue;
+    const LifetimeClass lifetime_class = classify(a);
+    a.lifetime_class = static_cast<uint8_t>(lifetime_class);
+    if (!options_.keep_lifetimes) continue;
+    const bool freed = a.death_pos != kNever;
+    AllocationLifetime& row = p.lifetimes.emplace_back();
+    row.device = sorted[a.slot];
+    row.stream = a.stream;
+    row.kind = MemoryKindName(a.kind);
+    row.api = s.Resolve(a.api_id);
+    row.library = s.Resolve(a.caller_id);
+    row.address = a.address;
+    row.bytes = a.bytes;
+    row.birth_ns = Since(first, a.birth_ns);
+    row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
+    row.birth_phase = NameOfPhase(phase_names, a.phase);
+    row.death_phase = freed ? NameOfPhase(phase_names, a.death_phase) : std::string();
+    row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
+    row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
+    row.lifetime_class = LifetimeClassName(lifetime_class);
   }
   if (timeline != nullptr) {
     CaptureTimeline(s, swept_, pool_, phases_.names(), phase_names, p, options_.keep_lifetimes,
