@@ -6,6 +6,7 @@
 
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
+#include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
@@ -76,7 +77,7 @@ void WriteProcess(ChromeWriter& w, const ProcessReport& p, const ProcessTimeline
            {"ts", at(f.time_ns)},
            {"args",
             {{"device", f.device}, {"api", f.api}, {"requested_bytes", f.requested_bytes},
-             {"error", f.error_name}, {"phase", internal::PhaseLabel(f.phase)},
+             {"error", f.error_name}, {"phase", internal::PhaseName(f.phase)},
              {"device_in_use_bytes", f.device_in_use_bytes},
              {"device_free_bytes", f.device_free_bytes}}}});
   }

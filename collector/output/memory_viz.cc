@@ -206,18 +206,16 @@ std::vector<Step> BridgedSteps(const ProcessTimeline& t, uint32_t ordinal) {
 // Without the bridge, the steps of the device's memory series: each is one birth or death.
 std::vector<Step> SeriesSteps(const ProcessTimeline& t, const DeviceTimeline& device,
                               uint32_t slot) {
-  std::vector<std::pair<uint32_t, bool>> step_owner(device.device_memory.size());
-  for (uint32_t i = 0; i < t.allocations.size(); ++i) {
-    const TimelineAllocation& a = t.allocations[i];
-    if (a.device_slot != slot || a.birth_step == kNoStep) continue;
-    step_owner[a.birth_step] = {i, true};
-    if (a.death_step != kNoStep) step_owner[a.death_step] = {i, false};
-  }
   std::vector<Step> steps;
-  steps.reserve(step_owner.size());
-  for (size_t k = 0; k < step_owner.size(); ++k) {
-    steps.push_back({device.device_memory[k].time_ns, &t.allocations[step_owner[k].first],
-                     step_owner[k].second});
+  steps.reserve(device.device_memory.size());
+  for (const MemoryStep& s : device.device_memory) {
+    steps.push_back({s.time_ns, t.allocations.data(), false});
+  }
+  for (const TimelineAllocation& a : t.allocations) {
+    if (a.device_slot != slot || a.birth_step == kNoStep) continue;
+    steps[a.birth_step].a = &a;
+    steps[a.birth_step].birth = true;
+    if (a.death_step != kNoStep) steps[a.death_step].a = &a;
   }
   return steps;
 }
@@ -293,7 +291,7 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
         const FailedAllocationReport& f = *failures[next_failure];
         // PyTorch's OOM entry carries the device's free bytes in `addr`.
         entry("oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
-              internal::PhaseLabel(f.phase, "unknown"));
+              f.phase.empty() ? "unknown" : f.phase);
       }
       if (i == steps.size()) break;
       const TimelineAllocation& a = *steps[i].a;

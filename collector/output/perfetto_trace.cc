@@ -9,6 +9,7 @@
 #include "collector/format/varint.h"
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
+#include "collector/output/tables.h"
 #include "perfetto/perfetto_trace_subset.pb.h"
 
 namespace cumemtrace {
@@ -154,7 +155,7 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
       if (f.device != dr.index) continue;
       instant(f.time_ns, "failed allocation",
               {{"api", f.api}, {"requested_bytes", f.requested_bytes}, {"error", f.error_name},
-               {"phase", internal::PhaseLabel(f.phase)},
+               {"phase", internal::PhaseName(f.phase)},
                {"device_in_use_bytes", f.device_in_use_bytes},
                {"device_free_bytes", f.device_free_bytes}});
     }

@@ -144,10 +144,6 @@ std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase, const cha
   return timeline.phase_names[static_cast<size_t>(phase)];
 }
 
-std::string PhaseLabel(const std::string& phase, const char* none) {
-  return phase.empty() ? none : phase;
-}
-
 uint64_t TraceOrigin(const Report& report) {
   uint64_t origin = 0;
   bool seen = false;

@@ -55,8 +55,6 @@ std::string DeviceLabel(uint32_t index);
 // Display name of a timeline phase index; `none` for -1.
 std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase,
                        const char* none = "(no phase)");
-// Display name of a phase name; `none` for "" (no phase was open).
-std::string PhaseLabel(const std::string& phase, const char* none = "(no phase)");
 
 // The earliest first timestamp over the processes: time 0 of the exports, so that processes
 // keep their relative placement.

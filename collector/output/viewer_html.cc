@@ -139,12 +139,11 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
 // The process' stack table (`run --stacks`): frames as columns, each stack a list of frame
 // indices, innermost (the allocating call) first.
 json StacksData(const StackTable& table) {
-  std::vector<std::string> kind(table.kind.begin(), table.kind.end());
   return {{"frames",
            {{"function", table.function},
             {"file", table.file},
             {"line", table.line},
-            {"kind", kind}}},
+            {"kind", table.kind}}},
           {"stacks", table.stacks},
           // the engine's allocating frame per stack (stacks.h), which the text names too
           {"user_frame", table.user_frame}};
