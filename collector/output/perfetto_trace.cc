@@ -23,7 +23,6 @@ class PerfettoWriter {
  public:
   explicit PerfettoWriter(std::ostream& out) : out_(out) {}
 
-  // Writes `packet` and clears it for the next one.
   void Emit(pp::TracePacket& packet) {
     packet.set_trusted_packet_sequence_id(kSequenceId);
     if (first_packet_) {
@@ -39,26 +38,28 @@ class PerfettoWriter {
     AppendVarint(buffer_.size(), &prefix_);
     out_.write(prefix_.data(), static_cast<std::streamsize>(prefix_.size()));
     out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-    packet.Clear();
   }
 
-  // The descriptor of a new track under `parent` (0: none), for the caller to fill and emit.
-  pp::TrackDescriptor* Track(pp::TracePacket& packet, uint64_t parent) {
+  // Writes the descriptor of a new track under `parent` (0: none), which `fill` completes;
+  // returns the track's uuid.
+  template <typename Fill>
+  uint64_t Track(uint64_t parent, Fill fill) {
+    pp::TracePacket packet;
     pp::TrackDescriptor* d = packet.mutable_track_descriptor();
-    d->set_uuid(next_uuid_++);
+    const uint64_t uuid = next_uuid_++;
+    d->set_uuid(uuid);
     if (parent != 0) d->set_parent_uuid(parent);
-    return d;
+    fill(d);
+    Emit(packet);
+    return uuid;
   }
 
   // A track under `parent`; with `bytes`, a counter track of bytes.
   uint64_t NamedTrack(uint64_t parent, const std::string& name, bool bytes = false) {
-    pp::TracePacket packet;
-    pp::TrackDescriptor* d = Track(packet, parent);
-    d->set_name(name);
-    if (bytes) d->mutable_counter()->set_unit(pp::CounterDescriptor::UNIT_SIZE_BYTES);
-    const uint64_t uuid = d->uuid();
-    Emit(packet);
-    return uuid;
+    return Track(parent, [&](pp::TrackDescriptor* d) {
+      d->set_name(name);
+      if (bytes) d->mutable_counter()->set_unit(pp::CounterDescriptor::UNIT_SIZE_BYTES);
+    });
   }
 
   using Annotations =
@@ -118,15 +119,13 @@ class PerfettoWriter {
 void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeline& t,
                   uint64_t origin) {
   const uint64_t offset = internal::ProcessOffset(p, origin);
-  pp::TracePacket packet;  // every packet in turn: Emit clears it
-  pp::TrackDescriptor* descriptor = w.Track(packet, 0);
-  const uint64_t process_track = descriptor->uuid();
-  descriptor->set_name(internal::ProcessLabel(p));
-  pp::ProcessDescriptor* process = descriptor->mutable_process();
-  process->set_pid(static_cast<int32_t>(p.pid));
-  for (const std::string& arg : p.command_line) process->add_cmdline(arg);
-  process->set_process_name(internal::ProcessLabel(p));
-  w.Emit(packet);
+  const uint64_t process_track = w.Track(0, [&](pp::TrackDescriptor* d) {
+    d->set_name(internal::ProcessLabel(p));
+    pp::ProcessDescriptor* process = d->mutable_process();
+    process->set_pid(static_cast<int32_t>(p.pid));
+    for (const std::string& arg : p.command_line) process->add_cmdline(arg);
+    process->set_process_name(internal::ProcessLabel(p));
+  });
 
   for (size_t slot = 0; slot < t.devices.size(); ++slot) {
     const DeviceReport& dr = p.devices[slot];
@@ -185,13 +184,12 @@ void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeli
     } else if (plan.kernels) {
       track = own_track = w.NamedTrack(process_track, plan.name);
     } else {
-      descriptor = w.Track(packet, process_track);
-      track = own_track = descriptor->uuid();
-      pp::ThreadDescriptor* thread = descriptor->mutable_thread();
-      thread->set_pid(static_cast<int32_t>(p.pid));
-      thread->set_tid(static_cast<int32_t>(plan.thread_id));
-      thread->set_thread_name(plan.name);
-      w.Emit(packet);
+      track = own_track = w.Track(process_track, [&](pp::TrackDescriptor* d) {
+        pp::ThreadDescriptor* thread = d->mutable_thread();
+        thread->set_pid(static_cast<int32_t>(p.pid));
+        thread->set_tid(static_cast<int32_t>(plan.thread_id));
+        thread->set_thread_name(plan.name);
+      });
     }
     // Slices nest on the track: close what ended before the next one starts.
     std::vector<uint64_t> open_ends;
