@@ -143,8 +143,7 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
   }
   std::vector<std::pair<uint32_t, StackAtPeak>> order(by_stack.begin(), by_stack.end());
   std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
-    if (x.second.bytes != y.second.bytes) return x.second.bytes > y.second.bytes;
-    return x.first < y.first;
+    return std::tie(y.second.bytes, x.first) < std::tie(x.second.bytes, y.first);
   });
   if (order.size() > top) order.resize(top);
   StackResolver resolver(s);
@@ -180,8 +179,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     // the order the allocations were collected in.
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top), ids.end(),
                       [](const Allocation* x, const Allocation* y) {
-                        if (x->bytes != y->bytes) return x->bytes > y->bytes;
-                        return x->birth_pos < y->birth_pos;
+                        return std::tie(y->bytes, x->birth_pos) < std::tie(x->bytes, y->birth_pos);
                       });
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
@@ -283,8 +281,7 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention, cons
       retention_(retention),
       stats_(*stats),
       scan_inference_(options.infer_phases),
-      phases_(0, stream, rules),
-      last_group_{kNone, kNone} {}
+      phases_(0, stream, rules) {}
 
 void Accountant::SetInferred(const PhaseInferenceReport& outcome, std::vector<Event> ranges) {
   inferred_ = true;
@@ -319,7 +316,7 @@ uint32_t Accountant::SlotOf(uint32_t device) {
 uint32_t Accountant::GroupOf(int which, uint32_t slot, uint32_t id) {
   const uint64_t key = (static_cast<uint64_t>(slot) << 32) | id;
   // Programs allocate through few APIs and libraries: the last group usually matches.
-  if (last_group_key_[which] == key && last_group_[which] != kNone) return last_group_[which];
+  if (last_group_key_[which] == key) return last_group_[which];
   auto [it, inserted] = group_index_[which].emplace(key, 0);
   if (inserted) {
     it->second = static_cast<uint32_t>(groups_[which].size());

@@ -162,8 +162,9 @@ class Accountant {
   uint64_t kept_at_peak_ = 0;
   std::vector<Group> groups_[2];
   std::unordered_map<uint64_t, uint32_t> group_index_[2];
-  uint64_t last_group_key_[2] = {0, 0};
-  uint32_t last_group_[2];
+  // The last group of each table and its key (all ones: none; no slot is numbered 2^32 - 1).
+  uint64_t last_group_key_[2] = {~uint64_t{0}, ~uint64_t{0}};
+  uint32_t last_group_[2] = {0, 0};
   FailedAllocationLog failed_;
   uint64_t nvtx_marks_ = 0;
   uint64_t unmatched_range_closes_ = 0;

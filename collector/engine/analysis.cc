@@ -297,10 +297,9 @@ std::unique_ptr<AnalyzedTrace> Analyze(const TraceSource& source, const Analysis
   // One row per allocation: the output is as large as the trace anyway.
   if (options.keep_lifetimes && !options.timelines) mode.sorted = true;
   if (!source.path.empty()) {
-    const std::string& path = source.path;
-    auto trace = internal::Analyze([&path](TraceFileReader* r) { return r->Open(path); }, options,
-                                   mode, internal::StreamingOptions(), nullptr, error);
-    if (trace != nullptr) trace->report->trace_file = path;
+    auto trace = internal::Analyze([&source](TraceFileReader* r) { return r->Open(source.path); },
+                                   options, mode, internal::StreamingOptions(), nullptr, error);
+    if (trace != nullptr) trace->report->trace_file = source.path;
     return trace;
   }
   return internal::AnalyzeBytes(source.bytes, options, mode, internal::StreamingOptions(), nullptr,

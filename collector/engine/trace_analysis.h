@@ -1,8 +1,5 @@
-// Internal: one analysis of a trace, as the entry point (engine.h) runs it: the
-// reader's chunks are decoded (stream_decoder.h), each process's events go through its event
-// order (event_order.h) to its Accountant (accountant.h), and processes whose phases are
-// inferred are read again for the inference's passes (phase_inference.h), then swept again
-// with the inferred ranges.
+// Internal: one analysis of a trace as the entry point runs it (engine.h "Inside"), in a mode
+// of order and retention the tests choose.
 #pragma once
 
 #include <cstdint>
