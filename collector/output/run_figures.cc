@@ -1,7 +1,6 @@
 #include "collector/output/run_figures.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -14,9 +13,7 @@ using internal::CellIf;
 using internal::Row;
 
 std::string Mib(int64_t bytes) {
-  char text[64];
-  snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return text;
+  return internal::Format("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
 std::string SignedMib(int64_t bytes) {

@@ -1,7 +1,6 @@
 // PrintSummaryText: the terminal summary. Human units everywhere, exact bytes where a
 // number will be compared (the peak), columns aligned.
 #include <algorithm>
-#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,24 +11,15 @@
 namespace cumemtrace {
 namespace {
 
+using internal::Format;
 using internal::PhaseName;
 using internal::PrintTable;
 using internal::Row;
 
-std::string Format(const char* fmt, double value) {
-  char buf[64];
-  snprintf(buf, sizeof(buf), fmt, value);
-  return buf;
-}
-
 // 1234567 -> "1,234,567"
 std::string Grouped(uint64_t value) {
-  std::string digits = std::to_string(value);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
+  std::string out = std::to_string(value);
+  for (int i = static_cast<int>(out.size()) - 3; i > 0; i -= 3) out.insert(i, ",");
   return out;
 }
 

@@ -1,9 +1,10 @@
 // Internal: the two table writers of the output layer, a text table aligned in columns (the
 // terminal summary, compare and sweep) and a CSV table (the summary's CSV files, compare's and
-// sweep's --csv).
+// sweep's --csv), with the cell helpers they share.
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -12,6 +13,13 @@
 namespace cumemtrace::internal {
 
 using Row = std::vector<std::string>;
+
+// snprintf of one number.
+inline std::string Format(const char* format, double value) {
+  char text[64];
+  snprintf(text, sizeof(text), format, value);
+  return text;
+}
 
 inline std::string PhaseName(const std::string& phase) {
   return phase.empty() ? "(no phase)" : phase;
