@@ -145,8 +145,6 @@ class Run {
 
 constexpr size_t kMaxRuns = 32;
 
-// The reorder window of one stream: events come in arrival order and leave, in the
-// sweep's order, to sink->Sweep(event) once they are `window_ns` older than the newest.
 template <typename Sink>
 class ReorderWindow : public EventOrder {
  public:

@@ -115,11 +115,9 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     switch (e.type) {
       case EventType::kRangeOpen: {
         auto it = phase_by_strings.find({s.Resolve(e.aux_id), s.Resolve(e.name_id)});
-        RangeSlice slice;
-        slice.start_ns = rel(e.timestamp_ns);
-        slice.thread_id = e.thread_id;
-        slice.phase = it == phase_by_strings.end() ? -1 : it->second;
-        open.push_back(Open{slice, e.aux_id, e.nvtx_op == 1 /* PUSH */, e.a});
+        const int32_t phase = it == phase_by_strings.end() ? -1 : it->second;
+        open.push_back(Open{RangeSlice{rel(e.timestamp_ns), 0, e.thread_id, phase, false}, e.aux_id,
+                            e.nvtx_op == 1 /* PUSH */, e.a});
         break;
       }
       case EventType::kRangeClose: {
@@ -130,23 +128,17 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
               is_pop ? (o.is_push && o.slice.thread_id == e.thread_id && o.domain_id == e.aux_id)
                      : (!o.is_push && o.range_id == e.a);
           if (!match) continue;
-          RangeSlice slice = o.slice;
-          slice.end_ns = rel(e.timestamp_ns);
-          out->ranges.push_back(slice);
+          out->ranges.emplace_back(o.slice).end_ns = rel(e.timestamp_ns);
           open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
           break;
         }
         break;
       }
       case EventType::kKernel: {
-        KernelSlice k;
-        k.start_ns = rel(e.timestamp_ns);
-        k.end_ns = std::max(k.start_ns, rel(e.a));
-        k.device = e.device;
-        k.stream = static_cast<uint32_t>(e.c);
-        k.name = name_of(e.name_id);
-        k.thread_id = e.thread_id;
-        out->kernels.push_back(k);
+        const uint64_t start = rel(e.timestamp_ns);
+        out->kernels.push_back(KernelSlice{start, std::max(start, rel(e.a)), e.device,
+                                           static_cast<uint32_t>(e.c), name_of(e.name_id),
+                                           e.thread_id});
         break;
       }
       case EventType::kMark: {
@@ -162,10 +154,9 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     }
   }
   for (const Open& o : open) {
-    RangeSlice slice = o.slice;
+    RangeSlice& slice = out->ranges.emplace_back(o.slice);
     slice.end_ns = std::max(slice.start_ns, end_ns);
     slice.still_open = true;
-    out->ranges.push_back(slice);
   }
   std::stable_sort(
       out->ranges.begin(), out->ranges.end(),
