@@ -32,10 +32,13 @@ using nlohmann::json;
 // cannot be embedded one by one and still load in a second.
 constexpr size_t kKernelBins = 2000;
 
-std::string Base64(const void* data, size_t size) {
+// A column of the page data: the values' bytes in base64.
+template <typename T>
+std::string Column(const std::vector<T>& values) {
   static const char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  const auto* bytes = static_cast<const unsigned char*>(data);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  const size_t size = values.size() * sizeof(T);
   std::string out;
   out.reserve((size + 2) / 3 * 4);
   for (size_t i = 0; i < size; i += 3) {
@@ -51,11 +54,6 @@ std::string Base64(const void* data, size_t size) {
 template <typename T>
 json OrNull(bool known, const T& value) {
   return known ? json(value) : json(nullptr);
-}
-
-template <typename T>
-std::string Column(const std::vector<T>& values) {
-  return Base64(values.data(), values.size() * sizeof(T));
 }
 
 // Lifetime classes as the viewer indexes them (lifetimes.h; the names LifetimeClassName gives).
@@ -270,9 +268,8 @@ json SweepPointData(const SweepPoint& point) {
        {"device", f.device},
        {"peak_bytes", f.peak_bytes},
        // null without training phases, as in sweep.json (run_figures.cc).
-       {"persistent_bytes", !f.lifetimes                           ? json(nullptr)
-                            : persistent == f.lifetime_bytes.end() ? json(0)
-                                                                   : json(persistent->second)},
+       {"persistent_bytes",
+        OrNull(f.lifetimes, persistent == f.lifetime_bytes.end() ? 0 : persistent->second)},
        {"activation_memory_bytes", OrNull(f.lifetimes, f.activation_memory_bytes)},
        {"lifetime_bytes", OrNull(f.lifetimes, f.lifetime_bytes)},
        {"iterations", f.iterations}});
@@ -283,8 +280,8 @@ json SweepPointData(const SweepPoint& point) {
 void WriteViewerPage(const char* mode, json data, std::ostream& out) {
   data["schema"] = "cumemtrace.viewer/1";
   data["mode"] = mode;
-  const std::string dumped = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  const std::string text = EscapeJsonForScript(dumped);
+  const std::string text =
+      EscapeJsonForScript(data.dump(-1, ' ', false, json::error_handler_t::replace));
   const std::string_view html(internal::kViewerHtml, internal::kViewerHtmlSize);
   constexpr std::string_view kMarker = "{{CUMEMTRACE_DATA}}";
   const size_t at = html.find(kMarker);
