@@ -287,8 +287,7 @@ void Accountant::SetInferred(const PhaseInferenceReport& outcome, std::vector<Ev
   inferred_ = true;
   scan_inference_ = false;
   inference_ = outcome;
-  for (Event& e : ranges) e.pad = static_cast<uint8_t>(TieRank(e.type));
-  std::stable_sort(ranges.begin(), ranges.end(), KeyBefore);
+  SortEvents(&ranges);
   synthetic_ = std::move(ranges);
 }
 
@@ -654,8 +653,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.lifetime_class = LifetimeClassName(lifetime_class);
   }
   if (timeline != nullptr) {
-    CaptureTimeline(s, swept_, pool_, phases_.names(), phase_names, p, options_.keep_lifetimes,
-                    timeline);
+    CaptureTimeline(s, swept_, pool_, phases_.names(), p, options_.keep_lifetimes, timeline);
   }
   return p;
 }

@@ -13,10 +13,9 @@
 namespace cumemtrace::internal {
 void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
-                     const std::vector<PhaseName>& phases,
-                     const std::vector<std::string>& phase_names, const ProcessReport& report,
+                     const std::vector<PhaseName>& phases, const ProcessReport& report,
                      bool classified, ProcessTimeline* out) {
-  out->phase_names = phase_names;
+  for (const PhaseName& n : phases) out->phase_names.push_back(n.name);
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
   auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };

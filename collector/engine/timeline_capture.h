@@ -2,25 +2,23 @@
 // everything (Retention::kKeepAll), from the events as swept and every allocation.
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "collector/engine/accountant.h"
-#include "collector/engine/engine.h"
 #include "collector/engine/decoded_stream.h"
+#include "collector/engine/engine.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
 
 namespace cumemtrace::internal {
 
 // `events` as the sweep took them (Allocation::birth_pos and death_pos index it);
-// `allocations` and `phases` are the sweep's, `phase_names` the display name of each of its
-// phases (Allocation::phase indexes both); `report` is the finished ProcessReport (devices,
-// time origin, end). With `classified`, device allocations carry their lifetime class.
+// `allocations` and `phases` are the sweep's (Allocation::phase indexes `phases`); `report` is
+// the finished ProcessReport (devices, time origin, end). With `classified`, device
+// allocations carry their lifetime class.
 void CaptureTimeline(const DecodedStream& stream, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
-                     const std::vector<PhaseName>& phases,
-                     const std::vector<std::string>& phase_names, const ProcessReport& report,
+                     const std::vector<PhaseName>& phases, const ProcessReport& report,
                      bool classified, ProcessTimeline* out);
 
 }  // namespace cumemtrace::internal
