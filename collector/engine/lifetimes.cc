@@ -7,14 +7,8 @@
 namespace cumemtrace::internal {
 
 const char* LifetimeClassName(LifetimeClass c) {
-  switch (c) {
-    case LifetimeClass::kTemporary: return "temporary";
-    case LifetimeClass::kActivation: return "activation";
-    case LifetimeClass::kGradient: return "gradient";
-    case LifetimeClass::kPersistent: return "persistent";
-    case LifetimeClass::kOther: return "other";
-  }
-  return "other";
+  static const char* const kNames[] = {"temporary", "activation", "gradient", "persistent"};
+  return c < LifetimeClass::kOther ? kNames[static_cast<int>(c)] : "other";
 }
 
 bool HasTrainingPhases(const std::vector<PhaseName>& names) {
@@ -32,13 +26,10 @@ LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
                                        bool exited)
     : names_(names), by_phase_(names.size()), exited_(exited), iterations_(iterations) {
   for (const OccurrenceRecord& o : occurrences) {
+    const PhaseName& n = names_[static_cast<size_t>(o.phase)];
     by_phase_[static_cast<size_t>(o.phase)].push_back(&o);
-    if (!names_[static_cast<size_t>(o.phase)].iteration) {
-      last_phase_end_ns_ = std::max(last_phase_end_ns_, o.end_ns);
-    }
-    if (IsOptimizerLikePhase(names_[static_cast<size_t>(o.phase)].name)) {
-      optimizer_starts_.push_back(o.start_ns);
-    }
+    if (!n.iteration) last_phase_end_ns_ = std::max(last_phase_end_ns_, o.end_ns);
+    if (IsOptimizerLikePhase(n.name)) optimizer_starts_.push_back(o.start_ns);
   }
   for (auto& list : by_phase_) {
     std::sort(list.begin(), list.end(), [](const OccurrenceRecord* x, const OccurrenceRecord* y) {

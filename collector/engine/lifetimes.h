@@ -21,7 +21,6 @@
 namespace cumemtrace::internal {
 
 enum class LifetimeClass : uint8_t { kTemporary, kActivation, kGradient, kPersistent, kOther };
-constexpr int kLifetimeClasses = 5;
 const char* LifetimeClassName(LifetimeClass c);
 // A forward-like and a backward-like phase (phase_rules.h): the phases that define the
 // classes. Without them no class or activation figure is reported (LifetimeAtPeak).
@@ -29,12 +28,13 @@ bool HasTrainingPhases(const std::vector<PhaseName>& names);
 
 class LifetimeClassifier {
  public:
+  // exited: the process ended on its own (not by a signal), so what it never freed was held
+  // to the end rather than cut off.
   LifetimeClassifier(const std::vector<PhaseName>& names,
                      const std::vector<OccurrenceRecord>& occurrences,
                      const std::vector<IterationWindow>& iterations, bool exited);
-  // exited: the process ended on its own (not by a signal), so what it never freed was held
-  // to the end rather than cut off. birth/death: absolute times and phases (-1: none); death_ns is the process end for
-  // allocations never freed.
+  // Absolute times and phases (-1: none); death_ns is the process end for allocations never
+  // freed.
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
                          int32_t death_phase, bool freed) const;
 
