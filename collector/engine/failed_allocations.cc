@@ -3,29 +3,8 @@
 #include "collector/engine/accountant.h"
 
 namespace cumemtrace::internal {
-namespace {
 
 constexpr int32_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY (and cudaErrorMemoryAllocation)
-
-FailedAllocationReport FailedAllocationOf(const Event& e, const DecodedStream& s,
-                                          uint64_t time_ns) {
-  FailedAllocationReport f;
-  f.time_ns = time_ns;
-  f.time_abs_ns = e.timestamp_ns;
-  f.api = s.Resolve(e.name_id);
-  f.requested_bytes = e.a;
-  f.error_code = e.code;
-  f.error_name = s.Resolve(e.aux_id);
-  f.kind = MemoryKindName(e.kind);
-  f.device = e.device;
-  f.device_free_bytes = e.b;
-  f.device_total_bytes = e.c;
-  f.thread_id = e.thread_id;
-  f.caller = s.Resolve(e.caller_id);
-  return f;
-}
-
-}  // namespace
 
 void FailedAllocationLog::OnMemoryEvent(const Event& e) {
   if (e.thread_id == 0 || pending_.empty()) return;
@@ -46,8 +25,19 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
                                  ProcessReport* p) {
   for (const Failure& f : failures_) {
     const Event& e = f.event;
-    FailedAllocationReport r =
-        FailedAllocationOf(e, s, e.timestamp_ns >= first ? e.timestamp_ns - first : 0);
+    FailedAllocationReport r;
+    r.time_ns = e.timestamp_ns >= first ? e.timestamp_ns - first : 0;
+    r.time_abs_ns = e.timestamp_ns;
+    r.api = s.Resolve(e.name_id);
+    r.requested_bytes = e.a;
+    r.error_code = e.code;
+    r.error_name = s.Resolve(e.aux_id);
+    r.kind = MemoryKindName(e.kind);
+    r.device = e.device;
+    r.device_free_bytes = e.b;
+    r.device_total_bytes = e.c;
+    r.thread_id = e.thread_id;
+    r.caller = s.Resolve(e.caller_id);
     if (f.innermost >= 0) r.phase = phases->names()[static_cast<size_t>(f.innermost)].name;
     r.device_in_use_bytes = f.in_use;
     if (f.retried) {

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string>
 
-
 namespace cumemtrace::internal {
 namespace {
 
@@ -30,6 +29,21 @@ void NameTensorOrigin(DecodedStream& s) {
   s.strings[kTorchCallerId] = library.empty() ? std::string("libc10_cuda.so") : library;
 }
 
+// A tensor allocation or release, as the sweep takes the driver's.
+Event TensorEvent(EventType type, uint64_t timestamp_ns, uint32_t device, uint64_t address,
+                  uint64_t bytes, uint32_t thread_id) {
+  Event e{};
+  e.timestamp_ns = timestamp_ns;
+  e.type = type;
+  e.a = address;
+  e.b = bytes;
+  e.thread_id = thread_id;
+  e.name_id = kTorchApiId;
+  e.device = device;
+  e.kind = kTorchAllocatedKind;
+  return e;
+}
+
 // Gives the pending ALLOC its block and appends the allocation. `exact`: `allocated_total`
 // is the counter after the ALLOC's own increase.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
@@ -49,16 +63,9 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
     ++s.torch.report.estimated_block_sizes;
   }
   NameTensorOrigin(s);
-  Event e{};
-  e.timestamp_ns = a.timestamp_ns;
-  e.type = EventType::kAllocate;
-  e.a = a.address;
-  e.b = bytes;
-  e.thread_id = a.thread_id;
-  e.name_id = kTorchApiId;
+  Event e = TensorEvent(EventType::kAllocate, a.timestamp_ns, device, a.address, bytes,
+                        a.thread_id);
   e.caller_id = kTorchCallerId;
-  e.device = device;
-  e.kind = kTorchAllocatedKind;
   e.stack_id = a.stack_id;
   s.events.push_back(e);
   if (!d.live.emplace(a.address, bytes).second) {
@@ -68,10 +75,6 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   }
   ++s.torch.report.blocks;
   d.pending.set = false;
-}
-
-void CheckCounter(DecodedStream& s, const TorchDeviceDecode& d, uint64_t reported) {
-  if (reported != d.allocated) ++s.torch.report.counter_mismatches;
 }
 
 }  // namespace
@@ -108,7 +111,8 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
 
   switch (t.action()) {
     case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
-      CheckCounter(s, d, t.allocated_bytes_current());  // before this ALLOC's increase
+      // The allocator's counter before this ALLOC's increase.
+      if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;
       d.pending.set = true;
       d.pending.timestamp_ns = timestamp_ns;
       d.pending.address = t.address();
@@ -125,19 +129,11 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
         ++r.unknown_frees;
         return;
       }
-      Event e{};
-      e.timestamp_ns = timestamp_ns;
-      e.type = EventType::kRelease;
-      e.a = t.address();
-      e.b = it->second;
-      e.thread_id = t.thread_id();
-      e.name_id = kTorchApiId;
-      e.device = t.device();
-      e.kind = kTorchAllocatedKind;
-      s.events.push_back(e);
+      s.events.push_back(TensorEvent(EventType::kRelease, timestamp_ns, t.device(), t.address(),
+                                     it->second, t.thread_id()));
       d.allocated -= it->second;
       d.live.erase(it);
-      CheckCounter(s, d, t.allocated_bytes_current());  // after the decrease
+      if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;  // after it
       return;
     }
     case v1::TORCH_ALLOCATOR_ACTION_OOM:
