@@ -9,7 +9,7 @@
 namespace cumemtrace {
 namespace {
 
-// Built-in rules, checked in order after the user's. Case-insensitive regexes.
+// Built-in rules, checked in order after the user's.
 struct BuiltIn {
   const char* regex;
   const char* target;
@@ -43,33 +43,26 @@ std::string Trim(const std::string& s) {
   return s.substr(begin, end - begin + 1);
 }
 
-}  // namespace
-
-bool PhaseRules::MakeRule(const std::string& pattern, bool is_regex, const std::string& target,
-                          Rule* rule, std::string* error) {
-  rule->pattern = pattern;
-  rule->is_regex = is_regex;
-  rule->target = target;
-  if (!is_regex) return true;
+// Case-insensitive; null with *error when the expression does not compile.
+std::shared_ptr<const RE2> Compile(const std::string& pattern, std::string* error) {
   RE2::Options options;
   options.set_case_sensitive(false);
   options.set_log_errors(false);
   auto regex = std::make_shared<const RE2>(pattern, options);
-  if (!regex->ok()) {
-    *error = regex->error();
-    return false;
-  }
-  rule->regex = std::move(regex);
-  return true;
+  if (regex->ok()) return regex;
+  *error = regex->error();
+  return nullptr;
 }
+
+}  // namespace
 
 PhaseRules PhaseRules::Defaults() {
   PhaseRules rules;
   for (const BuiltIn& b : kBuiltIns) {
-    Rule rule;
     std::string error;
-    if (!MakeRule(b.regex, true, b.target, &rule, &error)) abort();  // a bug in kBuiltIns
-    rules.rules_.push_back(std::move(rule));
+    std::shared_ptr<const RE2> regex = Compile(b.regex, &error);
+    if (regex == nullptr) abort();  // a bug in kBuiltIns
+    rules.rules_.push_back(Rule{b.regex, std::move(regex), b.target});
   }
   return rules;
 }
@@ -100,18 +93,18 @@ bool PhaseRules::AddFromText(const std::string& text, const std::string& origin,
     }
     const bool is_regex = pattern.size() >= 2 && pattern.front() == '/' && pattern.back() == '/';
     if (is_regex) pattern = pattern.substr(1, pattern.size() - 2);
-    Rule rule;
+    Rule rule{pattern, nullptr, target};
     std::string problem;
-    if (!MakeRule(pattern, is_regex, target, &rule, &problem)) {
+    if (is_regex && (rule.regex = Compile(pattern, &problem)) == nullptr) {
       *error = where + ": bad regular expression /" + pattern + "/: " + problem +
                " (RE2 syntax: no backreferences or lookaround)";
       return false;
     }
     added.push_back(std::move(rule));
   }
-  rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(user_rules_.size()), added.begin(),
+  rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(user_rules_), added.begin(),
                 added.end());
-  user_rules_.insert(user_rules_.end(), added.begin(), added.end());
+  user_rules_ += added.size();
   return true;
 }
 
@@ -127,22 +120,16 @@ bool PhaseRules::AddFromFile(const std::string& path, std::string* error) {
 }
 
 PhaseRules::Mapping PhaseRules::Map(const std::string& range_name) const {
-  Mapping m;
-  m.phase = range_name;
+  Mapping m{range_name};
   const bool regex_allowed = range_name.size() <= kMaxRegexNameBytes;
   for (const Rule& rule : rules_) {
-    const bool hit = rule.is_regex
-                         ? regex_allowed && RE2::PartialMatch(range_name, *rule.regex)
-                         : range_name == rule.pattern;
+    const bool hit = rule.regex ? regex_allowed && RE2::PartialMatch(range_name, *rule.regex)
+                                : range_name == rule.pattern;
     if (!hit) continue;
     m.matched = true;
-    if (rule.target == "@rollup") {
-      m.rollup = true;
-    } else if (rule.target == "@iteration") {
-      m.iteration = true;
-    } else {
-      m.phase = rule.target;
-    }
+    m.rollup = rule.target == "@rollup";
+    m.iteration = rule.target == "@iteration";
+    if (!m.rollup && !m.iteration) m.phase = rule.target;
     return m;
   }
   return m;

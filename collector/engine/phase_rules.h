@@ -47,14 +47,10 @@ class PhaseRules {
  private:
   struct Rule {
     std::string pattern;
-    bool is_regex = false;
-    std::shared_ptr<const re2::RE2> regex;
+    std::shared_ptr<const re2::RE2> regex;  // null: an exact name
     std::string target;
   };
-  // False with *error when the regular expression does not compile.
-  static bool MakeRule(const std::string& pattern, bool is_regex, const std::string& target,
-                       Rule* rule, std::string* error);
-  std::vector<Rule> user_rules_;
+  size_t user_rules_ = 0;
   std::vector<Rule> rules_;  // user rules first, then the built-in ones
 };
 
