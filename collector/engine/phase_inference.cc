@@ -1,8 +1,6 @@
 #include "collector/engine/phase_inference.h"
 
 #include <algorithm>
-#include <map>
-#include <unordered_map>
 
 #include "collector/engine/phases.h"
 
@@ -13,25 +11,6 @@ namespace {
 constexpr uint32_t kForwardId = 0xFFFFFFF1u;
 constexpr uint32_t kBackwardId = 0xFFFFFFF2u;
 constexpr uint32_t kOptimizerId = 0xFFFFFFF3u;
-
-void AddRange(std::vector<Event>* events, uint32_t message_id, uint32_t thread, uint64_t range_id,
-              uint64_t begin_ns, uint64_t end_ns) {
-  Event open{};
-  open.type = EventType::kRangeOpen;
-  open.timestamp_ns = begin_ns;
-  open.thread_id = thread;
-  open.name_id = message_id;
-  open.aux_id = kInferredDomainId;
-  open.nvtx_op = 3;  // START: ranges pair by id, whatever the thread stacks hold
-  open.a = range_id;
-  Event close = open;
-  close.type = EventType::kRangeClose;
-  close.timestamp_ns = end_ns;
-  close.name_id = 0;
-  close.nvtx_op = 4;  // END
-  events->push_back(open);
-  events->push_back(close);
-}
 
 bool IsAutograd(const std::vector<uint32_t>& threads, uint32_t tid) {
   return std::find(threads.begin(), threads.end(), tid) != threads.end();
@@ -160,20 +139,34 @@ std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
                                   const std::vector<uint64_t>& optimizer_end,
                                   uint64_t forward_start, PhaseInferenceReport* out) {
   std::vector<Event> events;
+  uint64_t range_id = 0xFFFF000000000000ull;
+  auto add = [&](uint32_t message_id, uint64_t begin_ns, uint64_t end_ns) {
+    Event open{};
+    open.type = EventType::kRangeOpen;
+    open.timestamp_ns = begin_ns;
+    open.thread_id = out->calling_thread;
+    open.name_id = message_id;
+    open.aux_id = kInferredDomainId;
+    open.nvtx_op = 3;  // START: ranges pair by id, whatever the thread stacks hold
+    open.a = range_id++;
+    Event close = open;
+    close.type = EventType::kRangeClose;
+    close.timestamp_ns = end_ns;
+    close.name_id = 0;
+    close.nvtx_op = 4;  // END
+    events.push_back(open);
+    events.push_back(close);
+  };
   // The calling thread's first recorded work opens the first forward pass.
   if (forward_start == 0 || forward_start > bursts[0].first_ns) forward_start = bursts[0].first_ns;
-  uint64_t range_id = 0xFFFF000000000000ull;
   for (size_t k = 0; k < bursts.size(); ++k) {
     const Burst& b = bursts[k];
-    if (b.first_ns > forward_start) {
-      AddRange(&events, kForwardId, out->calling_thread, range_id++, forward_start,
-               b.first_ns - 1);
-    }
-    AddRange(&events, kBackwardId, out->calling_thread, range_id++, b.first_ns, b.last_ns);
+    if (b.first_ns > forward_start) add(kForwardId, forward_start, b.first_ns - 1);
+    add(kBackwardId, b.first_ns, b.last_ns);
     forward_start = b.last_ns + 1;
     const uint64_t end = optimizer_end.empty() ? 0 : optimizer_end[k];
     if (end != 0) {
-      AddRange(&events, kOptimizerId, out->calling_thread, range_id++, b.last_ns + 1, end);
+      add(kOptimizerId, b.last_ns + 1, end);
       forward_start = end + 1;
       ++out->optimizers_inferred;
     }
