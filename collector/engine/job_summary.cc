@@ -9,11 +9,10 @@ void AddJobSummary(Report* report) {
   for (const ProcessReport& p : report->processes) {
     if (p.rank < 0) continue;
     // A rank's device: the one where its memory peaked highest (DDP: one GPU per rank).
-    const DeviceReport* device = nullptr;
-    for (const DeviceReport& d : p.devices) {
-      if (device == nullptr || d.peak.bytes > device->peak.bytes) device = &d;
-    }
-    if (device == nullptr) continue;  // a launcher or helper that used no GPU
+    auto device = std::max_element(
+        p.devices.begin(), p.devices.end(),
+        [](const DeviceReport& a, const DeviceReport& b) { return a.peak.bytes < b.peak.bytes; });
+    if (device == p.devices.end()) continue;  // a launcher or helper that used no GPU
     RankFigures r;
     r.rank = p.rank;
     r.local_rank = p.local_rank;
@@ -37,24 +36,21 @@ void AddJobSummary(Report* report) {
   if (job.ranks.empty()) return;
   std::sort(job.ranks.begin(), job.ranks.end(),
             [](const RankFigures& a, const RankFigures& b) { return a.rank < b.rank; });
-  uint64_t lowest = job.ranks[0].peak_bytes;
+  job.lowest_peak_bytes = job.ranks[0].peak_bytes;
   for (const RankFigures& r : job.ranks) {
     if (r.peak_bytes > job.highest_peak_bytes) {
       job.highest_peak_bytes = r.peak_bytes;
       job.highest_rank = r.rank;
     }
-    lowest = std::min(lowest, r.peak_bytes);
-  }
-  job.lowest_peak_bytes = lowest;
-  job.imbalance = job.highest_peak_bytes == 0
-                      ? 0.0
-                      : static_cast<double>(job.highest_peak_bytes - lowest) /
-                            static_cast<double>(job.highest_peak_bytes);
-  for (const RankFigures& r : job.ranks) {
+    job.lowest_peak_bytes = std::min(job.lowest_peak_bytes, r.peak_bytes);
     if (std::find(job.hosts.begin(), job.hosts.end(), r.hostname) == job.hosts.end()) {
       job.hosts.push_back(r.hostname);
     }
   }
+  job.imbalance = job.highest_peak_bytes == 0
+                      ? 0.0
+                      : static_cast<double>(job.highest_peak_bytes - job.lowest_peak_bytes) /
+                            static_cast<double>(job.highest_peak_bytes);
 }
 
 }  // namespace cumemtrace::internal
