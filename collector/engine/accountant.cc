@@ -32,8 +32,8 @@ const char* DropSourceName(int source) {
   return source == v1::DROP_SOURCE_TRACER_QUEUE ? "tracer_queue" : "unspecified";
 }
 
-std::string NameOfPhase(const std::vector<std::string>& phase_names, int32_t phase) {
-  return phase < 0 ? std::string() : phase_names[static_cast<size_t>(phase)];
+std::string NameOfPhase(const std::vector<PhaseName>& phases, int32_t phase) {
+  return phase < 0 ? std::string() : phases[static_cast<size_t>(phase)].name;
 }
 
 // What the stream said about itself (StreamFacts), and how it ended.
@@ -110,8 +110,7 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
   }
   for (uint8_t k = 0; k < kMemoryKinds; ++k) {
     if (c.kinds[k].allocations + c.kinds[k].releases > 0) d.by_kind[MemoryKindName(k)] = c.kinds[k];
-  }
-  for (const uint8_t k : {uint8_t{3}, uint8_t{4}, kTorchAllocatedKind}) {
+    if (!IsDeviceMemory(k)) continue;
     d.live_at_exit_count += c.kinds[k].live_at_exit_count;
     d.live_at_exit_bytes += c.kinds[k].live_at_exit_bytes;
   }
@@ -155,7 +154,7 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
 
 // at_peak[slot]: the device allocations live at that slot's peak, in any order (reordered).
 void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
-                      const std::vector<std::string>& phase_names, const DecodedStream& s,
+                      const std::vector<PhaseName>& phases, const DecodedStream& s,
                       size_t top_allocations, uint64_t first, ProcessReport* p) {
   for (size_t slot = 0; slot < at_peak.size(); ++slot) {
     std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
@@ -166,7 +165,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     }
     DevicePeak& peak = p->devices[slot].peak;
     for (auto& [key, g] : groups) {
-      g.phase = NameOfPhase(phase_names, key.first);
+      g.phase = NameOfPhase(phases, key.first);
       g.kind = MemoryKindName(key.second);
       peak.live_by_phase_and_kind.push_back(std::move(g));
     }
@@ -184,7 +183,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
       peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
-                                            NameOfPhase(phase_names, a.phase), s.Resolve(a.api_id),
+                                            NameOfPhase(phases, a.phase), s.Resolve(a.api_id),
                                             a.thread_id, Since(first, a.birth_ns)});
     }
     if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
@@ -216,9 +215,8 @@ void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t sl
   d->steady_of = rest.size();
 }
 
-void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>& phase_names,
-                      const std::vector<uint32_t>& slot_device, const DecodedStream& s,
-                      uint64_t first, ProcessReport* p) {
+void FillPhaseReports(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
+                      const DecodedStream& s, uint64_t first, ProcessReport* p) {
   std::vector<std::vector<const OccurrenceRecord*>> by_phase(phases.names().size());
   for (const OccurrenceRecord& o : phases.occurrences()) {
     by_phase[static_cast<size_t>(o.phase)].push_back(&o);
@@ -231,7 +229,7 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<std::string>
     const PhaseName& n = phases.names()[i];
     if (n.rollup) continue;
     PhaseReport r;
-    r.name = phase_names[i];
+    r.name = n.name;
     r.range_names = n.range_names;
     r.inferred = n.inferred;
     r.iteration = n.iteration;
@@ -568,8 +566,6 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   failed_.Finish(s, first, &phases_, &p);  // counts in phases by the slots it was given
   phases_.ReorderSlots(new_slot);
 
-  std::vector<std::string> phase_names;
-  for (const PhaseName& n : phases_.names()) phase_names.push_back(n.name);
   p.rolled_up_ranges = phases_.rolled_up_ranges();
   p.nvtx_marks = nvtx_marks_;
   p.unmatched_range_closes = unmatched_range_closes_;
@@ -599,9 +595,9 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
 
   std::vector<std::vector<const Allocation*>> peak_contents(n_slots);
   for (const Allocation* a : at_peak) peak_contents[new_slot[a->slot]].push_back(a);
-  FillPeakContents(peak_contents, phase_names, s, options_.top_allocations, first, &p);
+  FillPeakContents(peak_contents, phases_.names(), s, options_.top_allocations, first, &p);
 
-  FillPhaseReports(phases_, phase_names, sorted, s, first, &p);
+  FillPhaseReports(phases_, sorted, s, first, &p);
   const IterationDetection detection = AddIterations(phases_, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
@@ -646,8 +642,8 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.bytes = a.bytes;
     row.birth_ns = Since(first, a.birth_ns);
     row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
-    row.birth_phase = NameOfPhase(phase_names, a.phase);
-    row.death_phase = freed ? NameOfPhase(phase_names, a.death_phase) : std::string();
+    row.birth_phase = NameOfPhase(phases_.names(), a.phase);
+    row.death_phase = freed ? NameOfPhase(phases_.names(), a.death_phase) : std::string();
     row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
     row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
     row.lifetime_class = LifetimeClassName(lifetime_class);
