@@ -106,11 +106,24 @@ Spread SpreadOf(std::vector<int64_t> values) {
   return s;
 }
 
-void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
-                       uint64_t first_ns, const std::vector<IterationWindow>& windows,
-                       IterationReport* r) {
+}  // namespace
+
+int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts) {
+  auto it = std::upper_bound(windows.begin(), windows.end(), ts,
+                             [](uint64_t t, const IterationWindow& w) { return t < w.start_ns; });
+  if (it == windows.begin()) return -1;
+  --it;
+  return ts <= it->end_ns ? it - windows.begin() : -1;
+}
+
+IterationDetection AddIterations(const PhaseTracker& phases,
+                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
+                                 const AnalysisOptions& options, ProcessReport* p) {
+  IterationReport* r = &p->iterations;
+  std::vector<IterationWindow> windows =
+      DetectIterations(phases.names(), phases.occurrences(), options.iteration_range, r);
   r->count = windows.size();
-  if (windows.empty()) return;
+  if (windows.empty()) return {};
   auto rel = [first_ns](uint64_t ts) { return ts >= first_ns ? ts - first_ns : 0; };
   std::vector<int64_t> durations;
   for (const IterationWindow& w : windows) {
@@ -173,25 +186,7 @@ void AddIterationStats(const PhaseTracker& phases, const std::vector<uint32_t>& 
     }
     r->phases.push_back(std::move(stats));
   }
-}
-
-}  // namespace
-
-int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts) {
-  auto it = std::upper_bound(windows.begin(), windows.end(), ts,
-                             [](uint64_t t, const IterationWindow& w) { return t < w.start_ns; });
-  if (it == windows.begin()) return -1;
-  --it;
-  return ts <= it->end_ns ? it - windows.begin() : -1;
-}
-
-IterationDetection AddIterations(const PhaseTracker& phases,
-                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
-                                 const AnalysisOptions& options, ProcessReport* p) {
-  IterationDetection detection{DetectIterations(phases.names(), phases.occurrences(),
-                                                options.iteration_range, &p->iterations)};
-  AddIterationStats(phases, slot_device, first_ns, detection.windows, &p->iterations);
-  return detection;
+  return {std::move(windows)};
 }
 
 }  // namespace cumemtrace::internal
