@@ -17,14 +17,6 @@ CsvTable& ProcessRow(CsvTable& table, const ProcessReport& p, const T&... fields
   return table.Row(p.stream_id, p.pid, fields...);
 }
 
-void OriginRows(CsvTable& table, const ProcessReport& p, const DeviceReport& d,
-                const std::map<std::string, OriginStats>& groups) {
-  for (const auto& [name, g] : groups) {
-    ProcessRow(table, p, d.index, name, g.allocations, g.allocated_bytes, g.peak_bytes,
-               g.live_at_peak_bytes, g.live_at_exit_bytes);
-  }
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report) {
@@ -83,8 +75,12 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
         ProcessRow(kinds, p, d.index, kind, k.allocations, k.releases, k.allocated_bytes,
                    k.released_bytes, k.peak_bytes, k.live_at_exit_count, k.live_at_exit_bytes);
       }
-      OriginRows(apis, p, d, d.by_api);
-      OriginRows(libraries, p, d, d.by_library);
+      for (auto [table, groups] : {std::pair(&apis, &d.by_api), {&libraries, &d.by_library}}) {
+        for (const auto& [name, g] : *groups) {
+          ProcessRow(*table, p, d.index, name, g.allocations, g.allocated_bytes, g.peak_bytes,
+                     g.live_at_peak_bytes, g.live_at_exit_bytes);
+        }
+      }
       for (const auto& [name, bytes] : d.lifetime_at_peak.bytes_by_class) {
         ProcessRow(classes, p, d.index, name, bytes, d.lifetime_at_peak.activation_memory_bytes);
       }
