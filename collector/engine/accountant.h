@@ -10,7 +10,6 @@
 //                  the viewer), as large as the trace.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
