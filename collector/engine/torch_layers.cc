@@ -8,9 +8,9 @@ namespace cumemtrace::internal {
 namespace {
 
 // Interned ids the analysis gives the tensors' API and caller (the tracer counts its own
-// ids up from 1).
-constexpr uint32_t kTorchApiId = 0xFFFFFFF0u;
-constexpr uint32_t kTorchCallerId = 0xFFFFFFF1u;
+// ids up from 1; phase inference takes 0xFFFFFFF0 and up, phase_inference.cc).
+constexpr uint32_t kTorchApiId = 0xFFFFFFE0u;
+constexpr uint32_t kTorchCallerId = 0xFFFFFFE1u;
 constexpr uint64_t kMinBlockBytes = 512;  // the caching allocator's smallest block
 
 uint64_t Key(uint32_t device, uint64_t address) {

@@ -224,6 +224,42 @@ TEST(Inference, FileAnalysisReportsProgressPerPass) {
   for (const auto& [pass, done] : last) EXPECT_EQ(done, bytes.size()) << pass;
 }
 
+// With PyTorch's bridge attached, tensors get a synthetic API and caller name: neither may
+// take the name of an inferred phase (both are interned ids the analysis makes up).
+TEST(Inference, PhaseNamesAndTensorOriginsStayApartWithTheBridge) {
+  StreamBuilder s = UnlabeledTraining(4);
+  v1::Event state;
+  state.set_timestamp_ns(2);
+  state.mutable_torch_bridge()->set_attached(true);
+  state.mutable_torch_bridge()->set_library("/venv/torch/lib/libc10_cuda.so");
+  s.Raw(state);
+  for (uint64_t sequence = 1; sequence <= 2; ++sequence) {
+    v1::Event e;
+    e.set_timestamp_ns(100 + sequence);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_action(sequence == 1 ? v1::TORCH_ALLOCATOR_ACTION_ALLOC
+                                : v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED);
+    t->set_sequence(sequence);
+    t->set_address(0x7000);
+    t->set_requested_bytes(512);
+    t->set_allocated_bytes_total(512);
+    t->set_allocated_bytes_current(sequence == 1 ? 0 : 512);
+    t->set_thread_id(10);
+    s.Raw(e);
+  }
+  s.Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  ASSERT_TRUE(p.phase_inference.applied) << p.phase_inference.reason;
+  for (const char* name : {"forward", "backward", "optimizer"}) {
+    EXPECT_NE(Phase(p, name), nullptr) << name;
+  }
+  const DeviceReport& d = p.devices.at(0);
+  EXPECT_EQ(d.by_library.count("libc10_cuda.so"), 1u);
+  EXPECT_EQ(d.by_api.count("PyTorch caching allocator"), 1u);
+  for (const auto& [library, stats] : d.by_library) EXPECT_NE(library, "forward");
+}
+
 TEST(Inference, ForwardBackwardAndOptimizerFromTheAutogradThread) {
   auto report = Analyze(UnlabeledTraining(4).Chunks());
   const ProcessReport& p = report->processes.at(0);
