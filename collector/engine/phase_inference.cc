@@ -178,6 +178,7 @@ std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
 }
 
 void AddInferredNames(DecodedStream* s) {
+  s->strings[kInferredDomainId] = "";  // no domain, rather than an unknown id
   s->strings[kForwardId] = "forward";
   s->strings[kBackwardId] = "backward";
   s->strings[kOptimizerId] = "optimizer";

@@ -89,7 +89,7 @@ class GradientScan {
 std::vector<Event> InferredRanges(const std::vector<Burst>& bursts,
                                   const std::vector<uint64_t>& optimizer_end,
                                   uint64_t forward_start, PhaseInferenceReport* out);
-// The names of the synthesized ranges' message ids.
+// The names of the synthesized ranges' message ids, and their domain's (none).
 void AddInferredNames(DecodedStream* s);
 
 }  // namespace cumemtrace::internal

@@ -272,6 +272,7 @@ TEST(Inference, ForwardBackwardAndOptimizerFromTheAutogradThread) {
   const PhaseReport* optimizer = Phase(p, "optimizer");
   ASSERT_TRUE(forward && backward && optimizer);
   EXPECT_TRUE(forward->inferred && backward->inferred && optimizer->inferred);
+  EXPECT_EQ(forward->domain, "");  // no NVTX domain
   EXPECT_EQ(backward->occurrences, 4u);
   // The first forward also holds the weights (work before the first iteration).
   EXPECT_EQ(forward->devices[0].allocated_bytes, 100 * MiB + 4 * 10 * MiB);
