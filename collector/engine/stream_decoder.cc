@@ -15,103 +15,14 @@
 
 namespace cumemtrace::internal {
 namespace {
-const char* ClockName(int clock) {
-  switch (clock) {
-    case v1::TIMESTAMP_CLOCK_MONOTONIC: return "monotonic";
-    case v1::TIMESTAMP_CLOCK_REALTIME: return "realtime";
-    default: return "unspecified";
-  }
-}
 
-const char* InjectionName(int mode) {
-  switch (mode) {
-    case v1::INJECTION_MODE_LD_PRELOAD: return "ld_preload";
-    case v1::INJECTION_MODE_CUDA_INJECTION: return "cuda_injection";
-    case v1::INJECTION_MODE_NVTX_INJECTION: return "nvtx_injection";
-    default: return "unspecified";
-  }
+// names[value]; names[0] for a value not listed (unspecified, or a newer writer's).
+const char* Named(int value, std::initializer_list<const char*> names) {
+  return value > 0 && static_cast<size_t>(value) < names.size() ? names.begin()[value]
+                                                                 : *names.begin();
 }
 
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
-
-// The fields of the three hot payloads, as protobuf's accessors return them (in the order
-// the slow path lists them). Both decoding paths fill these and turn them into compact
-// events through the same functions below.
-struct MemoryFields {
-  int32_t operation = 0;
-  uint64_t address = 0;
-  uint64_t bytes = 0;
-  int32_t kind = 0;
-  uint32_t device = 0;
-  uint32_t stream = 0;
-  uint32_t thread_id = 0;
-  uint32_t api_name_id = 0;
-  uint32_t caller_module_id = 0;
-  uint32_t stack_id = 0;
-};
-
-struct KernelFields {
-  uint32_t name_id = 0;
-  uint32_t device = 0;
-  uint32_t stream = 0;
-  uint64_t end_ns = 0;
-  uint32_t thread_id = 0;
-};
-
-struct NvtxFields {
-  int32_t operation = 0;
-  uint32_t thread_id = 0;
-  uint32_t domain_id = 0;
-  uint32_t message_id = 0;
-  uint64_t range_id = 0;
-};
-
-// False when the event accounts for nothing (an operation this reader does not know).
-bool CompactMemory(const MemoryFields& m, Event* e) {
-  if (m.operation == v1::MEMORY_OPERATION_ALLOCATE) {
-    e->type = EventType::kAllocate;
-  } else if (m.operation == v1::MEMORY_OPERATION_RELEASE) {
-    e->type = EventType::kRelease;
-  } else {
-    return false;  // neither: nothing to account
-  }
-  e->a = m.address;
-  e->b = m.bytes;
-  e->kind = static_cast<uint8_t>(m.kind);
-  e->device = m.device;
-  e->thread_id = m.thread_id;
-  e->name_id = m.api_name_id;
-  e->caller_id = m.caller_module_id;
-  e->stack_id = m.stack_id;
-  e->c = m.stream;
-  return true;
-}
-
-void CompactKernel(const KernelFields& k, Event* e) {
-  e->type = EventType::kKernel;
-  e->a = k.end_ns;
-  e->c = k.stream;
-  e->name_id = k.name_id;
-  e->device = k.device;
-  e->thread_id = k.thread_id;
-}
-
-bool CompactNvtx(const NvtxFields& n, Event* e) {
-  switch (n.operation) {
-    case v1::NVTX_OPERATION_PUSH:
-    case v1::NVTX_OPERATION_START: e->type = EventType::kRangeOpen; break;
-    case v1::NVTX_OPERATION_POP:
-    case v1::NVTX_OPERATION_END: e->type = EventType::kRangeClose; break;
-    case v1::NVTX_OPERATION_MARK: e->type = EventType::kMark; break;
-    default: return false;
-  }
-  e->nvtx_op = static_cast<uint8_t>(n.operation);
-  e->thread_id = n.thread_id;
-  e->aux_id = n.domain_id;
-  e->name_id = n.message_id;
-  e->a = n.range_id;
-  return true;
-}
 
 // A forward-only reader of protobuf wire format that gives up (returns false) rather than
 // guess: every case it declines is left to the generated parser.
@@ -152,300 +63,75 @@ constexpr uint32_t kLengthDelimited = 2;
 uint32_t U32(uint64_t v) { return static_cast<uint32_t>(v); }
 int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
-// The three hot payloads are varint fields numbered below 16, each tag one byte. Values go
-// into a table by field number (no branch per field); `known` says which numbers this
-// reader knows, kept or not. Anything else (a longer tag, another wire type, an unknown
-// field, a malformed varint) returns false and the frame goes to protobuf.
-bool ReadSmallVarintFields(const char* begin, const char* end, uint32_t known, uint64_t* values) {
+// The hot payloads (MemoryOp = 4, Kernel = 7, Nvtx = 8), given as a table of their fields'
+// values by field number, into *e. False for an operation that accounts for nothing. Both
+// decoding paths fill the table, so they turn payloads into events the same way.
+bool CompactHotPayload(uint32_t payload, const uint64_t* v, Event* e) {
+  if (payload == 4) {
+    const int32_t operation = I32(v[1]);
+    if (operation == v1::MEMORY_OPERATION_ALLOCATE) {
+      e->type = EventType::kAllocate;
+    } else if (operation == v1::MEMORY_OPERATION_RELEASE) {
+      e->type = EventType::kRelease;
+    } else {
+      return false;
+    }
+    e->a = v[2];  // address
+    e->b = v[3];  // bytes
+    e->kind = static_cast<uint8_t>(v[4]);
+    e->device = U32(v[5]);
+    e->c = U32(v[7]);  // stream
+    e->thread_id = U32(v[12]);
+    e->name_id = U32(v[13]);  // api name
+    e->caller_id = U32(v[14]);
+    e->stack_id = U32(v[15]);
+  } else if (payload == 7) {
+    e->type = EventType::kKernel;
+    e->name_id = U32(v[1]);
+    e->device = U32(v[2]);
+    e->c = U32(v[3]);  // stream
+    e->a = v[4];       // end_ns
+    e->thread_id = U32(v[6]);
+  } else {
+    switch (I32(v[1])) {
+      case v1::NVTX_OPERATION_PUSH:
+      case v1::NVTX_OPERATION_START: e->type = EventType::kRangeOpen; break;
+      case v1::NVTX_OPERATION_POP:
+      case v1::NVTX_OPERATION_END: e->type = EventType::kRangeClose; break;
+      case v1::NVTX_OPERATION_MARK: e->type = EventType::kMark; break;
+      default: return false;
+    }
+    e->nvtx_op = static_cast<uint8_t>(v[1]);
+    e->thread_id = U32(v[2]);
+    e->aux_id = U32(v[3]);   // domain
+    e->name_id = U32(v[4]);  // message
+    e->a = v[5];             // range id
+  }
+  return true;
+}
+
+// The hot payloads have only varint fields, numbered below 16, each tag one byte: the fast
+// path reads them into the table with no branch per field. A field not used here is
+// skipped, as protobuf skips it. Anything else (a longer tag, another wire type, a
+// malformed varint) returns false and the frame goes to protobuf.
+bool ReadSmallVarintFields(const char* begin, const char* end, uint64_t* values) {
   const auto* p = reinterpret_cast<const uint8_t*>(begin);
   const auto* e = reinterpret_cast<const uint8_t*>(end);
   while (p != e) {
     const uint8_t tag = *p++;
-    const uint32_t field = tag >> 3;
-    if ((tag & 0x87) != 0 || ((known >> field) & 1) == 0) return false;
-    if (p == e) return false;
+    if ((tag & 0x87) != 0 || tag < 8 || p == e) return false;  // tag 0: field 0
     uint64_t value = *p;
     if (value < 0x80) {
       ++p;
     } else if (!ReadVarint(&p, e, &value)) {
       return false;
     }
-    values[field] = value;  // a repeated scalar keeps the last value, as protobuf does
+    values[tag >> 3] = value;  // a repeated scalar keeps the last value, as protobuf does
   }
   return true;
 }
 
-constexpr uint32_t Fields(std::initializer_list<int> numbers) {
-  uint32_t mask = 0;
-  for (int n : numbers) mask |= 1u << n;
-  return mask;
-}
-
-// The tables are not zeroed whole (`= {}` compiles to a `rep stos`, a sixth of the
-// decoder's time): only the fields read from them start at 0, the proto3 default.
-bool ReadMemory(const char* begin, const char* end, MemoryFields* m) {
-  uint64_t v[16];
-  v[1] = v[2] = v[3] = v[4] = v[5] = v[7] = v[12] = v[13] = v[14] = v[15] = 0;
-  if (!ReadSmallVarintFields(begin, end,
-                             Fields({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}), v)) {
-    return false;
-  }
-  m->operation = I32(v[1]);
-  m->address = v[2];
-  m->bytes = v[3];
-  m->kind = I32(v[4]);
-  m->device = U32(v[5]);
-  m->stream = U32(v[7]);
-  m->thread_id = U32(v[12]);
-  m->api_name_id = U32(v[13]);
-  m->caller_module_id = U32(v[14]);
-  m->stack_id = U32(v[15]);
-  return true;
-}
-
-bool ReadKernel(const char* begin, const char* end, KernelFields* k) {
-  uint64_t v[16];
-  v[1] = v[2] = v[3] = v[4] = v[6] = 0;
-  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7, 8, 9}), v)) return false;
-  k->name_id = U32(v[1]);
-  k->device = U32(v[2]);
-  k->stream = U32(v[3]);
-  k->end_ns = v[4];
-  k->thread_id = U32(v[6]);
-  return true;
-}
-
-bool ReadNvtx(const char* begin, const char* end, NvtxFields* n) {
-  uint64_t v[16];
-  v[1] = v[2] = v[3] = v[4] = v[5] = 0;
-  if (!ReadSmallVarintFields(begin, end, Fields({1, 2, 3, 4, 5, 6, 7}), v)) return false;
-  n->operation = I32(v[1]);
-  n->thread_id = U32(v[2]);
-  n->domain_id = U32(v[3]);
-  n->message_id = U32(v[4]);
-  n->range_id = v[5];
-  return true;
-}
-
-bool ReadInternedString(const char* begin, const char* end, uint32_t* id,
-                        std::string_view* value) {
-  WireReader in(begin, end);
-  *id = 0;
-  *value = std::string_view();
-  bool saw_value = false;
-  while (!in.done()) {
-    uint32_t field = 0, wire_type = 0;
-    if (!in.Tag(&field, &wire_type)) return false;
-    if (field == 1 && wire_type == kVarint) {
-      uint64_t v = 0;
-      if (!in.Varint(&v)) return false;
-      *id = U32(v);
-    } else if (field == 2 && wire_type == kLengthDelimited && !saw_value) {
-      const char* b = nullptr;
-      const char* e = nullptr;
-      if (!in.Bytes(&b, &e)) return false;
-      *value = std::string_view(b, static_cast<size_t>(e - b));
-      saw_value = true;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-StreamDecoder::StreamDecoder() : arena_block_(new char[kArenaBlockBytes]) {
-  google::protobuf::ArenaOptions options;
-  options.initial_block = arena_block_.get();
-  options.initial_block_size = kArenaBlockBytes;
-  options.start_block_size = 1 << 20;
-  options.max_block_size = 16 << 20;
-  arena_ = std::make_unique<google::protobuf::Arena>(options);
-}
-
-StreamDecoder::~StreamDecoder() = default;
-
-DecodedStream& StreamDecoder::Stream(uint32_t stream_id) {
-  DecodedStream& stream = streams_[stream_id];
-  stream.stream_id = stream_id;
-  return stream;
-}
-
-void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
-  switch (chunk.content_case()) {
-    case v1::TraceChunk::kWireFrame:
-      AddWireFrame(Stream(chunk.stream_id()), chunk.wire_frame());
-      break;
-    case v1::TraceChunk::kCollector:
-      AddCollectorRecord(Stream(chunk.stream_id()), chunk.collector());
-      break;
-    case v1::TraceChunk::kFileHeader:
-    case v1::TraceChunk::CONTENT_NOT_SET:
-      // The header says nothing about processes; an empty chunk (a newer writer's field this
-      // reader does not know) is skipped.
-      break;
-  }
-}
-
-void StreamDecoder::AddWireFrame(uint32_t stream_id, std::string_view frame) {
-  DecodedStream& stream = Stream(stream_id);
-  if (AddBatchFrameFast(stream, frame)) return;
-  AddWireFrame(stream, std::string(frame));
-}
-
-void StreamDecoder::AddWireFrame(DecodedStream& stream, const std::string& frame) {
-  if (AddBatchFrameFast(stream, frame)) return;
-  auto* message = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(arena_.get());
-  struct ResetAfterFrame {
-    google::protobuf::Arena* arena;
-    ~ResetAfterFrame() { arena->Reset(); }
-  } reset{arena_.get()};
-  if (!message->ParseFromString(frame)) {
-    // proto3 parsing also fails on a string field that is not UTF-8 (e.g. a raw argv).
-    stream.damage.push_back("wire frame of " + std::to_string(frame.size()) + " bytes after " +
-                            std::to_string(stream.batches) +
-                            " batches could not be parsed (corrupt, or a non-UTF-8 string); "
-                            "skipped");
-    return;
-  }
-  switch (message->kind_case()) {
-    case v1::StreamMessage::kHandshake:
-      if (stream.has_handshake) {
-        stream.damage.push_back("second handshake on the stream; ignored");
-      } else {
-        AddHandshake(stream, message->handshake());
-      }
-      break;
-    case v1::StreamMessage::kBatch:
-      if (!stream.has_handshake && stream.batches == 0) {
-        stream.damage.push_back("event batch before any handshake");
-      }
-      AddBatch(stream, message->batch());
-      break;
-    case v1::StreamMessage::KIND_NOT_SET:
-      stream.damage.push_back("empty wire frame (no handshake, no batch); skipped");
-      break;
-  }
-}
-
-bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view frame) {
-  // StreamMessage { batch = 2 }, once, and nothing else.
-  WireReader message(frame.data(), frame.data() + frame.size());
-  uint32_t field = 0, wire_type = 0;
-  const char* batch_begin = nullptr;
-  const char* batch_end = nullptr;
-  if (!message.Tag(&field, &wire_type) || field != 2 || wire_type != kLengthDelimited ||
-      !message.Bytes(&batch_begin, &batch_end) || !message.done()) {
-    return false;
-  }
-
-  // Events are appended as they are read and cut back if the frame is declined; strings
-  // and the rare payloads are staged and applied only once the whole frame has been read.
-  const size_t events_before = stream.events.size();
-  fast_strings_.clear();
-  fast_other_events_.clear();
-  struct Rollback {
-    StreamDecoder* decoder;
-    DecodedStream& stream;
-    size_t events_before;
-    bool committed = false;
-    ~Rollback() {
-      if (!committed) stream.events.resize(events_before);
-      decoder->arena_->Reset();
-    }
-  } rollback{this, stream, events_before};
-
-  WireReader batch(batch_begin, batch_end);
-  uint64_t sequence = 0;
-  while (!batch.done()) {
-    if (!batch.Tag(&field, &wire_type)) return false;
-    if (field == 1 && wire_type == kVarint) {
-      if (!batch.Varint(&sequence)) return false;
-      continue;
-    }
-    if (field != 2 || wire_type != kLengthDelimited) return false;
-    const char* event_begin = nullptr;
-    const char* event_end = nullptr;
-    if (!batch.Bytes(&event_begin, &event_end)) return false;
-
-    WireReader in(event_begin, event_end);
-    // Decoded in place at the end of the stream's events; taken back below unless the
-    // payload is one of the timed events.
-    Event& e = stream.events.emplace_back();
-    uint32_t payload = 0;  // field number of the oneof member seen, 0 for none
-    const char* payload_begin = nullptr;
-    const char* payload_end = nullptr;
-    while (!in.done()) {
-      if (!in.Tag(&field, &wire_type)) return false;
-      if (field == 1 && wire_type == kVarint) {
-        if (!in.Varint(&e.timestamp_ns)) return false;
-        continue;
-      }
-      // A second oneof member (replace or merge semantics) is protobuf's business.
-      // Fields past the last one this reader knows (Event.native_module = 18) are a newer
-      // writer's: protobuf's business too.
-      if (field < 2 || field > 18 || wire_type != kLengthDelimited || payload != 0) return false;
-      payload = field;
-      if (!in.Bytes(&payload_begin, &payload_end)) return false;
-    }
-    switch (payload) {
-      case 0:
-        stream.events.pop_back();
-        break;  // PAYLOAD_NOT_SET
-      case 2: {
-        stream.events.pop_back();
-        uint32_t id = 0;
-        std::string_view value;
-        if (!ReadInternedString(payload_begin, payload_end, &id, &value)) return false;
-        fast_strings_.emplace_back(id, value);
-        break;
-      }
-      case 4: {
-        MemoryFields m;
-        if (!ReadMemory(payload_begin, payload_end, &m)) return false;
-        if (!CompactMemory(m, &e)) stream.events.pop_back();
-        break;
-      }
-      case 7: {
-        KernelFields k;
-        if (!ReadKernel(payload_begin, payload_end, &k)) return false;
-        CompactKernel(k, &e);
-        break;
-      }
-      case 8: {
-        NvtxFields n;
-        if (!ReadNvtx(payload_begin, payload_end, &n)) return false;
-        if (!CompactNvtx(n, &e)) stream.events.pop_back();
-        break;
-      }
-      default: {
-        stream.events.pop_back();
-        // Rare payloads (devices, thread names, drops, notices...): the generated parser.
-        auto* other = google::protobuf::Arena::CreateMessage<v1::Event>(arena_.get());
-        if (!other->ParseFromArray(event_begin, static_cast<int>(event_end - event_begin))) {
-          return false;
-        }
-        fast_other_events_.push_back(other);
-        break;
-      }
-    }
-  }
-
-  rollback.committed = true;
-  if (!stream.has_handshake && stream.batches == 0) {
-    stream.damage.push_back("event batch before any handshake");
-  }
-  BeginBatch(stream, sequence);
-  // Ids are never reused within a connection, so a table filled in arrival order resolves
-  // every reference, whatever the timestamps say.
-  for (const auto& [id, value] : fast_strings_) stream.strings[id].assign(value.data(), value.size());
-  for (const v1::Event* other : fast_other_events_) AddEvent(stream, *other);
-  RetagTorchSegments(stream, events_before);
-  return true;
-}
-
-void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& handshake) {
+void AddHandshake(DecodedStream& stream, const v1::Handshake& handshake) {
   stream.has_handshake = true;
   if (handshake.magic() != static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)) {
     stream.damage.push_back("handshake has a wrong magic number");
@@ -459,10 +145,12 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
   stream.command_line.assign(handshake.command_line().begin(), handshake.command_line().end());
   stream.hostname = handshake.hostname();
   stream.tracer_version = handshake.tracer_version();
-  stream.timestamp_clock = ClockName(handshake.timestamp_clock());
+  stream.timestamp_clock = Named(handshake.timestamp_clock(), {"unspecified", "monotonic",
+                                                               "realtime"});
   stream.allocator_mode = handshake.allocator_mode();
   stream.pytorch_alloc_conf = handshake.pytorch_alloc_conf();
-  stream.injection_mode = InjectionName(handshake.injection_mode());
+  stream.injection_mode = Named(handshake.injection_mode(),
+                                {"unspecified", "ld_preload", "cuda_injection", "nvtx_injection"});
   stream.kernels_enabled = handshake.kernels_enabled();
   stream.kernel_launches_enabled = handshake.kernel_launches_enabled();
   stream.trace_start_ns = handshake.trace_start_ns();
@@ -478,32 +166,57 @@ void StreamDecoder::AddHandshake(DecodedStream& stream, const v1::Handshake& han
   }
 }
 
-void StreamDecoder::AddBatch(DecodedStream& stream, const v1::EventBatch& batch) {
-  BeginBatch(stream, batch.sequence());
-  const size_t first = stream.events.size();
-  for (const v1::Event& event : batch.events()) AddEvent(stream, event);
-  RetagTorchSegments(stream, first);
-}
-
-void StreamDecoder::BeginBatch(DecodedStream& stream, uint64_t sequence) {
+void BeginBatch(DecodedStream& stream, uint64_t sequence) {
+  if (!stream.has_handshake && stream.batches == 0) {
+    stream.damage.push_back("event batch before any handshake");
+  }
   // Batches of one connection arrive in order, so any jump is loss, not reordering.
   if (sequence != stream.next_sequence) {
-    SequenceGap gap;
-    gap.at_start = !stream.saw_batch;
-    gap.after_sequence = stream.saw_batch ? stream.next_sequence - 1 : 0;
-    gap.next_sequence = sequence;
-    gap.missing = sequence > stream.next_sequence ? sequence - stream.next_sequence : 0;
-    stream.sequence_gaps.push_back(gap);
+    const bool at_start = stream.batches == 0;
+    stream.sequence_gaps.push_back(
+        SequenceGap{at_start ? 0 : stream.next_sequence - 1, sequence,
+                    sequence > stream.next_sequence ? sequence - stream.next_sequence : 0,
+                    at_start});
   }
-  stream.saw_batch = true;
   stream.next_sequence = sequence + 1;
   ++stream.batches;
 }
 
-void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
-  Event e{};
-  e.timestamp_ns = event.timestamp_ns();
+void AddEvent(DecodedStream& stream, const v1::Event& event) {
+  uint64_t v[16] = {};  // a hot payload's fields by number, as the fast path reads them
   switch (event.payload_case()) {
+    case v1::Event::kMemory: {
+      const v1::MemoryOp& m = event.memory();
+      v[1] = m.operation();
+      v[2] = m.address();
+      v[3] = m.bytes();
+      v[4] = m.kind();
+      v[5] = m.device();
+      v[7] = m.stream();
+      v[12] = m.thread_id();
+      v[13] = m.api_name_id();
+      v[14] = m.caller_module_id();
+      v[15] = m.stack_id();
+      break;
+    }
+    case v1::Event::kKernel: {
+      const v1::Kernel& k = event.kernel();
+      v[1] = k.name_id();
+      v[2] = k.device();
+      v[3] = k.stream();
+      v[4] = k.end_ns();
+      v[6] = k.thread_id();
+      break;
+    }
+    case v1::Event::kNvtx: {
+      const v1::Nvtx& n = event.nvtx();
+      v[1] = n.operation();
+      v[2] = n.thread_id();
+      v[3] = n.domain_id();
+      v[4] = n.message_id();
+      v[5] = n.range_id();
+      break;
+    }
     case v1::Event::kInternedString:
       // Ids are never reused within a connection, so a table filled in arrival order
       // resolves every reference, whatever the timestamps say.
@@ -511,23 +224,13 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       return;
     case v1::Event::kDevice: {
       const v1::DeviceInfo& d = event.device();
-      DeviceInfoRecord& info = stream.device_info[d.index()];
-      info.name = d.name();
-      info.uuid = d.uuid();
-      info.total_memory_bytes = d.total_memory_bytes();
+      stream.device_info[d.index()] = DeviceInfoRecord{d.name(), d.uuid(), d.total_memory_bytes()};
       return;
-    }
-    case v1::Event::kMemory: {
-      const v1::MemoryOp& m = event.memory();
-      const MemoryFields f{m.operation(), m.address(),     m.bytes(),
-                           m.kind(),      m.device(),      m.stream(),
-                           m.thread_id(), m.api_name_id(), m.caller_module_id(),
-                           m.stack_id()};
-      if (!CompactMemory(f, &e)) return;
-      break;
     }
     case v1::Event::kFailedAllocation: {
       const v1::FailedAllocation& f = event.failed_allocation();
+      Event& e = stream.events.emplace_back();
+      e.timestamp_ns = event.timestamp_ns();
       e.type = EventType::kFailedAllocation;
       e.a = f.requested_bytes();
       e.b = f.device_free_bytes();
@@ -539,19 +242,7 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       e.thread_id = f.thread_id();
       e.kind = static_cast<uint8_t>(f.kind());
       e.caller_id = f.caller_module_id();
-      break;
-    }
-    case v1::Event::kKernel: {
-      const v1::Kernel& k = event.kernel();
-      CompactKernel(KernelFields{k.name_id(), k.device(), k.stream(), k.end_ns(), k.thread_id()},
-                    &e);
-      break;
-    }
-    case v1::Event::kNvtx: {
-      const v1::Nvtx& n = event.nvtx();
-      const NvtxFields f{n.operation(), n.thread_id(), n.domain_id(), n.message_id(), n.range_id()};
-      if (!CompactNvtx(f, &e)) return;
-      break;
+      return;
     }
     case v1::Event::kThreadName:
       stream.thread_names[event.thread_name().thread_id()] = event.thread_name().name();
@@ -568,10 +259,8 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
       return;
     case v1::Event::kNotice: {
       const v1::TracerNotice& n = event.notice();
-      const char* level = n.level() == v1::NOTICE_LEVEL_INFO      ? "info"
-                          : n.level() == v1::NOTICE_LEVEL_WARNING ? "warning"
-                                                                  : "";
-      stream.notices.push_back(Notice{level, n.code(), n.text()});
+      stream.notices.push_back(Notice{Named(n.level(), {"", "info", "warning"}), n.code(),
+                                      n.text()});
       return;
     }
     case v1::Event::kTracerMemory: {
@@ -602,10 +291,14 @@ void StreamDecoder::AddEvent(DecodedStream& stream, const v1::Event& event) {
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }
-  stream.events.push_back(e);
+  Event& e = stream.events.emplace_back();
+  e.timestamp_ns = event.timestamp_ns();
+  if (!CompactHotPayload(static_cast<uint32_t>(event.payload_case()), v, &e)) {
+    stream.events.pop_back();
+  }
 }
 
-void StreamDecoder::AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record) {
+void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record) {
   switch (record.kind_case()) {
     case v1::CollectorRecord::kOpened:
       if (!stream.has_handshake) stream.pid = record.opened().peer_pid();
@@ -617,17 +310,178 @@ void StreamDecoder::AddCollectorRecord(DecodedStream& stream, const v1::Collecto
       stream.close_error = record.closed().error();
       break;
     case v1::CollectorRecord::kLauncherExit: {
-      ExitStatus exit;
-      exit.source = ExitStatus::Source::kLauncher;
-      exit.code = record.launcher_exit().exit_code();
-      exit.signal = record.launcher_exit().signal();
-      exit.core_dumped = record.launcher_exit().core_dumped();
-      stream.launcher_exit = exit;
+      const v1::LauncherExit& exit = record.launcher_exit();
+      stream.launcher_exit = ExitStatus{ExitStatus::Source::kLauncher, exit.exit_code(),
+                                        exit.signal(), exit.core_dumped()};
       break;
     }
     case v1::CollectorRecord::KIND_NOT_SET:
       break;
   }
+}
+
+}  // namespace
+
+StreamDecoder::StreamDecoder() : arena_block_(new char[kArenaBlockBytes]) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = arena_block_.get();
+  options.initial_block_size = kArenaBlockBytes;
+  options.start_block_size = 1 << 20;
+  options.max_block_size = 16 << 20;
+  arena_ = std::make_unique<google::protobuf::Arena>(options);
+}
+
+StreamDecoder::~StreamDecoder() = default;
+
+DecodedStream& StreamDecoder::Stream(uint32_t stream_id) {
+  DecodedStream& stream = streams_[stream_id];
+  stream.stream_id = stream_id;
+  return stream;
+}
+
+void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
+  switch (chunk.content_case()) {
+    case v1::TraceChunk::kWireFrame:
+      AddWireFrame(chunk.stream_id(), chunk.wire_frame());
+      break;
+    case v1::TraceChunk::kCollector:
+      AddCollectorRecord(Stream(chunk.stream_id()), chunk.collector());
+      break;
+    case v1::TraceChunk::kFileHeader:
+    case v1::TraceChunk::CONTENT_NOT_SET:
+      // The header says nothing about processes; an empty chunk (a newer writer's field this
+      // reader does not know) is skipped.
+      break;
+  }
+}
+
+void StreamDecoder::AddWireFrame(uint32_t stream_id, std::string_view frame) {
+  DecodedStream& stream = Stream(stream_id);
+  if (AddBatchFrameFast(stream, frame)) return;
+  auto* message = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(arena_.get());
+  struct ResetAfterFrame {
+    google::protobuf::Arena* arena;
+    ~ResetAfterFrame() { arena->Reset(); }
+  } reset{arena_.get()};
+  if (!message->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+    // proto3 parsing also fails on a string field that is not UTF-8 (e.g. a raw argv).
+    stream.damage.push_back("wire frame of " + std::to_string(frame.size()) + " bytes after " +
+                            std::to_string(stream.batches) +
+                            " batches could not be parsed (corrupt, or a non-UTF-8 string); "
+                            "skipped");
+    return;
+  }
+  switch (message->kind_case()) {
+    case v1::StreamMessage::kHandshake:
+      if (stream.has_handshake) {
+        stream.damage.push_back("second handshake on the stream; ignored");
+      } else {
+        AddHandshake(stream, message->handshake());
+      }
+      break;
+    case v1::StreamMessage::kBatch: {
+      BeginBatch(stream, message->batch().sequence());
+      const size_t first = stream.events.size();
+      for (const v1::Event& event : message->batch().events()) AddEvent(stream, event);
+      RetagTorchSegments(stream, first);
+      break;
+    }
+    case v1::StreamMessage::KIND_NOT_SET:
+      stream.damage.push_back("empty wire frame (no handshake, no batch); skipped");
+      break;
+  }
+}
+
+bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view frame) {
+  // StreamMessage { batch = 2 }, once, and nothing else.
+  WireReader message(frame.data(), frame.data() + frame.size());
+  uint32_t field = 0, wire_type = 0;
+  const char* batch_begin = nullptr;
+  const char* batch_end = nullptr;
+  if (!message.Tag(&field, &wire_type) || field != 2 || wire_type != kLengthDelimited ||
+      !message.Bytes(&batch_begin, &batch_end) || !message.done()) {
+    return false;
+  }
+
+  // Timed events are appended as they are read and cut back if the frame is declined; the
+  // other payloads are staged and applied only once the whole frame has been read.
+  const size_t events_before = stream.events.size();
+  fast_strings_.clear();
+  fast_other_events_.clear();
+  struct Rollback {
+    StreamDecoder* decoder;
+    DecodedStream& stream;
+    size_t events_before;
+    bool committed = false;
+    ~Rollback() {
+      if (!committed) stream.events.resize(events_before);
+      decoder->arena_->Reset();
+    }
+  } rollback{this, stream, events_before};
+
+  WireReader batch(batch_begin, batch_end);
+  uint64_t sequence = 0;
+  while (!batch.done()) {
+    if (!batch.Tag(&field, &wire_type)) return false;
+    if (field != 2 && wire_type == kVarint) {  // the sequence, or a field the decoder skips
+      uint64_t value = 0;
+      if (!batch.Varint(&value)) return false;
+      if (field == 1) sequence = value;
+      continue;
+    }
+    if (field != 2 || wire_type != kLengthDelimited) return false;
+    const char* event_begin = nullptr;
+    const char* event_end = nullptr;
+    if (!batch.Bytes(&event_begin, &event_end)) return false;
+
+    WireReader in(event_begin, event_end);
+    // Decoded in place at the end of the stream's events; taken back below unless the
+    // payload is one of the timed events.
+    Event& e = stream.events.emplace_back();
+    uint32_t payload = 0;  // field number of the oneof member seen, 0 for none
+    const char* payload_begin = nullptr;
+    const char* payload_end = nullptr;
+    while (!in.done()) {
+      if (!in.Tag(&field, &wire_type)) return false;
+      if (field == 1 && wire_type == kVarint) {
+        if (!in.Varint(&e.timestamp_ns)) return false;
+        continue;
+      }
+      // A second oneof member (replace or merge semantics) is protobuf's business.
+      // Fields past the last one this reader knows (Event.native_module = 18) are a newer
+      // writer's: protobuf's business too.
+      if (field < 2 || field > 18 || wire_type != kLengthDelimited || payload != 0) return false;
+      payload = field;
+      if (!in.Bytes(&payload_begin, &payload_end)) return false;
+    }
+    if (payload == 4 || payload == 7 || payload == 8) {
+      uint64_t v[16];
+      // Not zeroed whole (`= {}` compiles to a `rep stos`, a sixth of the decoder's time):
+      // only the fields read start at 0, the proto3 default.
+      v[1] = v[2] = v[3] = v[4] = v[5] = v[6] = v[7] = v[12] = v[13] = v[14] = v[15] = 0;
+      if (!ReadSmallVarintFields(payload_begin, payload_end, v)) return false;
+      if (!CompactHotPayload(payload, v, &e)) stream.events.pop_back();
+      continue;
+    }
+    stream.events.pop_back();
+    if (payload != 0) {
+      // Strings and the rare payloads (devices, thread names, drops, notices...): the
+      // generated parser.
+      auto* other = google::protobuf::Arena::CreateMessage<v1::Event>(arena_.get());
+      if (!other->ParseFromArray(event_begin, static_cast<int>(event_end - event_begin))) {
+        return false;
+      }
+      (payload == 2 ? fast_strings_ : fast_other_events_).push_back(other);
+    }
+  }
+
+  rollback.committed = true;
+  BeginBatch(stream, sequence);
+  // Strings first: every payload of the frame can resolve them.
+  for (const v1::Event* string : fast_strings_) AddEvent(stream, *string);
+  for (const v1::Event* other : fast_other_events_) AddEvent(stream, *other);
+  RetagTorchSegments(stream, events_before);
+  return true;
 }
 
 }  // namespace cumemtrace::internal

@@ -5,7 +5,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "collector/engine/decoded_stream.h"
@@ -28,17 +27,10 @@ class StreamDecoder {
 
  private:
   DecodedStream& Stream(uint32_t stream_id);
-  void AddWireFrame(DecodedStream& stream, const std::string& frame);
-  // The hot path for EventBatch frames: reads the bytes straight
-  // into compact events. Returns false, having changed nothing, for any frame it cannot
-  // vouch for (an unknown field, a repeated oneof, a malformed varint...); AddWireFrame then
-  // parses it with protobuf, so results never depend on which path ran.
+  // The hot path for EventBatch frames: reads the bytes straight into compact events.
+  // Returns false, having changed nothing, for any frame it cannot vouch for (a repeated
+  // oneof, a malformed varint...); AddWireFrame then parses it with protobuf.
   bool AddBatchFrameFast(DecodedStream& stream, std::string_view frame);
-  void BeginBatch(DecodedStream& stream, uint64_t sequence);
-  void AddHandshake(DecodedStream& stream, const v1::Handshake& handshake);
-  void AddBatch(DecodedStream& stream, const v1::EventBatch& batch);
-  void AddEvent(DecodedStream& stream, const v1::Event& event);
-  void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record);
 
   std::map<uint32_t, DecodedStream> streams_;
   // Frames are parsed into an arena that is reset after each one: without it protobuf frees
@@ -46,7 +38,7 @@ class StreamDecoder {
   std::unique_ptr<char[]> arena_block_;
   std::unique_ptr<google::protobuf::Arena> arena_;
   // Scratch of the fast path, kept between frames so that it allocates nothing per frame.
-  std::vector<std::pair<uint32_t, std::string_view>> fast_strings_;
+  std::vector<const v1::Event*> fast_strings_;
   std::vector<const v1::Event*> fast_other_events_;
 };
 
