@@ -32,42 +32,35 @@ std::string Demangle(const char* name) {
 
 // One Dwfl per module file and bias: modules of several processes may overlap in address.
 struct NativeSymbolizer::Module {
-  Dwfl* dwfl = nullptr;
-  Dwfl_Module* module = nullptr;
+  Module(const std::string& path, uint64_t load_bias) {
+    // The path comes from the trace: only a regular file is opened (never a FIFO or a
+    // device that would block or never end).
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    dwfl = dwfl_begin(&kOfflineCallbacks);
+    if (dwfl == nullptr) return;
+    dwfl_report_begin(dwfl);
+    // ET_DYN: placed at the load bias plus its own p_vaddr, as the loader placed it.
+    module = dwfl_report_elf(dwfl, path.c_str(), path.c_str(), -1, load_bias,
+                             /*add_p_vaddr=*/true);
+    dwfl_report_end(dwfl, nullptr, nullptr);
+  }
   ~Module() {
     if (dwfl != nullptr) dwfl_end(dwfl);
   }
+  Dwfl* dwfl = nullptr;
+  Dwfl_Module* module = nullptr;
 };
 
 NativeSymbolizer::NativeSymbolizer() = default;
 NativeSymbolizer::~NativeSymbolizer() = default;
 
-NativeSymbolizer::Module* NativeSymbolizer::ModuleFor(const std::string& path,
-                                                      uint64_t load_bias) {
-  auto [it, inserted] = modules_.try_emplace({path, load_bias});
-  if (!inserted) return it->second.get();
-  auto module = std::make_unique<Module>();
-  // The path comes from the trace: only a regular file is opened (never a FIFO or a device
-  // that would block or never end).
-  struct stat st {};
-  const bool regular = stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  if (regular) module->dwfl = dwfl_begin(&kOfflineCallbacks);
-  if (module->dwfl != nullptr) {
-    dwfl_report_begin(module->dwfl);
-    // ET_DYN: placed at the load bias plus its own p_vaddr, as the loader placed it.
-    module->module = dwfl_report_elf(module->dwfl, path.c_str(), path.c_str(), -1, load_bias,
-                                     /*add_p_vaddr=*/true);
-    dwfl_report_end(module->dwfl, nullptr, nullptr);
-  }
-  it->second = std::move(module);
-  return it->second.get();
-}
-
 bool NativeSymbolizer::Symbolize(const std::string& path, uint64_t load_bias, uint64_t address,
                                  NativeSymbol* out) {
   *out = NativeSymbol{};
   if (path.empty() || address == 0) return false;
-  Module* m = ModuleFor(path, load_bias);
+  std::unique_ptr<Module>& m = modules_[{path, load_bias}];
+  if (m == nullptr) m = std::make_unique<Module>(path, load_bias);
   if (m->module == nullptr) return false;
   const Dwarf_Addr at = address - 1;  // inside the call instruction, not after it
   if (const char* name = dwfl_module_addrname(m->module, at)) out->function = Demangle(name);

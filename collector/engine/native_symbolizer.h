@@ -30,7 +30,6 @@ class NativeSymbolizer {
 
  private:
   struct Module;
-  Module* ModuleFor(const std::string& path, uint64_t load_bias);
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<Module>> modules_;
 };
 

@@ -9,10 +9,6 @@ struct NativeSymbolizer::Module {};
 NativeSymbolizer::NativeSymbolizer() = default;
 NativeSymbolizer::~NativeSymbolizer() = default;
 
-NativeSymbolizer::Module* NativeSymbolizer::ModuleFor(const std::string&, uint64_t) {
-  return nullptr;
-}
-
 bool NativeSymbolizer::Symbolize(const std::string&, uint64_t, uint64_t, NativeSymbol* out) {
   *out = NativeSymbol{};
   return false;

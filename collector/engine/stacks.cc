@@ -1,5 +1,6 @@
 #include "collector/engine/stacks.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -27,8 +28,9 @@ std::string Hex(uint64_t value) {
   return text;
 }
 
-}  // namespace
-
+// Whether a frame is the program's own code rather than a library's: Python files outside
+// site-packages, dist-packages and the standard library; native frames outside the CUDA,
+// PyTorch, C and C++ runtime libraries (by module file name).
 bool IsUserPythonFile(const std::string& file) {
   if (file.empty() || StartsWith(file, "<frozen")) return false;
   return !Contains(file, "/site-packages/") && !Contains(file, "/dist-packages/") &&
@@ -45,15 +47,13 @@ bool IsUserNativeModule(const std::string& module_path) {
   return !name.empty();
 }
 
+}  // namespace
+
 void WireStacks::Add(const v1::StackFrame& frame) {
   if (frame.id() == 0) return;
-  WireFrame& f = frames[frame.id()];
-  f.native = frame.kind() == v1::STACK_FRAME_KIND_NATIVE;
-  f.function_id = frame.function_name_id();
-  f.file_id = frame.file_name_id();
-  f.line = frame.line();
-  f.pc = frame.pc();
-  f.module_id = frame.module_id();
+  frames[frame.id()] = WireFrame{frame.kind() == v1::STACK_FRAME_KIND_NATIVE,
+                                 frame.function_name_id(), frame.file_name_id(), frame.line(),
+                                 frame.pc(), frame.module_id()};
 }
 
 void WireStacks::Add(const v1::Stack& stack) {
@@ -126,18 +126,16 @@ int32_t StackResolver::Resolve(uint32_t wire_stack_id) {
   // The innermost Python frame of the program's own files; else the innermost Python frame;
   // else the innermost native frame outside the runtime libraries; else the innermost.
   uint32_t user = frames[0];
-  bool chosen = false;
-  for (int pass = 0; pass < 3 && !chosen; ++pass) {
-    for (uint32_t f : frames) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto chosen = std::find_if(frames.begin(), frames.end(), [&](uint32_t f) {
       const bool python = table_.kind[f][0] == 'p';
-      const bool take = pass == 0   ? python && IsUserPythonFile(table_.file[f])
-                        : pass == 1 ? python
-                                    : !python && IsUserNativeModule(module_of_frame_[f]);
-      if (take) {
-        user = f;
-        chosen = true;
-        break;
-      }
+      return pass == 0   ? python && IsUserPythonFile(table_.file[f])
+             : pass == 1 ? python
+                         : !python && IsUserNativeModule(module_of_frame_[f]);
+    });
+    if (chosen != frames.end()) {
+      user = *chosen;
+      break;
     }
   }
   it->second = static_cast<int32_t>(table_.stacks.size());

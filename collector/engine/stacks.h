@@ -58,7 +58,6 @@ class StackResolver {
   int32_t Resolve(uint32_t wire_stack_id);
   // "file:line in function" of a resolved stack's innermost frame of the program's own code.
   std::string UserFrameText(int32_t stack) const;
-  const StackTable& table() const { return table_; }
   StackTable Take() { return std::move(table_); }
 
  private:
@@ -71,11 +70,5 @@ class StackResolver {
   std::vector<std::string> module_of_frame_;  // native frames' module path, "" for python
   StackTable table_;
 };
-
-// Whether a frame is the program's own code rather than a library's: Python files outside
-// site-packages, dist-packages and the standard library; native frames outside the CUDA,
-// PyTorch, C and C++ runtime libraries (by module file name).
-bool IsUserPythonFile(const std::string& file);
-bool IsUserNativeModule(const std::string& module_path);
 
 }  // namespace cumemtrace::internal
