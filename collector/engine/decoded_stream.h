@@ -27,17 +27,12 @@ enum class EventType : uint8_t {
   kRangeClose,  // NVTX pop or end
 };
 
-
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
 inline int TieRank(EventType type) {
-  switch (type) {
-    case EventType::kRangeOpen: return 0;
-    case EventType::kRangeClose: return 2;
-    default: return 1;
-  }
+  return type == EventType::kRangeOpen ? 0 : type == EventType::kRangeClose ? 2 : 1;
 }
 
-// One timed event; field meaning depends on `type` (see StreamDecoder::DecodeEvent).
+// One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;
   // kAllocate/kRelease: address. kKernel: end_ns. kRange*: range_id. kFailedAllocation:
@@ -124,7 +119,6 @@ struct DecodedStream : StreamFacts {
   std::map<uint32_t, TracerMemoryRecord> tracer_memory;
   std::vector<DropRecord> drops;
 
-  bool saw_batch = false;
   uint64_t next_sequence = 0;
 
   std::optional<int32_t> process_exit_code;

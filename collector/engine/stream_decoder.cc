@@ -28,8 +28,8 @@ constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit 
 // guess: every case it declines is left to the generated parser.
 class WireReader {
  public:
-  WireReader(const char* begin, const char* end)
-      : p_(reinterpret_cast<const uint8_t*>(begin)), end_(reinterpret_cast<const uint8_t*>(end)) {}
+  explicit WireReader(std::string_view bytes)
+      : p_(reinterpret_cast<const uint8_t*>(bytes.data())), end_(p_ + bytes.size()) {}
   bool done() const { return p_ == end_; }
 
   bool Varint(uint64_t* value) { return ReadVarint(&p_, end_, value); }
@@ -42,12 +42,11 @@ class WireReader {
     return true;
   }
   // A length-delimited field's bytes.
-  bool Bytes(const char** begin, const char** end) {
+  bool Bytes(std::string_view* bytes) {
     uint64_t size = 0;
     if (!Varint(&size) || size > static_cast<uint64_t>(end_ - p_)) return false;
-    *begin = reinterpret_cast<const char*>(p_);
+    *bytes = std::string_view(reinterpret_cast<const char*>(p_), static_cast<size_t>(size));
     p_ += size;
-    *end = reinterpret_cast<const char*>(p_);
     return true;
   }
 
@@ -114,9 +113,9 @@ bool CompactHotPayload(uint32_t payload, const uint64_t* v, Event* e) {
 // path reads them into the table with no branch per field. A field not used here is
 // skipped, as protobuf skips it. Anything else (a longer tag, another wire type, a
 // malformed varint) returns false and the frame goes to protobuf.
-bool ReadSmallVarintFields(const char* begin, const char* end, uint64_t* values) {
-  const auto* p = reinterpret_cast<const uint8_t*>(begin);
-  const auto* e = reinterpret_cast<const uint8_t*>(end);
+bool ReadSmallVarintFields(std::string_view bytes, uint64_t* values) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* e = p + bytes.size();
   while (p != e) {
     const uint8_t tag = *p++;
     if ((tag & 0x87) != 0 || tag < 8 || p == e) return false;  // tag 0: field 0
@@ -265,11 +264,9 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
     }
     case v1::Event::kTracerMemory: {
       // An estimate that may be re-sent as contexts appear: keep the largest figure.
-      TracerMemoryRecord& t = stream.tracer_memory[event.tracer_memory().device()];
-      if (event.tracer_memory().bytes() >= t.bytes) {
-        t.bytes = event.tracer_memory().bytes();
-        t.description = event.tracer_memory().description();
-      }
+      const v1::TracerMemory& m = event.tracer_memory();
+      TracerMemoryRecord& t = stream.tracer_memory[m.device()];
+      if (m.bytes() >= t.bytes) t = TracerMemoryRecord{m.bytes(), m.description()};
       return;
     }
     case v1::Event::kTorchAllocator:
@@ -299,24 +296,17 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
 }
 
 void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record) {
-  switch (record.kind_case()) {
-    case v1::CollectorRecord::kOpened:
-      if (!stream.has_handshake) stream.pid = record.opened().peer_pid();
-      break;
-    case v1::CollectorRecord::kClosed:
-      stream.closed = true;
-      FlushTorchAllocations(stream);
-      stream.close_reason = record.closed().reason();
-      stream.close_error = record.closed().error();
-      break;
-    case v1::CollectorRecord::kLauncherExit: {
-      const v1::LauncherExit& exit = record.launcher_exit();
-      stream.launcher_exit = ExitStatus{ExitStatus::Source::kLauncher, exit.exit_code(),
-                                        exit.signal(), exit.core_dumped()};
-      break;
-    }
-    case v1::CollectorRecord::KIND_NOT_SET:
-      break;
+  if (record.has_opened()) {
+    if (!stream.has_handshake) stream.pid = record.opened().peer_pid();
+  } else if (record.has_closed()) {
+    stream.closed = true;
+    FlushTorchAllocations(stream);
+    stream.close_reason = record.closed().reason();
+    stream.close_error = record.closed().error();
+  } else if (record.has_launcher_exit()) {
+    const v1::LauncherExit& exit = record.launcher_exit();
+    stream.launcher_exit = ExitStatus{ExitStatus::Source::kLauncher, exit.exit_code(),
+                                      exit.signal(), exit.core_dumped()};
   }
 }
 
@@ -340,18 +330,12 @@ DecodedStream& StreamDecoder::Stream(uint32_t stream_id) {
 }
 
 void StreamDecoder::AddChunk(const v1::TraceChunk& chunk) {
-  switch (chunk.content_case()) {
-    case v1::TraceChunk::kWireFrame:
-      AddWireFrame(chunk.stream_id(), chunk.wire_frame());
-      break;
-    case v1::TraceChunk::kCollector:
-      AddCollectorRecord(Stream(chunk.stream_id()), chunk.collector());
-      break;
-    case v1::TraceChunk::kFileHeader:
-    case v1::TraceChunk::CONTENT_NOT_SET:
-      // The header says nothing about processes; an empty chunk (a newer writer's field this
-      // reader does not know) is skipped.
-      break;
+  // The file header says nothing about processes; an empty chunk (a newer writer's field
+  // this reader does not know) is skipped.
+  if (chunk.has_wire_frame()) {
+    AddWireFrame(chunk.stream_id(), chunk.wire_frame());
+  } else if (chunk.has_collector()) {
+    AddCollectorRecord(Stream(chunk.stream_id()), chunk.collector());
   }
 }
 
@@ -371,35 +355,27 @@ void StreamDecoder::AddWireFrame(uint32_t stream_id, std::string_view frame) {
                             "skipped");
     return;
   }
-  switch (message->kind_case()) {
-    case v1::StreamMessage::kHandshake:
-      if (stream.has_handshake) {
-        stream.damage.push_back("second handshake on the stream; ignored");
-      } else {
-        AddHandshake(stream, message->handshake());
-      }
-      break;
-    case v1::StreamMessage::kBatch: {
-      BeginBatch(stream, message->batch().sequence());
-      const size_t first = stream.events.size();
-      for (const v1::Event& event : message->batch().events()) AddEvent(stream, event);
-      RetagTorchSegments(stream, first);
-      break;
-    }
-    case v1::StreamMessage::KIND_NOT_SET:
-      stream.damage.push_back("empty wire frame (no handshake, no batch); skipped");
-      break;
+  if (message->has_batch()) {
+    BeginBatch(stream, message->batch().sequence());
+    const size_t first = stream.events.size();
+    for (const v1::Event& event : message->batch().events()) AddEvent(stream, event);
+    RetagTorchSegments(stream, first);
+  } else if (!message->has_handshake()) {
+    stream.damage.push_back("empty wire frame (no handshake, no batch); skipped");
+  } else if (stream.has_handshake) {
+    stream.damage.push_back("second handshake on the stream; ignored");
+  } else {
+    AddHandshake(stream, message->handshake());
   }
 }
 
 bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view frame) {
   // StreamMessage { batch = 2 }, once, and nothing else.
-  WireReader message(frame.data(), frame.data() + frame.size());
+  WireReader message(frame);
   uint32_t field = 0, wire_type = 0;
-  const char* batch_begin = nullptr;
-  const char* batch_end = nullptr;
+  std::string_view batch_bytes;
   if (!message.Tag(&field, &wire_type) || field != 2 || wire_type != kLengthDelimited ||
-      !message.Bytes(&batch_begin, &batch_end) || !message.done()) {
+      !message.Bytes(&batch_bytes) || !message.done()) {
     return false;
   }
 
@@ -419,7 +395,7 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
     }
   } rollback{this, stream, events_before};
 
-  WireReader batch(batch_begin, batch_end);
+  WireReader batch(batch_bytes);
   uint64_t sequence = 0;
   while (!batch.done()) {
     if (!batch.Tag(&field, &wire_type)) return false;
@@ -430,17 +406,15 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
       continue;
     }
     if (field != 2 || wire_type != kLengthDelimited) return false;
-    const char* event_begin = nullptr;
-    const char* event_end = nullptr;
-    if (!batch.Bytes(&event_begin, &event_end)) return false;
+    std::string_view event;
+    if (!batch.Bytes(&event)) return false;
 
-    WireReader in(event_begin, event_end);
+    WireReader in(event);
     // Decoded in place at the end of the stream's events; taken back below unless the
     // payload is one of the timed events.
     Event& e = stream.events.emplace_back();
     uint32_t payload = 0;  // field number of the oneof member seen, 0 for none
-    const char* payload_begin = nullptr;
-    const char* payload_end = nullptr;
+    std::string_view payload_bytes;
     while (!in.done()) {
       if (!in.Tag(&field, &wire_type)) return false;
       if (field == 1 && wire_type == kVarint) {
@@ -452,14 +426,14 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
       // writer's: protobuf's business too.
       if (field < 2 || field > 18 || wire_type != kLengthDelimited || payload != 0) return false;
       payload = field;
-      if (!in.Bytes(&payload_begin, &payload_end)) return false;
+      if (!in.Bytes(&payload_bytes)) return false;
     }
     if (payload == 4 || payload == 7 || payload == 8) {
       uint64_t v[16];
       // Not zeroed whole (`= {}` compiles to a `rep stos`, a sixth of the decoder's time):
       // only the fields read start at 0, the proto3 default.
       v[1] = v[2] = v[3] = v[4] = v[5] = v[6] = v[7] = v[12] = v[13] = v[14] = v[15] = 0;
-      if (!ReadSmallVarintFields(payload_begin, payload_end, v)) return false;
+      if (!ReadSmallVarintFields(payload_bytes, v)) return false;
       if (!CompactHotPayload(payload, v, &e)) stream.events.pop_back();
       continue;
     }
@@ -468,7 +442,7 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
       // Strings and the rare payloads (devices, thread names, drops, notices...): the
       // generated parser.
       auto* other = google::protobuf::Arena::CreateMessage<v1::Event>(arena_.get());
-      if (!other->ParseFromArray(event_begin, static_cast<int>(event_end - event_begin))) {
+      if (!other->ParseFromArray(event.data(), static_cast<int>(event.size()))) {
         return false;
       }
       (payload == 2 ? fast_strings_ : fast_other_events_).push_back(other);

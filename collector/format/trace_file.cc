@@ -13,27 +13,28 @@ namespace {
 constexpr char kPreamble[8] = {'C', 'M', 'T', 'R', 'A', 'C', 'E',
                                static_cast<char>(v1::FILE_FORMAT_VERSION)};
 
-}  // namespace
-
+// Reads a chunk's bytes as { stream_id = 1; wire_frame = 2 } and nothing else (the layout
+// AppendWireFrameChunk writes); false for anything else, which protobuf then parses.
 bool ParseWireFrameChunk(std::string_view chunk, uint32_t* stream_id,
                          std::string_view* wire_frame) {
   const auto* p = reinterpret_cast<const uint8_t*>(chunk.data());
   const uint8_t* end = p + chunk.size();
-  auto varint = [&p, end](uint64_t* value) { return ReadVarint(&p, end, value); };
   *stream_id = 0;
   if (p != end && *p == 0x08) {
     ++p;
     uint64_t id = 0;
-    if (!varint(&id) || id > 0xffffffffu) return false;
+    if (!ReadVarint(&p, end, &id) || id > 0xffffffffu) return false;
     *stream_id = static_cast<uint32_t>(id);
   }
   if (p == end || *p != 0x12) return false;
   ++p;
   uint64_t size = 0;
-  if (!varint(&size) || size != static_cast<uint64_t>(end - p)) return false;
+  if (!ReadVarint(&p, end, &size) || size != static_cast<uint64_t>(end - p)) return false;
   *wire_frame = std::string_view(reinterpret_cast<const char*>(p), static_cast<size_t>(size));
   return true;
 }
+
+}  // namespace
 
 std::string_view TraceFilePreamble() { return std::string_view(kPreamble, sizeof(kPreamble)); }
 

@@ -15,10 +15,6 @@ namespace cumemtrace {
 // The 8 bytes every trace file starts with.
 std::string_view TraceFilePreamble();
 
-// Reads a chunk's bytes as { stream_id = 1; wire_frame = 2 } and nothing else (the layout
-// AppendWireFrameChunk writes); false for anything else, which protobuf then parses.
-bool ParseWireFrameChunk(std::string_view chunk, uint32_t* stream_id, std::string_view* wire_frame);
-
 // Appends one length-prefixed chunk to *out.
 void AppendChunk(const v1::TraceChunk& chunk, std::string* out);
 // Appends a chunk that wraps a wire frame without building a TraceChunk (no copy of the
