@@ -67,13 +67,10 @@ int32_t I32(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v));
 // decoding paths fill the table, so they turn payloads into events the same way.
 bool CompactHotPayload(uint32_t payload, const uint64_t* v, Event* e) {
   if (payload == 4) {
-    const int32_t operation = I32(v[1]);
-    if (operation == v1::MEMORY_OPERATION_ALLOCATE) {
-      e->type = EventType::kAllocate;
-    } else if (operation == v1::MEMORY_OPERATION_RELEASE) {
-      e->type = EventType::kRelease;
-    } else {
-      return false;
+    switch (I32(v[1])) {
+      case v1::MEMORY_OPERATION_ALLOCATE: e->type = EventType::kAllocate; break;
+      case v1::MEMORY_OPERATION_RELEASE: e->type = EventType::kRelease; break;
+      default: return false;  // neither: nothing to account
     }
     e->a = v[2];  // address
     e->b = v[3];  // bytes

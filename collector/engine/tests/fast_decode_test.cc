@@ -82,6 +82,37 @@ TEST(FastDecode, HandEncodedBatchesReadAsTheGeneratedEncodersDo) {
   EXPECT_EQ(SummaryJson(*reencoded), SummaryJson(*expected));
 }
 
+// Sets fields the decoder does not use but the tracer sends: the shared ring's position on
+// every batch and launch_only on every kernel (kernels recorded at their launch).
+std::vector<v1::TraceChunk> WithRingAndLaunchOnlyFields(std::vector<v1::TraceChunk> chunks) {
+  for (v1::TraceChunk& chunk : chunks) {
+    v1::StreamMessage message;
+    if (!chunk.has_wire_frame() || !message.ParseFromString(chunk.wire_frame()) ||
+        !message.has_batch()) {
+      continue;
+    }
+    message.mutable_batch()->set_ring_position(1u << 20);
+    message.mutable_batch()->set_ring_dropped(3);
+    for (v1::Event& event : *message.mutable_batch()->mutable_events()) {
+      if (event.has_kernel()) event.mutable_kernel()->set_launch_only(true);
+    }
+    chunk.set_wire_frame(message.SerializeAsString());
+  }
+  return chunks;
+}
+
+TEST(FastDecode, UnusedRingAndLaunchOnlyFieldsReadTheSameOnBothPaths) {
+  const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
+  const std::vector<v1::TraceChunk> flagged = WithRingAndLaunchOnlyFields(plain);
+  const std::string unknown_field = std::string("\x78\x01", 2);
+  const auto expected = testing::Analyze(plain);
+  const auto fast = testing::Analyze(flagged);
+  const auto slow = testing::Analyze(WithExtraEventBytes(flagged, unknown_field));
+  EXPECT_EQ(SummaryJson(*fast), SummaryJson(*expected));
+  EXPECT_EQ(SummaryJson(*slow), SummaryJson(*expected));
+  EXPECT_GT(expected->processes.at(0).events, 0u);
+}
+
 TEST(FastDecode, SecondPayloadInOneEventIsLeftToProtobuf) {
   const std::vector<v1::TraceChunk> plain = TrainingLikeTrace();
   // Every event also carries an empty Nvtx payload after its own. protobuf replaces another
