@@ -98,8 +98,12 @@ int RecordQueue::Create(bool shared) {
 }
 
 void RecordQueue::CountDropLocked(uint64_t timestamp_ns) {
-  if (header_->dropped_first_ns == 0) header_->dropped_first_ns = timestamp_ns;
-  header_->dropped_last_ns = timestamp_ns;
+  // Producers take their time before the lock, so drops arrive out of time order when one
+  // is preempted in between: the window is the earliest and the latest of them.
+  if (header_->dropped_first_ns == 0 || timestamp_ns < header_->dropped_first_ns) {
+    header_->dropped_first_ns = timestamp_ns;
+  }
+  header_->dropped_last_ns = std::max(header_->dropped_last_ns, timestamp_ns);
   Store(&header_->dropped_total, header_->dropped_total + 1);
 }
 

@@ -51,6 +51,25 @@ TEST(RecordQueue, DropsAndCountsWhenFullWithTheTimeWindow) {
   EXPECT_EQ(dropped_total, 3u);
 }
 
+// Two threads take their times before the lock: the later time may be dropped first. The
+// window still runs from the earliest drop to the latest.
+TEST(RecordQueue, TheDropWindowSpansDropsThatArriveOutOfTimeOrder) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  uint64_t pushed = 0;
+  while (queue.Push(At(1000 + pushed))) ++pushed;
+  EXPECT_FALSE(queue.Push(At(900000)));
+  EXPECT_FALSE(queue.Push(At(800000)));
+  EXPECT_FALSE(queue.Push(At(850000)));
+  std::vector<HostRecord> out;
+  const DropWindow drops = queue.TakeAll(&out);
+  EXPECT_EQ(drops.count, 4u);  // the loop's first failure, at 1000 + pushed, and these three
+  EXPECT_EQ(drops.first_ns, 1000 + pushed);
+  EXPECT_EQ(drops.last_ns, 900000u);
+  EXPECT_LE(drops.first_ns, drops.last_ns);
+}
+
 // CUMEMTRACE_SHARED_RING=0: private memory, no descriptor for the collector, same queue.
 TEST(RecordQueue, PrivateWhenTheSharedRingIsTurnedOff) {
   RecordQueue queue(2);
