@@ -24,7 +24,8 @@ class NativeSymbolizer {
   NativeSymbolizer& operator=(const NativeSymbolizer&) = delete;
 
   // `address` is a return address (the byte before it is looked up) in the module at `path`
-  // loaded with `load_bias`. False when the module cannot be read or holds no symbol there.
+  // loaded with `load_bias`. False, *out empty, when the module cannot be read or holds no
+  // symbol there.
   bool Symbolize(const std::string& path, uint64_t load_bias, uint64_t address,
                  NativeSymbol* out);
 

@@ -95,12 +95,11 @@ uint32_t StackResolver::FrameIndex(uint32_t wire_frame_id) {
         file = module;
         if (symbolizer_ == nullptr) symbolizer_ = std::make_unique<NativeSymbolizer>();
         NativeSymbol symbol;
-        if (symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol)) {
-          if (!symbol.function.empty()) function = symbol.function;
-          if (!symbol.file.empty()) {
-            file = symbol.file;
-            line = symbol.line;
-          }
+        symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol);
+        if (!symbol.function.empty()) function = symbol.function;
+        if (!symbol.file.empty()) {
+          file = symbol.file;
+          line = symbol.line;
         }
       }
     }

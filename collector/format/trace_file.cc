@@ -55,8 +55,6 @@ void AppendWireFrameChunk(uint32_t stream_id, std::string_view wire_frame, std::
   out->append(wire_frame.data(), wire_frame.size());
 }
 
-TraceFileReader::TraceFileReader() : decoder_(v1::MAX_FILE_CHUNK_BYTES) {}
-
 TraceFileReader::~TraceFileReader() {
   if (file_ != nullptr) fclose(file_);
 }
@@ -106,10 +104,6 @@ bool TraceFileReader::CheckPreamble(std::string_view preamble, const std::string
 
 uint64_t TraceFileReader::consumed_bytes() const {
   return sizeof(kPreamble) + decoder_.consumed_bytes();
-}
-
-TraceFileReader::Result TraceFileReader::Next(v1::TraceChunk* chunk) {
-  return NextView(chunk, nullptr, nullptr, nullptr);
 }
 
 TraceFileReader::Result TraceFileReader::NextView(v1::TraceChunk* chunk, bool* is_wire,

@@ -32,7 +32,7 @@ class TraceFileReader {
     kError,      // unreadable, not a trace file, or corrupt; error() says which
   };
 
-  TraceFileReader();
+  TraceFileReader() = default;
   ~TraceFileReader();
   TraceFileReader(const TraceFileReader&) = delete;
   TraceFileReader& operator=(const TraceFileReader&) = delete;
@@ -42,7 +42,7 @@ class TraceFileReader {
   // The same for a trace's bytes in memory (not copied: they must outlive the reader);
   // `name` stands for the path in messages.
   bool OpenBytes(std::string_view bytes, const std::string& name);
-  Result Next(v1::TraceChunk* chunk);
+  Result Next(v1::TraceChunk* chunk) { return NextView(chunk, nullptr, nullptr, nullptr); }
   // Like Next(), but a chunk that only wraps a wire frame (what the collector writes) comes
   // back without a copy: *is_wire set, *stream_id and *wire_frame (a view valid until the
   // next call) filled, *chunk untouched. Any other chunk comes in *chunk.
@@ -58,7 +58,7 @@ class TraceFileReader {
   bool CheckPreamble(std::string_view preamble, const std::string& path);
 
   FILE* file_ = nullptr;
-  FrameDecoder decoder_;
+  FrameDecoder decoder_{v1::MAX_FILE_CHUNK_BYTES};
   uint64_t file_bytes_ = 0;
   bool eof_ = false;
   std::string error_;

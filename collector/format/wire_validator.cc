@@ -10,30 +10,24 @@ namespace {
 // batch is data loss, which the analysis shows, not a protocol error.
 bool CheckStacks(const v1::EventBatch& batch, std::string* why) {
   for (const v1::Event& event : batch.events()) {
-    switch (event.payload_case()) {
-      case v1::Event::kStackFrame:
-        if (event.stack_frame().id() == 0) return *why = "a stack frame has id 0", false;
-        break;
-      case v1::Event::kStack: {
-        const v1::Stack& stack = event.stack();
-        if (stack.id() == 0) return *why = "a stack has id 0", false;
-        if (stack.frame_ids_size() == 0 ||
-            stack.frame_ids_size() > static_cast<int>(v1::MAX_STACK_FRAMES)) {
-          *why = "stack " + std::to_string(stack.id()) + " has " +
-                 std::to_string(stack.frame_ids_size()) + " frames (1 to " +
-                 std::to_string(v1::MAX_STACK_FRAMES) + " allowed)";
-          return false;
-        }
-        for (uint32_t id : stack.frame_ids()) {
-          if (id == 0) return *why = "a stack names frame 0", false;
-        }
-        break;
-      }
-      case v1::Event::kNativeModule:
-        if (event.native_module().id() == 0) return *why = "a native module has id 0", false;
-        break;
-      default:
-        break;
+    if (event.has_stack_frame() && event.stack_frame().id() == 0) {
+      return *why = "a stack frame has id 0", false;
+    }
+    if (event.has_native_module() && event.native_module().id() == 0) {
+      return *why = "a native module has id 0", false;
+    }
+    if (!event.has_stack()) continue;
+    const v1::Stack& stack = event.stack();
+    if (stack.id() == 0) return *why = "a stack has id 0", false;
+    if (stack.frame_ids_size() == 0 ||
+        stack.frame_ids_size() > static_cast<int>(v1::MAX_STACK_FRAMES)) {
+      *why = "stack " + std::to_string(stack.id()) + " has " +
+             std::to_string(stack.frame_ids_size()) + " frames (1 to " +
+             std::to_string(v1::MAX_STACK_FRAMES) + " allowed)";
+      return false;
+    }
+    for (uint32_t id : stack.frame_ids()) {
+      if (id == 0) return *why = "a stack names frame 0", false;
     }
   }
   return true;
