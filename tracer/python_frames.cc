@@ -213,6 +213,31 @@ void NameWithTheGil(const PythonApi& py, void* code, CodeEntry* entry) {
   entry->pinned = true;
 }
 
+std::unordered_map<const void*, uint32_t>& Keys() {
+  if (g_keys == nullptr) g_keys = new std::unordered_map<const void*, uint32_t>();
+  return *g_keys;
+}
+
+// A new code object's entry, under the table lock: `name` fills it (false: leave it out),
+// then it is counted and found by the object's address. Returns its key; 0 when the table
+// is full or `name` failed.
+template <typename Name>
+uint32_t AddCode(const void* code, Name name) {
+  const uint32_t index = g_code_count.load(std::memory_order_relaxed);
+  if (index >= kChunkEntries * kMaxChunks) return 0;
+  std::atomic<CodeEntry*>& chunk = g_chunks[index / kChunkEntries];
+  if (chunk.load(std::memory_order_relaxed) == nullptr) {
+    chunk.store(new CodeEntry[kChunkEntries](), std::memory_order_release);
+  }
+  CodeEntry& entry = chunk.load(std::memory_order_relaxed)[index % kChunkEntries];
+  entry = CodeEntry{};
+  if (!name(&entry)) return 0;
+  const uint32_t key = index + 1;
+  Keys()[code] = key;
+  g_code_count.store(key, std::memory_order_release);
+  return key;
+}
+
 // The line of an instruction offset (bytes; negative before the first instruction), decoded
 // once per call site.
 template <typename Decode>
@@ -378,35 +403,26 @@ class FrameWalk {
         !memory_.Read(code + layout_.code_filename, &filename)) {
       return Wrong();
     }
-    if (g_keys == nullptr) g_keys = new std::unordered_map<const void*, uint32_t>();
-    const auto it = g_keys->find(reinterpret_cast<const void*>(code));
-    if (it != g_keys->end()) {
+    const auto* object = reinterpret_cast<const void*>(code);
+    const auto it = Keys().find(object);
+    if (it != Keys().end()) {
       const CodeEntry& known = Entry(it->second - 1);
       if (known.pinned ||
           (known.qualname_object == qualname && known.filename_object == filename)) {
         return it->second;
       }
     }
-    const uint32_t index = g_code_count.load(std::memory_order_relaxed);
-    if (index >= kChunkEntries * kMaxChunks) return 0;
-    std::atomic<CodeEntry*>& chunk = g_chunks[index / kChunkEntries];
-    if (chunk.load(std::memory_order_relaxed) == nullptr) {
-      chunk.store(new CodeEntry[kChunkEntries](), std::memory_order_release);
-    }
-    CodeEntry& entry = chunk.load(std::memory_order_relaxed)[index % kChunkEntries];
-    entry.qualname_object = qualname;
-    entry.filename_object = filename;
-    if (gil_) {
-      NameWithTheGil(py_, reinterpret_cast<void*>(code), &entry);
-    } else {
-      entry.function = Text(qualname);
-      entry.file = Text(filename);
-      if (wrong_) return 0;
-    }
-    const uint32_t key = index + 1;
-    (*g_keys)[reinterpret_cast<const void*>(code)] = key;
-    g_code_count.store(index + 1, std::memory_order_release);
-    return key;
+    return AddCode(object, [&](CodeEntry* entry) {
+      entry->qualname_object = qualname;
+      entry->filename_object = filename;
+      if (gil_) {
+        NameWithTheGil(py_, reinterpret_cast<void*>(code), entry);
+      } else {
+        entry->function = Text(qualname);
+        entry->file = Text(filename);
+      }
+      return !wrong_;
+    });
   }
 
   uint32_t LineOf(uintptr_t code, uint32_t key, int offset) {
@@ -424,21 +440,13 @@ class FrameWalk {
 
 // The API's walk, for the versions without a known layout. With the GIL.
 uint32_t KeyThroughApi(const PythonApi& py, void* code) {
-  if (g_keys == nullptr) g_keys = new std::unordered_map<const void*, uint32_t>();
-  const auto it = g_keys->find(code);
+  const auto it = Keys().find(code);
   // An entry made without the GIL is not referenced: its code object may be another now.
-  if (it != g_keys->end() && Entry(it->second - 1).pinned) return it->second;
-  const uint32_t index = g_code_count.load(std::memory_order_relaxed);
-  if (index >= kChunkEntries * kMaxChunks) return 0;
-  std::atomic<CodeEntry*>& chunk = g_chunks[index / kChunkEntries];
-  if (chunk.load(std::memory_order_relaxed) == nullptr) {
-    chunk.store(new CodeEntry[kChunkEntries](), std::memory_order_release);
-  }
-  NameWithTheGil(py, code, &chunk.load(std::memory_order_relaxed)[index % kChunkEntries]);
-  const uint32_t key = index + 1;
-  (*g_keys)[code] = key;
-  g_code_count.store(index + 1, std::memory_order_release);
-  return key;
+  if (it != Keys().end() && Entry(it->second - 1).pinned) return it->second;
+  return AddCode(code, [&](CodeEntry* entry) {
+    NameWithTheGil(py, code, entry);
+    return true;
+  });
 }
 
 uint32_t WalkThroughApi(const PythonApi& py, uint64_t* out, uint32_t max) {
