@@ -133,6 +133,9 @@ class ProbeRun : public ::testing::Test {
     return messages;
   }
 
+  // Runs the probe preloaded, with exit code 5, and checks its whole stream.
+  void RunThePreloadedProbe(bool shared_ring);
+
   std::string dir_;
   std::string socket_path_;
   std::vector<std::pair<std::string, std::string>> extra_env_;
@@ -212,7 +215,7 @@ void ExpectTheProbesStream(const std::vector<v1::StreamMessage>& messages, pid_t
   EXPECT_EQ(nvtx[8].nvtx().color(), 0xff00ff00u);
 }
 
-TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) {
+void ProbeRun::RunThePreloadedProbe(bool shared_ring) {
   const int listener = Listen();
   const pid_t pid = Spawn("5");
   const int conn = accept(listener, nullptr, nullptr);
@@ -224,8 +227,10 @@ TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 5);
   EXPECT_EQ(Stderr(), "");  // nothing printed when all is well
-  ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD);
+  ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD, shared_ring);
 }
+
+TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) { RunThePreloadedProbe(true); }
 
 // The allocations a thread's first NVTX call makes (nvtx_alloc_probe.cc), with the tracer
 // preloaded by `preload` (from the root folder, so a path without its leading '/' is a
@@ -277,18 +282,7 @@ TEST(NvtxInit, AllocatesNothingWithTheTracerPreloaded) {
 // ring is offered to the collector, and every record still arrives through the socket.
 TEST_F(ProbeRun, WithTheSharedRingOffEverythingArrivesThroughTheSocket) {
   extra_env_ = {{"CUMEMTRACE_SHARED_RING", "0"}};
-  const int listener = Listen();
-  const pid_t pid = Spawn("5");
-  const int conn = accept(listener, nullptr, nullptr);
-  ASSERT_GE(conn, 0);
-  const std::vector<v1::StreamMessage> messages = Decode(ReadAll(conn));
-  const int status = WaitStatus(pid);
-  close(conn);
-  close(listener);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 5);
-  EXPECT_EQ(Stderr(), "");
-  ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD, /*shared_ring=*/false);
+  RunThePreloadedProbe(/*shared_ring=*/false);
 }
 
 // NVTX's init callback runs while the NVTX header's fork race is open (a child forked then
