@@ -22,7 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, device0, load, main_process, phase, suite_main, tracer_lines  # noqa: E402
+from gpu_suite import (Table, device0, export_memory_viz, load, main_process, phase,  # noqa: E402
+                       suite_main, tracer_lines)
 
 MiB = 1 << 20
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
@@ -63,13 +64,8 @@ def run(args):
                              "stderr": proc.stderr.decode(errors="replace")}
             if variant == "native":
                 # The memory_viz export of the traced run (native: the bridge's segments).
-                trace = os.path.join(args.results, case, "trace.cmtrace")
-                if os.path.exists(trace):
-                    out = os.path.join(args.results, case, "memory_viz.pickle")
-                    export = subprocess.run([args.cumemtrace, "export", "--format", "memory-viz",
-                                             "-o", out, "--force", trace], capture_output=True)
-                    records[case]["export_status"] = export.returncode
-                    records[case]["export_stderr"] = export.stderr.decode(errors="replace")
+                export_memory_viz(args.cumemtrace, os.path.join(args.results, case),
+                                  records[case])
             print(f"ran {case}: status {proc.returncode} in {records[case]['seconds']} s",
                   flush=True)
             with open(os.path.join(args.results, case + ".log"), "w") as f:

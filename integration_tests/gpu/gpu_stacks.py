@@ -24,7 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, device0, load, main_process, suite_main  # noqa: E402
+from gpu_suite import Table, device0, export_memory_viz, load, main_process, suite_main  # noqa: E402
 
 PROGRAM = os.path.join(HERE, "stacks_program.py")
 CASES = {"python": ["--stacks=python"], "all": ["--stacks=all"], "off": []}
@@ -43,12 +43,7 @@ def run(args):
         records[case] = {"argv": command, "status": proc.returncode,
                          "seconds": round(time.monotonic() - started, 2),
                          "stderr": proc.stderr.decode(errors="replace")}
-        trace = os.path.join(out, "trace.cmtrace")
-        if os.path.exists(trace):
-            export = subprocess.run([args.cumemtrace, "export", "--format", "memory-viz", "-o",
-                                     os.path.join(out, "memory_viz.pickle"), "--force", trace],
-                                    capture_output=True)
-            records[case]["export_status"] = export.returncode
+        export_memory_viz(args.cumemtrace, out, records[case])
         print(f"ran {case}: status {proc.returncode} in {records[case]['seconds']} s", flush=True)
         with open(os.path.join(args.results, case + ".log"), "w") as f:
             f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"

@@ -162,6 +162,19 @@ class Table:
                        for r in self.rows], f, indent=1)
 
 
+def export_memory_viz(cumemtrace, run_dir, record):
+    """Exports run_dir's trace to run_dir/memory_viz.pickle, if the run left one; the
+    export's status and stderr go into the run's record."""
+    trace = os.path.join(run_dir, "trace.cmtrace")
+    if not os.path.exists(trace):
+        return
+    export = subprocess.run([cumemtrace, "export", "--format", "memory-viz", "-o",
+                             os.path.join(run_dir, "memory_viz.pickle"), "--force", trace],
+                            capture_output=True)
+    record["export_status"] = export.returncode
+    record["export_stderr"] = export.stderr.decode(errors="replace")
+
+
 def load(path):
     with open(path) as f:
         return json.load(f)
