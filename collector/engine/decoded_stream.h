@@ -32,6 +32,12 @@ inline int TieRank(EventType type) {
   return type == EventType::kRangeOpen ? 0 : type == EventType::kRangeClose ? 2 : 1;
 }
 
+// The file name of a path: what follows its last '/'.
+inline std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 // One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;

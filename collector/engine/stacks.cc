@@ -17,11 +17,6 @@ bool StartsWith(const std::string& s, const char* prefix) {
   return s.compare(0, std::char_traits<char>::length(prefix), prefix) == 0;
 }
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::string Hex(uint64_t value) {
   char text[32];
   snprintf(text, sizeof(text), "0x%" PRIx64, value);

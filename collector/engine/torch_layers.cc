@@ -17,11 +17,6 @@ uint64_t Key(uint32_t device, uint64_t address) {
   return address ^ (static_cast<uint64_t>(device) << 56);
 }
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 void NameTensorOrigin(DecodedStream& s) {
   if (s.strings.count(kTorchApiId) != 0) return;
   s.strings[kTorchApiId] = "PyTorch caching allocator";
