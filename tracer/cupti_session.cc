@@ -131,7 +131,7 @@ bool CuptiSession::Start(KernelRecording kernels, std::string* code, std::string
   for (uint16_t i = 0; i < count; ++i) {
     if (apis[i].cbid < kMaxCbid) g_rows[apis[i].cbid] = static_cast<int16_t>(i);
   }
-  kernels_ = kernels;
+  kernels_.store(kernels, std::memory_order_relaxed);
   const bool kernel_records = kernels == KernelRecording::kRecords;
   const char* memory_records = getenv("CUMEMTRACE_MEMORY_RECORDS");
   memory_from_cupti_ = memory_records != nullptr && strcmp(memory_records, "cupti") == 0;
@@ -166,7 +166,7 @@ bool CuptiSession::Start(KernelRecording kernels, std::string* code, std::string
   CuptiMux& mux = CuptiMux::Get();
   mux.Install(&api_, subscriber_);
   for (uint16_t i = 0; i < count && api_callbacks; ++i) {
-    if (apis[i].role == ApiRole::kLaunch && kernels == KernelRecording::kNone) continue;
+    if (apis[i].role == ApiRole::kLaunch && kernels < KernelRecording::kLaunches) continue;
     mux.EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
   }
   mux.EnableOwnCallback(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
@@ -253,6 +253,33 @@ void CuptiSession::HandOver() {
     api_.Unsubscribe(subscriber_);  // subscribed but not tracing: nothing to hand over
     subscriber_ = nullptr;
   }
+}
+
+KernelRecording ParseKernelRecording(const char* value) {
+  if (value == nullptr || *value == '\0' || strcmp(value, "auto") == 0) {
+    return KernelRecording::kAuto;
+  }
+  if (value[0] == '0') return KernelRecording::kNone;
+  if (strcmp(value, "launches") == 0) return KernelRecording::kLaunches;
+  if (value[0] == '1' || strcmp(value, "records") == 0) return KernelRecording::kRecords;
+  return KernelRecording::kAuto;
+}
+
+bool CuptiSession::CountLaunchesFromNow() {
+  std::lock_guard<std::mutex> lock(start_mutex_);
+  KernelRecording expected = KernelRecording::kAuto;
+  if (!started_.load() || handed_over_.load() ||
+      !kernels_.compare_exchange_strong(expected, KernelRecording::kLaunches)) {
+    return false;
+  }
+  uint16_t count = 0;
+  const ApiInfo* apis = ApiCatalog(&count);
+  for (uint16_t i = 0; i < count; ++i) {
+    if (apis[i].role == ApiRole::kLaunch) {
+      CuptiMux::Get().EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
+    }
+  }
+  return true;
 }
 
 bool CuptiSession::OwnKind(uint32_t kind) const { return CuptiMux::Get().OwnKind(kind); }
@@ -493,7 +520,8 @@ void CUPTIAPI CuptiSession::OnCallback(void* userdata, CUpti_CallbackDomain doma
   CuptiSession& self = Get();
 
   if (call->callbackSite == CUPTI_API_ENTER) {
-    if (api.role == ApiRole::kLaunch && self.kernels_ == KernelRecording::kLaunches) {
+    if (api.role == ApiRole::kLaunch &&
+        self.kernels_.load(std::memory_order_relaxed) == KernelRecording::kLaunches) {
       runtime.Record(self.LaunchRecord(row, call));
       return;
     }

@@ -73,19 +73,31 @@ struct CompletedBuffer {
 };
 
 // How kernels are recorded (CUMEMTRACE_KERNELS).
+// Any per-launch callback costs 1-2 us per launch in a PyTorch program (CUPTI's dispatch
+// alone about 0.5 us): 1.3x on a launch-bound training step. So by default no launch is
+// watched, unless phase inference needs launches because tensors are not seen.
 enum class KernelRecording : uint8_t {
   kNone,      // "0" (`run --no-kernels`): memory and NVTX only
-  kLaunches,  // the default: one event per launch from the driver launch callback (thread,
-              // host time, name): what launch counts and phase inference need, without
-              // CUPTI's per-kernel GPU records, which cost about 1 us per launch
+  kAuto,      // the default: as kNone, but switches to kLaunches when PyTorch's caching
+              // allocator turns out to be unwatched (no bridge): its tensors then give phase
+              // inference no signal, and the autograd thread's launches do
+  kLaunches,  // "launches" (`run --kernels=launches`): one event per launch from the driver
+              // launch callback (thread, host time, name), without GPU times
   kRecords,   // "1" (`run --kernels`): CONCURRENT_KERNEL records too, for GPU times
 };
+
+// CUMEMTRACE_KERNELS: unset or "auto", "0", "launches", "1" or "records".
+KernelRecording ParseKernelRecording(const char* value);
 
 class CuptiSession {
  public:
   // Loads and starts CUPTI. On failure returns false with a stable code and a one-line text.
   bool Start(KernelRecording kernels, std::string* code, std::string* text);
   bool started() const { return started_.load(std::memory_order_acquire); }
+
+  // kAuto: start counting launches (the sender calls this outside any CUPTI callback).
+  // Returns true if it switched; false in any other mode or when CUPTI is not running.
+  bool CountLaunchesFromNow();
 
   // Whether the program's CUPTI calls that reach the tracer's exported cupti* names can be
   // served by the mux (cupti_mux.h): the CUPTI the tracer uses is the only one in the
@@ -167,7 +179,8 @@ class CuptiSession {
   uint64_t device_buffer_bytes_ = 0;
   CUpti_SubscriberHandle subscriber_ = nullptr;
   bool memory_from_cupti_ = false;  // CUMEMTRACE_MEMORY_RECORDS=cupti
-  KernelRecording kernels_ = KernelRecording::kLaunches;
+  // Read on every launch callback; changes once at most (kAuto to kLaunches).
+  std::atomic<KernelRecording> kernels_{KernelRecording::kAuto};
 
   // One flush at a time (the timer and the exit handler). A flag, not a lock: a flush calls
   // the completion callback, which may call a client's buffer callbacks.

@@ -260,13 +260,7 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   mode_ = mode;
   const uint64_t now = MonotonicNs();
   start_ns_ = start_ns != 0 && start_ns < now ? start_ns : now;
-  // Unset: kernels at their launch; "0": none; "1" (or "records"): CUPTI's GPU records too.
-  const char* kernels = getenv("CUMEMTRACE_KERNELS");
-  kernels_ = KernelRecording::kLaunches;
-  if (kernels != nullptr && kernels[0] == '0') kernels_ = KernelRecording::kNone;
-  if (kernels != nullptr && (kernels[0] == '1' || strcmp(kernels, "records") == 0)) {
-    kernels_ = KernelRecording::kRecords;
-  }
+  kernels_ = ParseKernelRecording(getenv("CUMEMTRACE_KERNELS"));
   // Off unless asked for: hooks then pay one relaxed load (stack_capture.h).
   g_stack_mode.store(ParseStackMode(getenv("CUMEMTRACE_STACKS")), std::memory_order_relaxed);
   const char* quiet = getenv("CUMEMTRACE_QUIET");

@@ -108,7 +108,7 @@ class TracerRuntime {
   std::atomic<bool> fork_handlers_registered_{false};  // inherited by forked children
   pid_t pid_ = 0;
   v1::InjectionMode mode_ = v1::INJECTION_MODE_UNSPECIFIED;
-  KernelRecording kernels_ = KernelRecording::kLaunches;
+  KernelRecording kernels_ = KernelRecording::kAuto;
   bool quiet_ = false;
   std::string socket_path_;
   uint64_t start_ns_ = 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Tracing overhead on the GPU machine: the workloads of workloads.py and the LibTorch
-training program, untraced, under cumemtrace (memory + NVTX, and with kernels), and under
-PyTorch's own memory recorders, one process per run, configurations interleaved round by
-round so that drift of the machine falls on all of them alike.
+training program, untraced, under cumemtrace (the default, memory + NVTX only, kernels
+counted at their launch or recorded, stacks) and under PyTorch's own memory recorders, one
+process per run, configurations interleaved round by round so that drift of the machine
+falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
@@ -72,8 +73,10 @@ def python_configs(cumemtrace, scratch, only, baseline=None):
         # The base of every ratio: the program with its own (native caching) allocator.
         "untraced": (workloads, {}),
         "untraced, async allocator": (workloads, ASYNC),
-        # The default: the program's allocator untouched, tensors through the PyTorch bridge.
+        # The default: the program's allocator untouched, tensors through the PyTorch bridge,
+        # no launch watched while the bridge sees the tensors.
         "cumemtrace": (run("default"), {}),
+        "cumemtrace --kernels=launches": (run("launches", "--kernels=launches"), {}),
         "cumemtrace --no-kernels": (run("nokernels", "--no-kernels"), {}),
         # What the shared ring costs: the same, records through the socket only.
         "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
@@ -103,6 +106,7 @@ def libtorch_configs(cumemtrace, program, scratch, baseline=None):
         "untraced": (argv, {}),
         "untraced, async allocator": (argv, ASYNC),
         "cumemtrace": (run("lt-default"), {}),
+        "cumemtrace --kernels=launches": (run("lt-launches", "--kernels=launches"), {}),
         "cumemtrace --no-kernels": (run("lt-nokernels", "--no-kernels"), {}),
         "cumemtrace (socket only)": (run("lt-socket"), SOCKET_ONLY),
         "cumemtrace --no-kernels (socket only)":

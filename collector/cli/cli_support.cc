@@ -28,6 +28,13 @@ int EmptyValueError(const std::string& command, const std::string& option) {
   return UsageError(command, option + " needs a value, not an empty string");
 }
 
+std::string KernelsEnvValue(const char* what) {
+  const std::string value = what != nullptr ? what : "records";
+  if (value == "records") return "1";
+  if (value == "launches") return "launches";
+  return "";
+}
+
 std::string ExecutableDir() {
   char path[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);

@@ -21,6 +21,10 @@ int UsageError(const std::string& command, const std::string& message);
 // UsageError for an option given an empty value: "-o ''" once meant the default folder.
 int EmptyValueError(const std::string& command, const std::string& option);
 
+// `--kernels[=WHAT]` of run and sweep: the CUMEMTRACE_KERNELS value for WHAT ("records",
+// the default of a bare --kernels, or "launches"), "" for anything else.
+std::string KernelsEnvValue(const char* what);
+
 // Directory of the running executable (/proc/self/exe), "" when unknown.
 std::string ExecutableDir();
 

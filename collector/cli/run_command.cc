@@ -49,10 +49,13 @@ Options:
                           backend:cudaMallocAsync, so the driver sees every tensor (for a
                           torch without a bridge). A PYTORCH_CUDA_ALLOC_CONF already set in
                           the environment is always kept.
-      --kernels           record every kernel's GPU start and end (CUPTI kernel records,
-                          about 1 us per launch); by default kernels are counted at their
-                          launch call, on their thread, without GPU times
-      --no-kernels        do not record kernels at all (memory and NVTX only)
+      --kernels[=WHAT]    record kernels, which costs 1-3 us per launch: WHAT records (the
+                          default) gives every kernel's GPU start and end (CUPTI kernel
+                          records), launches counts them at their launch call, on their
+                          thread, without GPU times. By default no kernel is recorded,
+                          unless PyTorch's tensors cannot be seen (no bridge for its
+                          version): then launches are counted, as phase inference needs them
+      --no-kernels        never record kernels (memory and NVTX only)
       --stacks[=KIND]     record where each allocation was made: KIND python (the default
                           when only --stacks is given) records the Python stack of the
                           allocating thread, native its native return addresses (named
@@ -317,7 +320,7 @@ int RunCommand(int argc, char** argv) {
       {"output", required_argument, nullptr, 'o'},
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
-      {"kernels", no_argument, nullptr, 'K'},
+      {"kernels", optional_argument, nullptr, 'K'},
       {"stacks", optional_argument, nullptr, 'S'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
@@ -328,7 +331,7 @@ int RunCommand(int argc, char** argv) {
   std::string output_dir;
   // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
   std::string allocator = "native";
-  std::string kernels;  // CUMEMTRACE_KERNELS: "" (launches), "0" or "1" (records)
+  std::string kernels;  // CUMEMTRACE_KERNELS: "" (auto), "0", "launches" or "1" (records)
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
   opterr = 0;
@@ -348,7 +351,13 @@ int RunCommand(int argc, char** argv) {
         }
         break;
       case 'k': kernels = "0"; break;
-      case 'K': kernels = "1"; break;
+      case 'K':
+        kernels = KernelsEnvValue(optarg);
+        if (kernels.empty()) {
+          return UsageError("run", "--kernels must be 'records' or 'launches', not '" +
+                                       std::string(optarg) + "'");
+        }
+        break;
       case 'S':
         stacks = optarg != nullptr ? optarg : "python";
         if (stacks != "python" && stacks != "native" && stacks != "all") {

@@ -47,7 +47,7 @@ Options:
   -o, --output=DIR           where the runs go (DIR/<label>-<NAME>=<value>/), sweep.csv and
                              sweep.html (the chart, opens in a browser);
                              default: a new folder cumemtrace-sweep-<n>/
-      --allocator=MODE, --kernels, --no-kernels, --phase=PHASE=MODULE:QUALNAME
+      --allocator=MODE, --kernels[=WHAT], --no-kernels, --phase=PHASE=MODULE:QUALNAME
                              passed to every `cumemtrace run` (see its --help)
       --json                 print the points as JSON (schema cumemtrace.sweep/1) instead
                              of the table
@@ -122,7 +122,7 @@ int SweepCommand(int argc, char** argv) {
       {"output", required_argument, nullptr, 'o'},
       {"allocator", required_argument, nullptr, 'a'},
       {"no-kernels", no_argument, nullptr, 'k'},
-      {"kernels", no_argument, nullptr, 'K'},
+      {"kernels", optional_argument, nullptr, 'K'},
       {"phase", required_argument, nullptr, 'f'},
       {"json", no_argument, nullptr, 'j'},
       {"help", no_argument, nullptr, 'h'},
@@ -144,7 +144,14 @@ int SweepCommand(int argc, char** argv) {
         break;
       case 'a': forwarded.push_back(std::string("--allocator=") + optarg); break;
       case 'k': forwarded.push_back("--no-kernels"); break;
-      case 'K': forwarded.push_back("--kernels"); break;
+      case 'K':
+        if (KernelsEnvValue(optarg).empty()) {
+          return UsageError("sweep", "--kernels must be 'records' or 'launches', not '" +
+                                         std::string(optarg) + "'");
+        }
+        forwarded.push_back(optarg != nullptr ? std::string("--kernels=") + optarg
+                                              : std::string("--kernels"));
+        break;
       case 'f': forwarded.push_back(std::string("--phase=") + optarg); break;
       case 'j': as_json = true; break;
       case 'h': PrintHelpWithAnalysisOptions(kSweepHelp); return 0;

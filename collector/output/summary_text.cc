@@ -385,7 +385,8 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
     out << "  (kernels seen at their launch: counts, threads and phases, no GPU times; "
            "`run --kernels` records those)\n";
   } else if (!p.kernels_enabled && p.has_handshake) {
-    out << "  (kernel records were off)\n";
+    out << "  (kernels not recorded: `run --kernels=launches` counts them at their launch, "
+           "`run --kernels` records their GPU times)\n";
   }
 
   for (const DeviceReport& d : p.devices) PrintDevice(out, p, d);

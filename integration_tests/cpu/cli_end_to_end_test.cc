@@ -300,6 +300,22 @@ TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
     EXPECT_EQ(r.out, "CUMEMTRACE_KERNELS=1\n");
   }
   {
+    // --kernels=launches counts launches without GPU records; anything else is refused.
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/l", "--kernels=launches", "--", kFake,
+                                     "--no-connect", "--print-env=CUMEMTRACE_KERNELS"};
+    EXPECT_EQ(RunCli(args, "", {}).out, "CUMEMTRACE_KERNELS=launches\n");
+    args[3] = "--kernels=records";
+    args[2] = tmp_ + "/r";
+    EXPECT_EQ(RunCli(args, "", {}).out, "CUMEMTRACE_KERNELS=1\n");
+    args[3] = "--kernels=all";
+    args[2] = tmp_ + "/x";
+    const Result bad = RunCli(args, "", {});
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("--kernels must be 'records' or 'launches', not 'all'"),
+              std::string::npos)
+        << bad.err;
+  }
+  {
     std::vector<std::string> args = {"run", "-o", tmp_ + "/c", "--", kFake, "--no-connect",
                                      "--print-env=PYTORCH_CUDA_ALLOC_CONF",
                                      "--print-env=CUMEMTRACE_ALLOCATOR_MODE"};

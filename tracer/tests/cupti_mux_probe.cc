@@ -8,6 +8,9 @@
 //   cupti_mux_probe shared            the multiplexed run (exit 0 when every check holds)
 //   cupti_mux_probe fallback COPY     a second CUPTI (COPY, loaded by full path): hand-over
 //   cupti_mux_probe other-tool        CUDA_INJECTION64_PATH names another tool: step aside
+//   cupti_mux_probe torch-unwatched C10
+//                                     PyTorch's allocator (C10, a stand-in libc10_cuda.so)
+//                                     with no bridge: launches are counted from then on
 #include <cupti.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -238,9 +241,12 @@ void InitDriver() {
 
 int Shared() {
   // CUMEMTRACE_KERNELS=1: the tracer wants kernel records too (shared with the client);
-  // unset: it counts kernels at their launch, and CONCURRENT_KERNEL is the client's alone.
+  // "launches": it counts kernels at their launch, and CONCURRENT_KERNEL is the client's
+  // alone; unset: it does not watch launches at all.
   const char* kernels = getenv("CUMEMTRACE_KERNELS");
   const bool tracer_kernel_records = kernels != nullptr && kernels[0] == '1';
+  const bool tracer_launches =
+      tracer_kernel_records || (kernels != nullptr && strcmp(kernels, "launches") == 0);
   InitDriver();
   fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
   CHECK(fake_cupti_has_subscriber());  // the tracer's subscription
@@ -341,7 +347,7 @@ int Shared() {
   CHECK(fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
                                     CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2));  // the tracer's
   CHECK(fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
-                                    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+                                    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == tracer_launches);
   CHECK(fake_cupti_flush_period() == 0);
   CHECK(fake_cupti_latency() == 0);
   CHECK(fake_cupti_switches() == 0);
@@ -492,6 +498,34 @@ int Fallback(const char* copy) {
   return g_failures == 0 ? 0 : 1;
 }
 
+int TorchUnwatched(const char* c10_cuda) {
+  void* c10 = dlopen(c10_cuda, RTLD_NOW | RTLD_LOCAL);
+  auto segment = c10 != nullptr ? reinterpret_cast<uint64_t (*)(size_t, uint32_t)>(
+                                      dlsym(c10, "fake_c10_cuda_segment"))
+                                : nullptr;
+  CHECK(segment != nullptr);
+  if (segment == nullptr) return 1;
+  InitDriver();
+  fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
+  Launch();  // before PyTorch's allocator: not watched
+  CHECK(!fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                                     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+  CHECK(segment(2 << 20, ++g_correlation) != 0);
+  // The tracer's sender turns the launch callbacks on at its next drain (every 10 ms).
+  for (int i = 0; i < 300 && !fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                                                           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+       ++i) {
+    const timespec pause{0, 10 * 1000 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+  CHECK(fake_cupti_callback_enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                                    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+  printf("counted:");
+  for (int i = 0; i < 3; ++i) printf(" %u", Launch());
+  printf("\nprobe: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int OtherTool() {
   InitDriver();  // the other tool's library: no InitializeInjection of the tracer's runs
   CHECK(!fake_cupti_has_subscriber());
@@ -514,5 +548,6 @@ int main(int argc, char** argv) {
   if (mode == "shared") return Shared();
   if (mode == "fallback" && argc > 2) return Fallback(argv[2]);
   if (mode == "other-tool") return OtherTool();
+  if (mode == "torch-unwatched" && argc > 2) return TorchUnwatched(argv[2]);
   return 2;
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -121,23 +122,64 @@ class CuptiMuxTest : public ::testing::Test {
     return n;
   }
 
-  // The probe's client checked its side; this checks the tracer's. kernel_records: the
-  // tracer records kernels from CUPTI's records (both sides want CONCURRENT_KERNEL);
-  // otherwise at their launch, and the kind is the client's alone.
-  void CheckShared(const ProbeResult& run, bool kernel_records);
+  // How the tracer saw kernels: from CUPTI's records (both sides want CONCURRENT_KERNEL),
+  // at their launch (the kind is the client's alone), or not at all (the default).
+  enum class Kernels { kRecords, kLaunches, kNone };
+  // The probe's client checked its side; this checks the tracer's.
+  void CheckShared(const ProbeResult& run, Kernels kernels);
 
   std::string dir_;
 };
 
 TEST_F(CuptiMuxTest, EachSideGetsExactlyItsOwnCallbacksAndRecords) {
-  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, "1"), /*kernel_records=*/true);
+  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, "1"), Kernels::kRecords);
 }
 
 TEST_F(CuptiMuxTest, KernelsAtTheirLaunchWhileTheClientHasTheKernelRecords) {
-  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, nullptr), /*kernel_records=*/false);
+  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, "launches"), Kernels::kLaunches);
 }
 
-void CuptiMuxTest::CheckShared(const ProbeResult& run, bool kernel_records) {
+TEST_F(CuptiMuxTest, ByDefaultNoLaunchIsWatchedWhileTheClientWatchesItsOwn) {
+  CheckShared(Probe({"shared"}, CUMEMTRACE_TRACER_LIB, nullptr), Kernels::kNone);
+}
+
+TEST_F(CuptiMuxTest, ByDefaultLaunchesAreCountedOncePyTorchsTensorsTurnOutUnseen) {
+  const ProbeResult run = Probe({"torch-unwatched", FAKE_C10_CUDA_LIB}, CUMEMTRACE_TRACER_LIB,
+                                nullptr);
+  ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+  EXPECT_EQ(Count(run.err, "PyTorch's tensors are not seen"), 1u) << run.err;
+  EXPECT_EQ(Count(run.err, "kernels are counted at their launch from here on"), 1u) << run.err;
+  std::vector<uint32_t> counted;
+  const size_t at = run.out.find("counted:");
+  ASSERT_NE(at, std::string::npos) << run.out;
+  std::istringstream line(run.out.substr(at + 8, run.out.find('\n', at) - at - 8));
+  for (uint32_t id; line >> id;) counted.push_back(id);
+  ASSERT_EQ(counted.size(), 3u);
+
+  ASSERT_FALSE(run.messages.empty());
+  ASSERT_TRUE(run.messages[0].has_handshake());
+  EXPECT_FALSE(run.messages[0].handshake().kernel_launches_enabled());  // not at the start
+  std::vector<uint32_t> kernels;
+  std::vector<std::string> notices;
+  bool segment = false;
+  for (size_t i = 1; i < run.messages.size(); ++i) {
+    for (const v1::Event& event : run.messages[i].batch().events()) {
+      if (event.has_kernel()) {
+        EXPECT_TRUE(event.kernel().launch_only());
+        kernels.push_back(event.kernel().correlation_id());
+      }
+      if (event.has_notice()) notices.push_back(event.notice().code());
+      segment |= event.has_memory() && event.memory().address() == 0x9000000;
+    }
+  }
+  EXPECT_TRUE(segment);
+  // The launch before PyTorch's allocator appeared is not there; every one after it is.
+  EXPECT_EQ(kernels, counted);
+  EXPECT_NE(std::find(notices.begin(), notices.end(), "kernel_launches_counted"), notices.end());
+}
+
+void CuptiMuxTest::CheckShared(const ProbeResult& run, Kernels mode) {
   ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
   EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
   EXPECT_EQ(run.err, "");  // no hand-over, no notice
@@ -166,7 +208,7 @@ void CuptiMuxTest::CheckShared(const ProbeResult& run, bool kernel_records) {
       } else if (event.has_kernel()) {
         kernels.push_back(event.kernel().correlation_id());
         kernel_times.push_back(event.timestamp_ns());
-        EXPECT_EQ(event.kernel().launch_only(), !kernel_records);
+        EXPECT_EQ(event.kernel().launch_only(), mode == Kernels::kLaunches);
       } else if (event.has_process_exit()) {
         exit_ns = event.timestamp_ns();
       } else if (event.has_dropped()) {
@@ -180,7 +222,7 @@ void CuptiMuxTest::CheckShared(const ProbeResult& run, bool kernel_records) {
   EXPECT_EQ(released, addresses);
   // Every kernel once, in order: before, during and after the client's sessions, including
   // the ones whose records the client rejected.
-  EXPECT_EQ(kernels, launched);
+  EXPECT_EQ(kernels, mode == Kernels::kNone ? std::vector<uint32_t>{} : launched);
   EXPECT_EQ(dropped, 0u);
   // The client gave CUPTI a clock of its own (4 ns ticks, another origin): the tracer's
   // kernel times are still on CLOCK_MONOTONIC, inside the run.

@@ -9,6 +9,7 @@
 
 #include "cumemtrace/v1/trace.pb.h"
 #include "tracer/clock.h"
+#include "tracer/cupti_session.h"
 #include "tracer/host_record.h"
 #include "tracer/stack_capture.h"
 #include "tracer/tracer_runtime.h"
@@ -180,6 +181,7 @@ void TorchBridge::AttachOnce() {
   state->set_library(c10_cuda);
   const char* enabled = getenv("CUMEMTRACE_TORCH_BRIDGE");
   bool notice = true;
+  bool async_backend = false;  // the driver sees every tensor: nothing is missing
   if (enabled != nullptr && enabled[0] == '0') {
     state->set_reason("turned off (CUMEMTRACE_TORCH_BRIDGE=0)");
     notice = false;
@@ -205,8 +207,8 @@ void TorchBridge::AttachOnce() {
         attached_.store(lookup.bridge, std::memory_order_release);
       } else {
         state->set_reason(message);
-        // The async backend hands every tensor to the driver: nothing is missing.
-        notice = result != CUMEMTRACE_TORCH_NOT_NATIVE;
+        async_backend = result == CUMEMTRACE_TORCH_NOT_NATIVE;
+        notice = !async_backend;
       }
     }
   }
@@ -222,12 +224,24 @@ void TorchBridge::AttachOnce() {
                    "PyTorch's tensors are not seen, only its allocator's segments: " + reason +
                        " (cumemtrace run --allocator=async sees every tensor)");
   }
+  // Unseen tensors give phase inference nothing on the autograd thread; its launches do.
+  if (!attached && !async_backend) launches_wanted_.store(true, std::memory_order_release);
   state_.store(kDone, std::memory_order_release);
 }
 
 void TorchBridge::Poll() {
   const cumemtrace_torch_bridge* bridge = attached_.load(std::memory_order_acquire);
   if (bridge != nullptr) bridge->probe();
+  // Here, on the sender thread, not in the allocation callback that found the bridge
+  // missing: CUPTI's callbacks are enabled outside CUPTI's own calls.
+  if (launches_wanted_.load(std::memory_order_acquire) && launches_wanted_.exchange(false) &&
+      CuptiSession::Get().CountLaunchesFromNow()) {
+    TracerRuntime::Get().Notice(
+        v1::NOTICE_LEVEL_INFO, "kernel_launches_counted",
+        "kernels are counted at their launch from here on: without PyTorch's tensors, phase "
+        "inference reads the autograd thread's launches (1-2 us per launch; "
+        "`cumemtrace run --no-kernels` leaves them out)");
+  }
 }
 
 void TorchBridge::StopInForkedChild() {

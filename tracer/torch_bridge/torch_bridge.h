@@ -69,6 +69,7 @@ class TorchBridge {
 
   std::atomic<int> state_{kUntried};
   std::atomic<const cumemtrace_torch_bridge*> attached_{nullptr};
+  std::atomic<bool> launches_wanted_{false};  // set by AttachOnce, acted on by Poll
 };
 
 }  // namespace cumemtrace::tracer
