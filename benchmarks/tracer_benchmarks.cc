@@ -2,6 +2,9 @@
 //   Hook/*   - on a program thread: build the HostRecord as the hook does (clock, thread id,
 //              fields) and write it into the shared ring (RecordQueue::Push). This is all
 //              the traced program pays for an NVTX call or a CUDA API call's entry callback.
+//              Hook/TorchEntry: one PyTorch allocator trace entry through the bridge's
+//              code (bridge_core.h) into the ring; torch's own part (building the entry,
+//              calling the tracker, getDeviceStats) is not in it.
 //   Drain/*  - on the sender thread: take records out of the shared ring.
 //   Encode/* - on the sender thread: translate one record (RecordTranslator), add it to the
 //              batch (EventEncoder, interning) and frame full batches for the socket.
@@ -23,6 +26,7 @@
 #include "tracer/host_record.h"
 #include "tracer/record_queue.h"
 #include "tracer/record_translator.h"
+#include "tracer/torch_bridge/bridge_core.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -136,6 +140,76 @@ void BM_Hook_Memory(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealTime();
+
+// One allocator trace entry as the bridge handles it: BridgeCore::OnEntry (sequence, the
+// device's counters), then the record EmitTorchEvent (torch_bridge.cc) builds and pushes.
+// Entries alternate ALLOC and FREE_REQUESTED, as a settling loop's small tensors do. The
+// counters come from a fixed struct here; in torch, getDeviceStats copies its whole stats.
+struct BenchEntry {
+  enum Action { ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
+                SEGMENT_UNMAP, SNAPSHOT, OOM };
+  Action action_;
+  int8_t device_;
+  size_t addr_;
+  void* stream_;
+  size_t size_;
+  std::pair<unsigned long long, unsigned long long> mempool_;
+};
+
+RecordQueue* g_torch_queue = nullptr;
+
+void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
+  HostRecord record;
+  record.type = HostRecord::Type::kTorchAllocator;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.device = event->device;
+  record.address = event->address;
+  record.bytes = event->requested_bytes;
+  record.torch.action = static_cast<uint8_t>(event->action);
+  record.torch.stream = event->stream;
+  record.torch.sequence = event->sequence;
+  record.torch.allocated_total = event->allocated_bytes_total;
+  record.torch.allocated_current = event->allocated_bytes_current;
+  record.torch.reserved_current = event->reserved_bytes_current;
+  record.torch.pool_first = event->pool_id_first;
+  record.torch.pool_second = event->pool_id_second;
+  benchmark::DoNotOptimize(g_torch_queue->Push(record));
+}
+
+void BM_Hook_TorchEntry(benchmark::State& state) {
+  static RecordQueue queue(kQueueCapacity);
+  Reset(queue);
+  g_torch_queue = &queue;
+  torch_bridge::DeviceCounters counters{4096, 2048, 1 << 21};
+  auto read = [&counters](uint32_t, torch_bridge::DeviceCounters* out) {
+    *out = counters;
+    return true;
+  };
+  torch_bridge::BridgeCore<decltype(read)> core(EmitToRing, nullptr, read);
+  std::vector<HostRecord> taken;
+  std::vector<uint64_t> ends;
+  const size_t share = queue.ring_bytes() / 256;
+  size_t pushed = 0;
+  uint64_t n = 0;
+  for (auto _ : state) {
+    if (pushed == share) {
+      state.PauseTiming();
+      queue.TakeAll(&taken, &ends);
+      if (!ends.empty()) queue.Free(ends.back());
+      taken.clear();
+      pushed = 0;
+      state.ResumeTiming();
+    }
+    ++n;
+    const BenchEntry entry{(n & 1) ? BenchEntry::ALLOC : BenchEntry::FREE_REQUESTED, 0,
+                           0x7f0000000000 + ((n >> 1 & 1023) << 9), nullptr, 512, {0, 0}};
+    core.OnEntry(entry);
+    ++pushed;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Hook_TorchEntry)->Name("Hook/TorchEntry");
 
 // The sender's pipeline for one record type. Full batches are framed into an outbox that
 // is emptied as the socket write would empty it.
