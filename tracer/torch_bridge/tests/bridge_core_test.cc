@@ -104,7 +104,8 @@ TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
   core.OnEntry(Entry(FabricatedEntry::ALLOC, 1, 0x9000, 10));
   core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
   core.OnEntry(Entry(FabricatedEntry::SNAPSHOT, 0, 0, 0));  // not sent, not numbered
-  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x1000, 1000));
+  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x1000, 1000));  // not sent
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
   ASSERT_EQ(events.size(), 4u);
   EXPECT_EQ(events[0].sequence, 1u);
   EXPECT_EQ(events[0].allocated_bytes_total, 4096u);
@@ -115,8 +116,25 @@ TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
   EXPECT_EQ(events[2].sequence, 2u);
   // The block size the collector derives: next event's total minus the ALLOC's.
   EXPECT_EQ(events[2].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  // Numbered right after the FREE_REQUESTED: no gap, so no event counts as lost.
   EXPECT_EQ(events[3].sequence, 3u);
-  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_FREE_COMPLETED));
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+}
+
+TEST(TorchBridgeCore, AnAllocationFollowedByACompletedFreeIsSettledByTheNextEvent) {
+  // A free completed late (its stream's events) between an ALLOC and the next event: the
+  // ALLOC's block size still comes from the very next event sent, exact.
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  counters.device[0] = {5120, 3072, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x8000, 512));
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].sequence, events[0].sequence + 1);
+  EXPECT_EQ(events[1].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
 }
 
 TEST(TorchBridgeCore, ProbesOnlyATrailingAllocationAndOnlyOnce) {
