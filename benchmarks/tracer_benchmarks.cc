@@ -27,6 +27,8 @@
 #include "tracer/record_queue.h"
 #include "tracer/record_translator.h"
 #include "tracer/torch_bridge/bridge_core.h"
+#include "tracer/torch_bridge/tests/fabricated_entry.h"
+#include "tracer/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -145,36 +147,10 @@ BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealT
 // device's counters), then the record EmitTorchEvent (torch_bridge.cc) builds and pushes.
 // Entries alternate ALLOC and FREE_REQUESTED, as a settling loop's small tensors do. The
 // counters come from a fixed struct here; in torch, getDeviceStats copies its whole stats.
-struct BenchEntry {
-  enum Action { ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP,
-                SEGMENT_UNMAP, SNAPSHOT, OOM };
-  Action action_;
-  int8_t device_;
-  size_t addr_;
-  void* stream_;
-  size_t size_;
-  std::pair<unsigned long long, unsigned long long> mempool_;
-};
-
 RecordQueue* g_torch_queue = nullptr;
 
 void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-  HostRecord record;
-  record.type = HostRecord::Type::kTorchAllocator;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = CurrentThreadId();
-  record.device = event->device;
-  record.address = event->address;
-  record.bytes = event->requested_bytes;
-  record.torch.action = static_cast<uint8_t>(event->action);
-  record.torch.stream = event->stream;
-  record.torch.sequence = event->sequence;
-  record.torch.allocated_total = event->allocated_bytes_total;
-  record.torch.allocated_current = event->allocated_bytes_current;
-  record.torch.reserved_current = event->reserved_bytes_current;
-  record.torch.pool_first = event->pool_id_first;
-  record.torch.pool_second = event->pool_id_second;
-  benchmark::DoNotOptimize(g_torch_queue->Push(record));
+  benchmark::DoNotOptimize(g_torch_queue->Push(TorchAllocatorRecord(*event)));
 }
 
 void BM_Hook_TorchEntry(benchmark::State& state) {
@@ -202,9 +178,10 @@ void BM_Hook_TorchEntry(benchmark::State& state) {
       state.ResumeTiming();
     }
     ++n;
-    const BenchEntry entry{(n & 1) ? BenchEntry::ALLOC : BenchEntry::FREE_REQUESTED, 0,
-                           0x7f0000000000 + ((n >> 1 & 1023) << 9), nullptr, 512, {0, 0}};
-    core.OnEntry(entry);
+    using torch_bridge::FabricatedEntry;
+    core.OnEntry(torch_bridge::Entry(
+        (n & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
+        0x7f0000000000 + ((n >> 1 & 1023) << 9), 512));
     ++pushed;
   }
   state.SetItemsProcessed(state.iterations());

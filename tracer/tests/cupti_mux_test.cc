@@ -122,6 +122,17 @@ class CuptiMuxTest : public ::testing::Test {
     return n;
   }
 
+  // The ids the probe printed on its line "LABEL id id ...", in order (empty without one).
+  static std::vector<uint32_t> IdsAfter(const std::string& out, const std::string& label) {
+    std::vector<uint32_t> ids;
+    const size_t at = out.find(label);
+    if (at == std::string::npos) return ids;
+    const size_t from = at + label.size();
+    std::istringstream line(out.substr(from, out.find('\n', at) - from));
+    for (uint32_t id; line >> id;) ids.push_back(id);
+    return ids;
+  }
+
   // How the tracer saw kernels: from CUPTI's records (both sides want CONCURRENT_KERNEL),
   // at their launch (the kind is the client's alone), or not at all (the default).
   enum class Kernels { kRecords, kLaunches, kNone };
@@ -150,12 +161,8 @@ TEST_F(CuptiMuxTest, ByDefaultLaunchesAreCountedOncePyTorchsTensorsTurnOutUnseen
   EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
   EXPECT_EQ(Count(run.err, "PyTorch's tensors are not seen"), 1u) << run.err;
   EXPECT_EQ(Count(run.err, "kernels are counted at their launch from here on"), 1u) << run.err;
-  std::vector<uint32_t> counted;
-  const size_t at = run.out.find("counted:");
-  ASSERT_NE(at, std::string::npos) << run.out;
-  std::istringstream line(run.out.substr(at + 8, run.out.find('\n', at) - at - 8));
-  for (uint32_t id; line >> id;) counted.push_back(id);
-  ASSERT_EQ(counted.size(), 3u);
+  const std::vector<uint32_t> counted = IdsAfter(run.out, "counted:");
+  ASSERT_EQ(counted.size(), 3u) << run.out;
 
   ASSERT_FALSE(run.messages.empty());
   ASSERT_TRUE(run.messages[0].has_handshake());
@@ -185,12 +192,8 @@ void CuptiMuxTest::CheckShared(const ProbeResult& run, Kernels mode) {
   EXPECT_EQ(run.err, "");  // no hand-over, no notice
 
   // The launches the probe made, in order.
-  std::vector<uint32_t> launched;
-  const size_t at = run.out.find("launched:");
-  ASSERT_NE(at, std::string::npos) << run.out;
-  std::istringstream line(run.out.substr(at + 9, run.out.find('\n', at) - at - 9));
-  for (uint32_t id; line >> id;) launched.push_back(id);
-  ASSERT_GE(launched.size(), 15u);
+  const std::vector<uint32_t> launched = IdsAfter(run.out, "launched:");
+  ASSERT_GE(launched.size(), 15u) << run.out;
 
   ASSERT_FALSE(run.messages.empty());
   ASSERT_TRUE(run.messages[0].has_handshake());

@@ -62,30 +62,7 @@ std::string OwnDirectory() {
 void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
-  HostRecord record;
-  record.type = HostRecord::Type::kTorchAllocator;
-  record.timestamp_ns = MonotonicNs();
-  // A probe runs on the sender thread: it has no thread of the program.
-  record.thread_id = event->action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
-  record.device = event->device;
-  record.address = event->address;
-  record.bytes = event->requested_bytes;
-  record.torch.action = static_cast<uint8_t>(event->action);
-  record.torch.stream = event->stream;
-  record.torch.sequence = event->sequence;
-  record.torch.allocated_total = event->allocated_bytes_total;
-  record.torch.allocated_current = event->allocated_bytes_current;
-  record.torch.reserved_current = event->reserved_bytes_current;
-  record.torch.pool_first = event->pool_id_first;
-  record.torch.pool_second = event->pool_id_second;
-  // On the allocating thread (the allocator reports under its lock, in the tensor's call).
-  if (const uint8_t mode = CurrentStackMode();
-      mode != kStacksOff && event->action == CUMEMTRACE_TORCH_ALLOC) {
-    const StackWords stack = CaptureStack(mode);
-    record.stack = stack.words;
-    record.stack_words = stack.count;
-  }
-  runtime.Record(std::move(record));
+  runtime.Record(TorchAllocatorRecord(*event));
 }
 
 int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {
@@ -165,6 +142,33 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
   }
   lookup.bridge = bridge;
   return lookup;
+}
+
+HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event) {
+  HostRecord record;
+  record.type = HostRecord::Type::kTorchAllocator;
+  record.timestamp_ns = MonotonicNs();
+  // A probe runs on the sender thread: it has no thread of the program.
+  record.thread_id = event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
+  record.device = event.device;
+  record.address = event.address;
+  record.bytes = event.requested_bytes;
+  record.torch.action = static_cast<uint8_t>(event.action);
+  record.torch.stream = event.stream;
+  record.torch.sequence = event.sequence;
+  record.torch.allocated_total = event.allocated_bytes_total;
+  record.torch.allocated_current = event.allocated_bytes_current;
+  record.torch.reserved_current = event.reserved_bytes_current;
+  record.torch.pool_first = event.pool_id_first;
+  record.torch.pool_second = event.pool_id_second;
+  // On the allocating thread (the allocator reports under its lock, in the tensor's call).
+  if (const uint8_t mode = CurrentStackMode();
+      mode != kStacksOff && event.action == CUMEMTRACE_TORCH_ALLOC) {
+    const StackWords stack = CaptureStack(mode);
+    record.stack = stack.words;
+    record.stack_words = stack.count;
+  }
+  return record;
 }
 
 TorchBridge& TorchBridge::Get() {

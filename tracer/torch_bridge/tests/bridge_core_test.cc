@@ -4,36 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tracer/torch_bridge/tests/fabricated_entry.h"
+
 #include <functional>
 #include <utility>
 #include <vector>
 
 namespace cumemtrace::torch_bridge {
 namespace {
-
-struct FabricatedEntry {
-  enum Action {
-    ALLOC,
-    FREE_REQUESTED,
-    FREE_COMPLETED,
-    SEGMENT_ALLOC,
-    SEGMENT_FREE,
-    SEGMENT_MAP,
-    SEGMENT_UNMAP,
-    SNAPSHOT,
-    OOM
-  };
-  Action action_;
-  int8_t device_;
-  size_t addr_;
-  void* stream_;
-  size_t size_;
-  std::pair<unsigned long long, unsigned long long> mempool_;
-};
-
-FabricatedEntry Entry(FabricatedEntry::Action action, int8_t device, size_t address, size_t size) {
-  return FabricatedEntry{action, device, address, reinterpret_cast<void*>(0x5000), size, {0, 0}};
-}
 
 void Collect(const cumemtrace_torch_event* event, void* context) {
   static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
