@@ -574,6 +574,11 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   for (uint32_t slot = 0; slot < n_slots; ++slot) {
     FillDeviceReport(s, devices_[slot], slot_device_[slot], first, &p.devices[new_slot[slot]]);
   }
+  // Kernels without GPU times were seen at their launch, also when the tracer began counting
+  // them after its handshake (the default does when PyTorch's tensors are unseen).
+  for (const DeviceReport& d : p.devices) {
+    if (d.kernel_count > 0 && d.kernel_busy_ns == 0) p.kernel_launches_enabled = true;
+  }
 
   // By API and by calling module. Two ids with one text (a string sent again after a lost
   // batch) merge.

@@ -330,7 +330,7 @@ struct StreamFacts {
   // "ld_preload", "cuda_injection", "nvtx_injection", "unspecified"
   std::string injection_mode;
   bool kernels_enabled = false;          // GPU kernel records (`run --kernels`)
-  bool kernel_launches_enabled = false;  // kernels at their launch (no GPU times; the default)
+  bool kernel_launches_enabled = false;  // kernels at their launch only (no GPU times)
   int32_t rank = -1;        // rank in a distributed job (RANK / SLURM_PROCID), -1: none
   int32_t local_rank = -1;  // rank on its host, -1: unknown
   int32_t world_size = 0;   // ranks in the job, 0: unknown

@@ -257,8 +257,6 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
       const v1::TracerNotice& n = event.notice();
       stream.notices.push_back(Notice{Named(n.level(), {"", "info", "warning"}), n.code(),
                                       n.text()});
-      // The default's switch to counting launches, made after the handshake.
-      if (n.code() == "kernel_launches_counted") stream.kernel_launches_enabled = true;
       return;
     }
     case v1::Event::kTracerMemory: {

@@ -337,6 +337,21 @@ TEST(Phases, KernelsAttributeByLaunchingThreadAtStart) {
   EXPECT_EQ(PhaseDevice(*FindPhase(p, "forward"), 0).kernels, 1u);
 }
 
+TEST(Kernels, SeenWithoutGpuTimesAreCountedAtLaunchThoughTheHandshakeSaidNone) {
+  // The default starts counting launches after its handshake when PyTorch's tensors are
+  // unseen: the report says kernels were counted at their launch.
+  StreamBuilder s(1, 4242);
+  s.handshake().set_kernels_enabled(false);
+  s.Kernel(110, 0, 0, 1).Kernel(120, 0, 0, 1);
+  const auto report = Analyze(s.Chunks());
+  EXPECT_FALSE(OnlyProcess(report).kernels_enabled);
+  EXPECT_TRUE(OnlyProcess(report).kernel_launches_enabled);
+  StreamBuilder none(1, 4242);
+  none.handshake().set_kernels_enabled(false);
+  none.Alloc(100, 0, 0x1, 8, testing::kDevice, 1);
+  EXPECT_FALSE(OnlyProcess(Analyze(none.Chunks())).kernel_launches_enabled);
+}
+
 TEST(FailedAllocations, CarryPhaseSizeErrorAndMemoryInUse) {
   StreamBuilder s = WithStrings();
   s.Push(100, 1, kForward).Alloc(105, 0, 0x1, 1ull << 30, testing::kDevice, 1);
