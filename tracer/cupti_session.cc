@@ -165,9 +165,11 @@ bool CuptiSession::Start(KernelRecording kernels, std::string* code, std::string
   // what a client of the program's enables later.
   CuptiMux& mux = CuptiMux::Get();
   mux.Install(&api_, subscriber_);
-  for (uint16_t i = 0; i < count && api_callbacks; ++i) {
-    if (apis[i].role == ApiRole::kLaunch && kernels < KernelRecording::kLaunches) continue;
-    mux.EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
+  if (api_callbacks) {
+    EnableDriverCallbacks(/*launches=*/false);
+    if (kernels == KernelRecording::kLaunches || kernels == KernelRecording::kRecords) {
+      EnableDriverCallbacks(/*launches=*/true);
+    }
   }
   mux.EnableOwnCallback(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
 
@@ -272,14 +274,18 @@ bool CuptiSession::CountLaunchesFromNow() {
       !kernels_.compare_exchange_strong(expected, KernelRecording::kLaunches)) {
     return false;
   }
+  EnableDriverCallbacks(/*launches=*/true);
+  return true;
+}
+
+void CuptiSession::EnableDriverCallbacks(bool launches) {
   uint16_t count = 0;
   const ApiInfo* apis = ApiCatalog(&count);
   for (uint16_t i = 0; i < count; ++i) {
-    if (apis[i].role == ApiRole::kLaunch) {
+    if ((apis[i].role == ApiRole::kLaunch) == launches) {
       CuptiMux::Get().EnableOwnCallback(CUPTI_CB_DOMAIN_DRIVER_API, apis[i].cbid);
     }
   }
-  return true;
 }
 
 bool CuptiSession::OwnKind(uint32_t kind) const { return CuptiMux::Get().OwnKind(kind); }

@@ -155,6 +155,8 @@ class CuptiSession {
   static void CUPTIAPI OnCallback(void* userdata, CUpti_CallbackDomain domain,
                                   CUpti_CallbackId cbid, const void* data);
   bool LoadCupti(std::string* error);
+  // The driver callbacks of the catalog's launch calls, or of all its other calls.
+  void EnableDriverCallbacks(bool launches);
   // The device of a callback's context, and CUPTI's id of a stream (as in kernel records).
   uint32_t ContextDevice(CUcontext context);
   uint32_t StreamId(CUcontext context, CUstream stream, bool per_thread);
