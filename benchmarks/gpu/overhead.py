@@ -7,7 +7,7 @@ falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
-              [--baseline-cumemtrace BIN]
+              [--baseline-cumemtrace BIN] [--tracker-probe LIB]
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
 the same runs with another build (the one before a change), interleaved with the rest, so
@@ -64,7 +64,17 @@ def baseline_configs(baseline, scratch, argv):
             "baseline: cumemtrace": (run("base-default"), {})}
 
 
-def python_configs(cumemtrace, scratch, only, baseline=None):
+def tracker_probe_configs(probe, workloads):
+    """The untraced program with tracker_cost_probe.cc's tracker attached, one configuration
+    per share of the bridge's work (tracker_costs.sh builds the probe)."""
+    if not probe:
+        return {}
+    return {f"untraced, tracker probe: {mode}": (workloads + ["--tracker-probe", f"{probe}:{mode}"],
+                                                 {})
+            for mode in ("noop", "counters", "core", "core+clock")}
+
+
+def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
     workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU),
                  "--only", only]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
@@ -95,6 +105,7 @@ def python_configs(cumemtrace, scratch, only, baseline=None):
         "torch memory history (python stacks)": (workloads + ["--recorder", "history"], {}),
         "torch.profiler profile_memory": (workloads + ["--recorder", "profiler"], {}),
         **baseline_configs(baseline, scratch, workloads),
+        **tracker_probe_configs(probe, workloads),
     }
 
 
@@ -151,6 +162,8 @@ def main():
                              "targets)")
     parser.add_argument("--configs", help="'|'-separated configuration names to run (default all)")
     parser.add_argument("--baseline-cumemtrace", help="another build's cumemtrace, run beside")
+    parser.add_argument("--tracker-probe",
+                        help="tracker_cost_probe.cc's library: adds its configurations")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
@@ -159,7 +172,7 @@ def main():
     suites = []
     if python_only:
         suites.append(python_configs(args.cumemtrace, scratch, python_only,
-                                     args.baseline_cumemtrace))
+                                     args.baseline_cumemtrace, args.tracker_probe))
     if "libtorch" in wanted:
         suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch,
                                        args.baseline_cumemtrace))

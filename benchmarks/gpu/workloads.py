@@ -4,7 +4,8 @@ One process measures the workloads it is given (--only) in turn and prints one J
   {"mlp": ms per step, "launch": ms per step, "alloc": microseconds per allocation+free, ...}
 Each figure is the median of several timed rounds after a warm-up, with the GPU synchronized
 at the end of every round. --recorder turns on one of PyTorch's own memory recorders around
-the timed rounds, to compare with them in the same session.
+the timed rounds, to compare with them in the same session. --tracker-probe LIB:MODE attaches
+the allocator trace tracker of tracker_cost_probe.cc (built by tracker_costs.sh) in MODE.
 """
 import argparse
 import json
@@ -197,6 +198,9 @@ def main():
     parser.add_argument("--only", help="comma list of workloads to run (" + ",".join(WORKLOADS) +
                         "; default " + DEFAULT + ")")
     parser.add_argument("--pin", type=int, help="run the main thread alone on this CPU")
+    parser.add_argument("--tracker-probe", metavar="LIB:MODE",
+                        help="attach tracker_cost_probe.cc's tracker (modes: noop, counters, "
+                             "core, core+clock)")
     args = parser.parse_args()
     if args.pin is not None:
         # This thread only (threads started later inherit it: PyTorch's autograd worker runs
@@ -205,6 +209,13 @@ def main():
     torch.manual_seed(0)
     names = (args.only or DEFAULT).split(",")
     workloads = {k: v for k, v in WORKLOADS.items() if k in names}
+    if args.tracker_probe:
+        import ctypes
+        library, _, mode = args.tracker_probe.rpartition(":")
+        torch.empty(1, device="cuda")  # the caching allocator exists from here
+        probe = ctypes.CDLL(library)
+        if probe.cumemtrace_tracker_probe_attach(mode.encode()) != 0:
+            sys.exit(f"tracker probe: cannot attach in mode {mode}")
     recorder = None
     if args.recorder == "history":
         torch.cuda.memory._record_memory_history(stacks="python")

@@ -1,0 +1,97 @@
+// What each part of the PyTorch bridge costs inside the program, without the tracer: loaded
+// by workloads.py --tracker-probe (ctypes), it attaches a trace tracker of its own to the
+// caching allocator, doing as much of the bridge's work per entry as the mode says. The
+// ratio of each mode to the untraced run, next to the default's, splits the bridge's cost
+// per tensor into torch's (building and handing over each TraceEntry), the counter read and
+// the shim's own code, and leaves the rest to the tracer (record, clock, ring).
+//
+// Built against the torch headers the program runs (tracker_costs.sh), like the shim; it
+// resolves torch's symbols from the libc10_cuda already loaded.
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "tracer/torch_bridge/bridge_core.h"
+
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+using cumemtrace::torch_bridge::BridgeCore;
+using cumemtrace::torch_bridge::DeviceCounters;
+
+std::atomic<uint64_t> g_sink{0};  // keeps the work of each mode from being optimized away
+
+bool ReadCounters(uint32_t device, DeviceCounters* out) {
+  const auto stats = cca::get()->getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  out->allocated_total = static_cast<uint64_t>(stats.allocated_bytes[kAll].allocated);
+  out->allocated_current = static_cast<uint64_t>(stats.allocated_bytes[kAll].current);
+  out->reserved_current = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
+  return true;
+}
+
+struct CounterReader {
+  bool operator()(uint32_t device, DeviceCounters* out) const noexcept {
+    return ReadCounters(device, out);
+  }
+};
+
+void EmitNothing(const cumemtrace_torch_event* event, void*) {
+  g_sink.fetch_add(event->sequence, std::memory_order_relaxed);
+}
+
+void EmitWithClock(const cumemtrace_torch_event* event, void*) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_sink.fetch_add(event->sequence + static_cast<uint64_t>(ts.tv_nsec), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// mode: "noop" (torch builds and hands over each entry; the tracker returns), "counters"
+// (the tracker reads the device's counters, as the shim does per entry), "core" (the shim's
+// code, bridge_core.h, handing each event to a function that drops it), "core+clock" (the
+// same, reading CLOCK_MONOTONIC per event as the tracer's record does). 0 when attached.
+extern "C" __attribute__((visibility("default"))) int cumemtrace_tracker_probe_attach(
+    const char* mode) {
+  cca::CUDAAllocator* allocator = cca::get();
+  const std::string m = mode;
+  if (m == "noop") {
+    allocator->attachAllocatorTraceTracker([](const cca::TraceEntry&) {});
+  } else if (m == "counters") {
+    allocator->attachAllocatorTraceTracker([](const cca::TraceEntry& entry) {
+      DeviceCounters counters;
+      ReadCounters(static_cast<uint32_t>(entry.device_), &counters);
+      g_sink.fetch_add(counters.allocated_total, std::memory_order_relaxed);
+    });
+  } else if (m == "core" || m == "core+clock") {
+    auto* core = new BridgeCore<CounterReader>(m == "core" ? EmitNothing : EmitWithClock,
+                                               nullptr, CounterReader{});  // leaked, as the shim's
+    allocator->attachAllocatorTraceTracker(
+        [core](const cca::TraceEntry& entry) { core->OnEntry(entry); });
+  } else {
+    fprintf(stderr, "tracker_cost_probe: unknown mode %s\n", mode);
+    return 1;
+  }
+  return 0;
+}
+
+// Nanoseconds per clock_gettime(CLOCK_MONOTONIC), the clock every record reads: a vDSO read
+// of the TSC takes about 20 ns; a clock source the vDSO cannot read makes it a system call.
+extern "C" __attribute__((visibility("default"))) double cumemtrace_tracker_probe_clock_ns() {
+  constexpr int kCalls = 1000000;
+  timespec start, ts, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  uint64_t sum = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sum += static_cast<uint64_t>(ts.tv_nsec);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  g_sink.fetch_add(sum, std::memory_order_relaxed);
+  return ((end.tv_sec - start.tv_sec) * 1e9 + (end.tv_nsec - start.tv_nsec)) / kCalls;
+}
