@@ -3,11 +3,15 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdlib.h>
+#include <x86intrin.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/clock.h"
 #include "tracer/cupti_session.h"
 #include "tracer/host_record.h"
@@ -59,10 +63,51 @@ std::string OwnDirectory() {
   return DirectoryOf(info.dli_fname);
 }
 
+// CUMEMTRACE_SELF_TIME=1, a diagnostic (docs/benchmarks.md): the bridge's hook times its
+// parts with the TSC on the allocating threads and prints the totals at exit, since the GPU
+// machine has no profiler. Off, it costs one relaxed load per event.
+struct SelfTime {
+  std::atomic<bool> on{false};
+  std::atomic<uint64_t> events{0}, stacks{0}, python_frames{0};
+  std::atomic<uint64_t> record_ticks{0}, stack_ticks{0}, push_ticks{0};
+  uint64_t start_tsc = 0, start_ns = 0;
+};
+SelfTime g_self_time;
+
+void PrintSelfTime() {
+  SelfTime& t = g_self_time;
+  const uint64_t tsc = __rdtsc() - t.start_tsc;
+  const uint64_t ns = MonotonicNs() - t.start_ns;
+  const double ns_per_tick = tsc > 0 ? double(ns) / double(tsc) : 0;
+  const double events = std::max<double>(1, double(t.events.load()));
+  const double stacks = std::max<double>(1, double(t.stacks.load()));
+  fprintf(stderr,
+          "cumemtrace self time: %llu bridge events, %.0f ns per event building the record "
+          "(clock, fields, stack), %.0f ns pushing it; %llu stacks of %.1f Python frames, "
+          "%.0f ns each\n",
+          static_cast<unsigned long long>(t.events.load()),
+          double(t.record_ticks.load()) * ns_per_tick / events,
+          double(t.push_ticks.load()) * ns_per_tick / events,
+          static_cast<unsigned long long>(t.stacks.load()),
+          double(t.python_frames.load()) / stacks,
+          double(t.stack_ticks.load()) * ns_per_tick / stacks);
+}
+
 void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
-  runtime.Record(TorchAllocatorRecord(*event));
+  if (!g_self_time.on.load(std::memory_order_relaxed)) {
+    runtime.Record(TorchAllocatorRecord(*event));
+    return;
+  }
+  const uint64_t start = __rdtsc();
+  HostRecord record = TorchAllocatorRecord(*event);
+  const uint64_t built = __rdtsc();
+  runtime.Record(std::move(record));
+  const uint64_t pushed = __rdtsc();
+  g_self_time.events.fetch_add(1, std::memory_order_relaxed);
+  g_self_time.record_ticks.fetch_add(built - start, std::memory_order_relaxed);
+  g_self_time.push_ticks.fetch_add(pushed - built, std::memory_order_relaxed);
 }
 
 int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {
@@ -164,9 +209,19 @@ HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event) {
   // On the allocating thread (the allocator reports under its lock, in the tensor's call).
   if (const uint8_t mode = CurrentStackMode();
       mode != kStacksOff && event.action == CUMEMTRACE_TORCH_ALLOC) {
+    const uint64_t start = g_self_time.on.load(std::memory_order_relaxed) ? __rdtsc() : 0;
     const StackWords stack = CaptureStack(mode);
     record.stack = stack.words;
     record.stack_words = stack.count;
+    if (start != 0) {
+      g_self_time.stack_ticks.fetch_add(__rdtsc() - start, std::memory_order_relaxed);
+      g_self_time.stacks.fetch_add(1, std::memory_order_relaxed);
+      if (stack.count > 0) {
+        v1::ring::StackHeader header;
+        memcpy(&header, stack.words, sizeof(header));
+        g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
+      }
+    }
   }
   return record;
 }
@@ -200,6 +255,13 @@ void TorchBridge::AttachOnce() {
     if (lookup.bridge == nullptr) {
       state->set_reason(lookup.reason);
     } else {
+      if (const char* self_time = getenv("CUMEMTRACE_SELF_TIME");
+          self_time != nullptr && strcmp(self_time, "1") == 0) {
+        g_self_time.start_tsc = __rdtsc();
+        g_self_time.start_ns = MonotonicNs();
+        g_self_time.on.store(true);
+        atexit(PrintSelfTime);
+      }
       char allocator[64];
       char message[512];
       const int result = lookup.bridge->attach(c10_cuda.c_str(), EmitTorchEvent, nullptr,
