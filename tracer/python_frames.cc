@@ -11,6 +11,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "tracer/stack_capture.h"
+
 namespace cumemtrace::tracer {
 namespace {
 
@@ -172,6 +174,19 @@ std::unordered_map<uint64_t, uint32_t>* g_lines = nullptr;
 
 thread_local bool t_capturing = false;
 
+// A frame of a thread's previous walk through a layout, by depth: the same code object (its
+// address and names, as the table checks them) at the same instruction has the same key and
+// line. Keys stay valid for the life of the process, a forked child's included.
+struct MemoFrame {
+  uintptr_t code = 0;
+  uintptr_t instr = 0;
+  uintptr_t qualname = 0;
+  uintptr_t filename = 0;
+  uint32_t key = 0;
+  uint32_t line = 0;
+};
+thread_local MemoFrame t_memo[kMaxPythonFrames];
+
 const char* CopyText(const char* text, size_t max) {
   if (text == nullptr) return nullptr;
   const size_t n = strnlen(text, max);
@@ -301,7 +316,7 @@ class MemoryReader {
 class FrameWalk {
  public:
   FrameWalk(const PythonApi& py, const FrameLayout& layout, bool checked, bool gil)
-      : py_(py), layout_(layout), memory_(checked), gil_(gil) {}
+      : py_(py), layout_(layout), memory_(checked), gil_(gil), memo_(!checked) {}
 
   // Frames as CapturePythonFrames writes them; wrong() says the layout is not this build's.
   uint32_t Run(uint64_t* out, uint32_t max) {
@@ -342,11 +357,32 @@ class FrameWalk {
       if (owner != kOwnedByGenerator && instr < instructions + 2 * uintptr_t(first_traceable)) {
         continue;
       }
-      const uint32_t key = KeyOf(code);
+      uintptr_t qualname = 0;
+      uintptr_t filename = 0;
+      if (!memory_.Read(code + layout_.code_qualname, &qualname) ||
+          !memory_.Read(code + layout_.code_filename, &filename)) {
+        return Wrong();
+      }
+      // This depth's frame of the thread's previous walk: a settling loop allocates from the
+      // same few call sites over and over, and the two table lookups of a frame cost more
+      // than the rest of its walk in a program whose own data keeps them out of the caches.
+      MemoFrame unused;
+      MemoFrame& memo = memo_ && n < kMaxPythonFrames ? t_memo[n] : unused;
+      if (memo_ && memo.code == code && memo.instr == instr && memo.qualname == qualname &&
+          memo.filename == filename) {
+        out[2 * n] = memo.key;
+        out[2 * n + 1] = memo.line;
+        ++n;
+        continue;
+      }
+      const uint32_t key = KeyOf(code, qualname, filename);
       if (wrong_) return 0;
       const auto offset = static_cast<int64_t>(instr - instructions);  // bytes, as f_lasti
       out[2 * n] = key;
       out[2 * n + 1] = LineOf(code, key, offset < 0 ? -1 : static_cast<int>(offset));
+      memo = key != 0 ? MemoFrame{code, instr, qualname, filename, key,
+                                  static_cast<uint32_t>(out[2 * n + 1])}
+                      : MemoFrame{};
       ++n;
     }
     return n;
@@ -396,13 +432,7 @@ class FrameWalk {
     return CopyText(buffer, n);
   }
 
-  uint32_t KeyOf(uintptr_t code) {
-    uintptr_t qualname = 0;
-    uintptr_t filename = 0;
-    if (!memory_.Read(code + layout_.code_qualname, &qualname) ||
-        !memory_.Read(code + layout_.code_filename, &filename)) {
-      return Wrong();
-    }
+  uint32_t KeyOf(uintptr_t code, uintptr_t qualname, uintptr_t filename) {
     const auto* object = reinterpret_cast<const void*>(code);
     const auto it = Keys().find(object);
     if (it != Keys().end()) {
@@ -434,6 +464,9 @@ class FrameWalk {
   const FrameLayout& layout_;
   MemoryReader memory_;
   bool gil_;
+  // Only a trusted layout's walk: a checked one compares its keys with the API's, which may
+  // have made a new key for a code object the previous walk named without the GIL.
+  bool memo_;
   bool wrong_ = false;
   bool cannot_check_ = false;
 };

@@ -289,6 +289,31 @@ TEST_F(PythonStack, ARefusedLayoutLeavesTheGilPathAndSaysWhyOnce) {
       "assert [x[0] for x in inner(stackprobe.frames_without_gil)] == ['inner', '<module>']\n");
 }
 
+// A walk reuses what the previous one found at each depth while the code object and its
+// instruction are the same: alternating call sites and functions keep their own lines.
+TEST_F(PythonStack, RepeatedWalksFollowEachCallSiteAndFunction) {
+  if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
+    GTEST_SKIP() << "no frame layout for this Python";
+  }
+  Run("import stackprobe\n"
+      "def inner():\n"
+      "    return stackprobe.frames_without_gil()\n"  // 3
+      "def other():\n"
+      "    return stackprobe.frames_without_gil()\n"  // 5
+      "def outer(i):\n"
+      "    if i % 3 == 0:\n"
+      "        return inner()\n"  // 8
+      "    if i % 3 == 1:\n"
+      "        return other()\n"  // 10
+      "    return inner()\n"  // 11
+      "expected = [[('inner', 3), ('outer', 8)], [('other', 5), ('outer', 10)],\n"
+      "            [('inner', 3), ('outer', 11)]]\n"
+      "for i in range(60):\n"
+      "    frames = outer(i)\n"  // 15
+      "    assert [(f[0], f[2]) for f in frames] == expected[i % 3] + [('<module>', 15)], \\\n"
+      "        (i, frames)\n");
+}
+
 // A code object read without the GIL is not kept alive: another one may take its address.
 TEST_F(PythonStack, ACodeObjectAtAFreedOnesAddressGetsItsOwnName) {
   if (PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000) {
