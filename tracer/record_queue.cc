@@ -46,6 +46,23 @@ uint64_t Padded(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 uint64_t Load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void Store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
+// The lines the next record will take, asked for now. The ring is far larger than the
+// caches, so each record's lines are cold, and the next push's lock waits until this
+// record's stores have their lines: measured in PyTorch programs, a push took 170-310 ns
+// against 30 in the benchmark, where the ring stays cached. Asking ahead hides that behind
+// the program's own work between two records.
+void PrefetchForWrite(unsigned char* data, uint64_t ring_bytes, uint64_t next) {
+  constexpr uint64_t kAhead = 256;  // a tensor's record (176 bytes) and the start of the next
+  for (uint64_t line = 0; line < kAhead; line += 64) {
+    const unsigned char* at = data + (next + line) % ring_bytes;
+#if defined(__x86_64__)
+    asm volatile("prefetchw %0" : : "m"(*at));  // a no-op where the CPU lacks it
+#else
+    __builtin_prefetch(at, 1, 3);
+#endif
+  }
+}
+
 }  // namespace
 
 uint64_t RecordQueue::RingBytesFor(size_t capacity_events) {
@@ -188,6 +205,7 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   if (stack > 0) memcpy(payload_at + payload, record.stack, stack);
   // Published last: the collector never reads a record that is not whole.
   Store(&header_->write_position, write + padding + size);
+  PrefetchForWrite(data_, ring_bytes_, write + padding + size);
   return true;
 }
 
