@@ -65,6 +65,23 @@ void PrefetchForWrite(unsigned char* data, uint64_t ring_bytes, uint64_t next) {
 
 }  // namespace
 
+void RecordQueue::PopulateAhead() {
+  // Far enough ahead for the busiest programs measured between two drains (10 ms).
+  constexpr uint64_t kPopulateAhead = 8u << 20;
+  if (header_ == nullptr || populated_ >= ring_bytes_) return;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t want = std::min(ring_bytes_, Load(&header_->write_position) + kPopulateAhead);
+  want = std::min(ring_bytes_, (want + page - 1) / page * page);
+  if (want <= populated_) return;
+  // Only the page tables change, never a byte (Linux 5.14 and later); where the kernel
+  // refuses it, pages are made at their first use, as before.
+  if (madvise(data_ + populated_, want - populated_, MADV_POPULATE_WRITE) != 0) {
+    populated_ = ring_bytes_;
+    return;
+  }
+  populated_ = want;
+}
+
 uint64_t RecordQueue::RingBytesFor(size_t capacity_events) {
   const uint64_t wanted = std::clamp<uint64_t>(uint64_t{capacity_events} * 128, 64u << 10,
                                                32u << 20);
@@ -111,6 +128,7 @@ int RecordQueue::Create(bool shared) {
   data_ = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
   read_position_ = 0;
   drops_taken_ = 0;
+  populated_ = 0;
   return fd;
 }
 

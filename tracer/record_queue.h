@@ -57,6 +57,11 @@ class RecordQueue {
                      uint64_t* dropped_total = nullptr);
   // Sender only: every record below `position` has reached the kernel's socket buffer.
   void Free(uint64_t position);
+  // Sender only: makes the ring's pages up to kPopulateAhead past the write position present
+  // and writable, until the whole ring is, so that no program thread takes the page fault of
+  // a page's first use (in PyTorch programs, a push's first pass over the ring cost about
+  // twice the later ones).
+  void PopulateAhead();
 
   // Around fork (pthread_atfork): the forking thread holds the lock across fork(), so the
   // child never inherits a record half written.
@@ -81,6 +86,7 @@ class RecordQueue {
   size_t mapping_bytes_ = 0;
   bool shared_ = false;
   uint64_t read_position_ = 0;  // the sender's
+  uint64_t populated_ = 0;      // the sender's: ring bytes made present, from 0
   uint64_t drops_taken_ = 0;    // the sender's
   std::vector<uint64_t> taken_stack_words_;  // the sender's: stacks of the last TakeAll
 };

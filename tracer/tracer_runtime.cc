@@ -572,6 +572,7 @@ void TracerRuntime::SenderMain() {
   }
 
   for (;;) {
+    queue_.PopulateAhead();
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(wake_mutex_);

@@ -241,6 +241,38 @@ TEST(RecordQueue, ARecordIsInTheSharedMemoryTheMomentPushReturns) {
   munmap(view, bytes);
 }
 
+// The sender makes the ring's pages present ahead of the writers, never all at once and
+// never changing a byte written.
+TEST(RecordQueue, PopulateAheadMakesPagesPresentAheadOfTheWritePositionOnly) {
+  RecordQueue queue(1u << 20);  // the default 32 MiB ring
+  const int fd = queue.Create();
+  ASSERT_GE(fd, 0) << "no memfd here";
+  close(fd);
+  auto* data = reinterpret_cast<unsigned char*>(queue.header()) + ring::kHeaderBytes;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto resident = [&](uint64_t offset) {
+    unsigned char state = 0;
+    EXPECT_EQ(mincore(data + offset, page, &state), 0);
+    return (state & 1) != 0;
+  };
+  ASSERT_TRUE(queue.Push(At(42, "forward")));
+  EXPECT_FALSE(resident(4u << 20));
+  void* scratch = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(scratch, MAP_FAILED);
+  const bool kernel_can = madvise(scratch, page, MADV_POPULATE_WRITE) == 0;
+  munmap(scratch, page);
+  if (!kernel_can) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE";
+  queue.PopulateAhead();
+  EXPECT_TRUE(resident(4u << 20));
+  EXPECT_TRUE(resident(8u << 20));  // up to 8 MiB past the write position
+  EXPECT_FALSE(resident(16u << 20));
+  std::vector<HostRecord> taken;
+  queue.TakeAll(&taken);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].text, "forward");
+  EXPECT_EQ(taken[0].timestamp_ns, 42u);
+}
+
 TEST(RecordQueue, ConcurrentProducersLoseNothingBelowCapacity) {
   RecordQueue queue(1 << 20);
   const int fd = queue.Create();
