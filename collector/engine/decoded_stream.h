@@ -92,6 +92,11 @@ struct TorchPendingAlloc {
   uint64_t allocated_total = 0;
   uint32_t thread_id = 0;
   uint32_t stack_id = 0;
+  bool gap = false;  // an event of the device was lost since: the block size is estimated
+  // Freed (FREE_REQUESTED without counters) before its size was settled.
+  bool freed = false;
+  uint64_t free_timestamp_ns = 0;
+  uint32_t free_thread_id = 0;
 };
 
 struct TorchDeviceDecode {

@@ -70,6 +70,19 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   }
   ++s.torch.report.blocks;
   d.pending.set = false;
+  if (a.freed) {  // freed before anything settled its size (AddTorchAllocatorEvent)
+    s.events.push_back(TensorEvent(EventType::kRelease, a.free_timestamp_ns, device, a.address,
+                                   bytes, a.free_thread_id));
+    d.allocated -= bytes;
+    d.live.erase(a.address);
+  }
+}
+
+// A free reads no counters since the tracer stopped reading them there (all zero then);
+// every other event has them. The cumulative counter is never 0 at a free that read it
+// unless the program reset the allocator's statistics: that free then goes unchecked.
+bool HasCounters(const v1::TorchAllocatorEvent& t) {
+  return t.action() != v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED || t.allocated_bytes_total() != 0;
 }
 
 }  // namespace
@@ -90,19 +103,26 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   TorchBridgeReport& r = s.torch.report;
   TorchDeviceDecode& d = s.torch.devices[t.device()];
   if (t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE) {
-    if (d.pending.set && d.pending.sequence == t.sequence()) {
+    // Counters read after event `sequence` and before the next: they settle the pending
+    // ALLOC if it came at or before that event with none lost since.
+    if (d.pending.set && d.pending.sequence <= t.sequence() && !d.pending.gap) {
       Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total());
     }
     return;
   }
   ++r.events;
-  // Any later event of the device saw the pending ALLOC's increase.
-  if (d.pending.set && t.sequence() > d.pending.sequence) {
-    Settle(s, t.device(), d, /*exact=*/t.sequence() == d.pending.sequence + 1,
-           t.allocated_bytes_total());
-  }
-  if (t.sequence() > d.last_sequence + 1) r.lost_events += t.sequence() - d.last_sequence - 1;
+  const bool lost = t.sequence() > d.last_sequence + 1;
+  if (lost) r.lost_events += t.sequence() - d.last_sequence - 1;
   d.last_sequence = std::max(d.last_sequence, t.sequence());
+  // Any later event with counters saw the pending ALLOC's increase and no other (frees never
+  // move the cumulative counter); exact unless an event in between was lost, which may
+  // have been an ALLOC.
+  if (d.pending.set && t.sequence() > d.pending.sequence) {
+    d.pending.gap = d.pending.gap || lost;
+    if (HasCounters(t)) {
+      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total());
+    }
+  }
 
   switch (t.action()) {
     case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
@@ -116,8 +136,19 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.allocated_total = t.allocated_bytes_total();
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
+      d.pending.gap = false;
+      d.pending.freed = false;
       return;
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
+      // The pending block itself, freed before an event with counters came: its release
+      // waits for its size (the events are put in time order after decoding).
+      if (d.pending.set && !d.pending.freed && d.pending.address == t.address() &&
+          !HasCounters(t)) {
+        d.pending.freed = true;
+        d.pending.free_timestamp_ns = timestamp_ns;
+        d.pending.free_thread_id = t.thread_id();
+        return;
+      }
       // allocated_bytes shrinks here, not when the free completes (after other streams).
       auto it = d.live.find(t.address());
       if (it == d.live.end()) {
@@ -128,7 +159,9 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
                                      it->second, t.thread_id()));
       d.allocated -= it->second;
       d.live.erase(it);
-      if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;  // after it
+      if (HasCounters(t) && t.allocated_bytes_current() != d.allocated) {
+        ++r.counter_mismatches;  // after it
+      }
       return;
     }
     case v1::TORCH_ALLOCATOR_ACTION_OOM:

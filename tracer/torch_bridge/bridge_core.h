@@ -7,9 +7,11 @@
 // max_memory_allocated counts the block's size (rounded up, sometimes a whole unsplit free
 // block). The allocator adds the block's size to allocated_bytes.allocated (a cumulative
 // counter) right after it records the ALLOC, under the same device lock, so the block's size
-// is that counter as the device's next event sees it minus the counter this ALLOC saw. Each
-// event carries the counter and a per-device sequence number; the collector does the
-// subtraction, and a probe from the sender thread settles an ALLOC that no event follows.
+// is that counter as the device's next event sees it minus the counter this ALLOC saw. Frees
+// never move that counter, so they read none (half of a loop of small tensors' reads): the
+// next event that carries counters settles the ALLOC, as long as no event in between was
+// lost. Each event has a per-device sequence number; the collector does the subtraction, and
+// a probe from the sender thread settles an ALLOC that only frees follow.
 #pragma once
 
 #include <atomic>
@@ -99,31 +101,34 @@ class BridgeCore {
     // sees this number unchanged knows no event ran in between.
     event.sequence = slot.sequence.load(std::memory_order_relaxed) + 1;
     slot.sequence.store(event.sequence, std::memory_order_seq_cst);
-    DeviceCounters counters;
-    if (read_(event.device, &counters)) {
-      event.allocated_bytes_total = counters.allocated_total;
-      event.allocated_bytes_current = counters.allocated_current;
-      event.reserved_bytes_current = counters.reserved_current;
+    // A free carries no counters (all zero): see the file comment.
+    if (event.action != CUMEMTRACE_TORCH_FREE_REQUESTED) {
+      DeviceCounters counters;
+      if (read_(event.device, &counters)) {
+        event.allocated_bytes_total = counters.allocated_total;
+        event.allocated_bytes_current = counters.allocated_current;
+        event.reserved_bytes_current = counters.reserved_current;
+      }
+      slot.unsettled_alloc.store(event.action == CUMEMTRACE_TORCH_ALLOC ? event.sequence : 0,
+                                 std::memory_order_release);
     }
-    slot.last_was_alloc.store(event.action == CUMEMTRACE_TORCH_ALLOC, std::memory_order_release);
     emit_(&event, context_);
   }
 
-  // Settles the size of each device's trailing ALLOC (see the file comment).
+  // Settles the size of each device's last ALLOC when no event with counters followed it
+  // (see the file comment).
   void Probe() {
     if (stopped_.load(std::memory_order_relaxed)) return;
     for (uint32_t device = 0; device < kMaxDevices; ++device) {
       Slot& slot = slots_[device];
+      const uint64_t alloc = slot.unsettled_alloc.load(std::memory_order_acquire);
+      if (alloc == 0 || alloc == slot.probed_alloc) continue;
       const uint64_t before = slot.sequence.load(std::memory_order_seq_cst);
-      if (before == 0 || before == slot.probed_sequence ||
-          !slot.last_was_alloc.load(std::memory_order_acquire)) {
-        continue;
-      }
       DeviceCounters counters;
       // Takes the device's lock: every event up to `before` has finished its update.
       if (!read_(device, &counters)) continue;
       if (slot.sequence.load(std::memory_order_seq_cst) != before) continue;  // one slipped in
-      slot.probed_sequence = before;
+      slot.probed_alloc = alloc;
       cumemtrace_torch_event event{};
       event.action = CUMEMTRACE_TORCH_STATS_PROBE;
       event.device = device;
@@ -140,8 +145,9 @@ class BridgeCore {
  private:
   struct Slot {
     std::atomic<uint64_t> sequence{0};
-    std::atomic<bool> last_was_alloc{false};
-    uint64_t probed_sequence = 0;  // sender thread only
+    // The sequence of the last ALLOC when only frees came after it, else 0.
+    std::atomic<uint64_t> unsettled_alloc{0};
+    uint64_t probed_alloc = 0;  // sender thread only: the ALLOC the last probe settled
   };
 
   cumemtrace_torch_emit_fn emit_;

@@ -158,5 +158,41 @@ TEST(TorchLayers, CountsCounterMismatchesAndLostEvents) {
   EXPECT_EQ(p.torch.counter_mismatches, 1u);  // 1536 reported, 1024 rebuilt
 }
 
+// Frees read no counters (the tracer since frees stopped reading them): a block freed
+// before anything settled its size is released once the next counted event (an ALLOC, a
+// probe) gives it; a lost event in between leaves the size estimated.
+TEST(TorchLayers, FreesWithoutCountersWaitForTheNextCountedEvent) {
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(12, kAlloc, 1, 0x1000000, 1000, 0, 0);
+  t.Torch(13, kFree, 2, 0x1000000, 1000, 0, 0);         // its own block, size not known yet
+  t.Torch(14, kAlloc, 3, 0x1000000, 3000, 1024, 0);     // settles it: 1024
+  t.Torch(15, kAlloc, 4, 0x1000c00, 100, 4096, 3072);   // settles the 3072-byte block
+  t.Torch(16, kFree, 5, 0x1000000, 3000, 0, 0);         // a settled block
+  t.Torch(17, kFree, 6, 0x1000c00, 100, 0, 0);          // the pending one again
+  s.Flush();
+  t.Torch(18, kProbe, 6, 0, 0, 4608, 0);                // settles it: 512
+  t.Torch(20, kAlloc, 7, 0x1000000, 1000, 4608, 0);
+  t.Torch(21, kFree, 9, 0x1000000, 1000, 0, 0);         // event 8 was lost
+  t.Torch(22, kAlloc, 10, 0x1000000, 1000, 6656, 0);    // 2048 more: two ALLOCs, or one?
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.blocks, 5u);
+  EXPECT_EQ(p.torch.lost_events, 1u);
+  EXPECT_EQ(p.torch.unknown_frees, 0u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 2u);  // the one across the gap, the last one
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 3072u + 512);
+  const auto& tensors = d->by_kind.at("TORCH_ALLOCATED");
+  EXPECT_EQ(tensors.allocations, 5u);
+  EXPECT_EQ(tensors.releases, 4u);
+  EXPECT_EQ(tensors.allocated_bytes, 1024u + 3072 + 512 + 1024 + 1024);
+  EXPECT_EQ(d->live_at_exit_bytes, 1024u);
+}
+
 }  // namespace
 }  // namespace cumemtrace

@@ -92,16 +92,20 @@ TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
   EXPECT_EQ(events[1].device, 1u);
   EXPECT_EQ(events[1].sequence, 1u);
   EXPECT_EQ(events[2].sequence, 2u);
-  // The block size the collector derives: next event's total minus the ALLOC's.
-  EXPECT_EQ(events[2].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  // A free reads no counters: frees never move the cumulative one.
+  EXPECT_EQ(events[2].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[2].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[2].reserved_bytes_current, 0u);
   // Numbered right after the FREE_REQUESTED: no gap, so no event counts as lost.
   EXPECT_EQ(events[3].sequence, 3u);
   EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  // The block size the collector derives: the next counted event's total minus the ALLOC's.
+  EXPECT_EQ(events[3].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
 }
 
-TEST(TorchBridgeCore, AnAllocationFollowedByACompletedFreeIsSettledByTheNextEvent) {
-  // A free completed late (its stream's events) between an ALLOC and the next event: the
-  // ALLOC's block size still comes from the very next event sent, exact.
+TEST(TorchBridgeCore, AnAllocationFollowedOnlyByFreesIsSettledByTheProbe) {
+  // Frees (a completed one, late, from its stream's events; then requested ones) after an
+  // ALLOC carry no counters: the probe reads them, with the sequence of the last free.
   std::vector<cumemtrace_torch_event> events;
   Counters counters;
   BridgeCore<Reader> core(Collect, &events, Reader{&counters});
@@ -110,9 +114,25 @@ TEST(TorchBridgeCore, AnAllocationFollowedByACompletedFreeIsSettledByTheNextEven
   counters.device[0] = {5120, 3072, 20971520};
   core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x8000, 512));
   core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
-  ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(events[1].sequence, events[0].sequence + 1);
-  EXPECT_EQ(events[1].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  counters.device[0] = {5120, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x2000, 1000));
+  core.Probe();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[3].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  core.Probe();  // that ALLOC is settled: nothing more
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x3000, 1000));
+  core.Probe();  // a free alone settles nothing
+  EXPECT_EQ(events.size(), 5u);
+  // An event with counters after an ALLOC settles it: no probe is needed.
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  core.OnEntry(Entry(FabricatedEntry::SEGMENT_ALLOC, 0, 0x9000000, 2097152));
+  core.Probe();
+  EXPECT_EQ(events.size(), 7u);
+  EXPECT_EQ(events[6].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_SEGMENT_ALLOC));
+  EXPECT_EQ(events[6].allocated_bytes_total, 5120u);
 }
 
 TEST(TorchBridgeCore, ProbesOnlyATrailingAllocationAndOnlyOnce) {
@@ -133,7 +153,7 @@ TEST(TorchBridgeCore, ProbesOnlyATrailingAllocationAndOnlyOnce) {
   core.Probe();  // already settled
   EXPECT_EQ(events.size(), 2u);
   core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 100));
-  core.Probe();  // the last event is no allocation: nothing to settle
+  core.Probe();  // only a free since the settled ALLOC: nothing to settle
   EXPECT_EQ(events.size(), 3u);
 }
 
