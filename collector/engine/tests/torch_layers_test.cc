@@ -4,8 +4,16 @@
 // max_memory_reserved() would report for this sequence.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <vector>
+
 #include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
+// The tracer's side of the bridge, header-only: the end-to-end test below drives the very
+// code the shim runs, so the two halves of the block-size rule are checked together.
+#include "tracer/torch_bridge/bridge_core.h"
+#include "tracer/torch_bridge/tests/fabricated_entry.h"
 
 namespace cumemtrace {
 namespace {
@@ -192,6 +200,88 @@ TEST(TorchLayers, FreesWithoutCountersWaitForTheNextCountedEvent) {
   EXPECT_EQ(tensors.releases, 4u);
   EXPECT_EQ(tensors.allocated_bytes, 1024u + 3072 + 512 + 1024 + 1024);
   EXPECT_EQ(d->live_at_exit_bytes, 1024u);
+}
+
+// A random program's caching allocator (blocks rounded up, sometimes a whole free block;
+// tensors freed in any order; the sender's probe at random moments) through the bridge's own
+// code and back through the analysis: every block's size and the allocated peak are exact.
+TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
+  using torch_bridge::BridgeCore;
+  using torch_bridge::DeviceCounters;
+  using torch_bridge::FabricatedEntry;
+  struct Allocator {
+    DeviceCounters counters;
+    uint64_t peak = 0;
+  } allocator;
+  struct Sink {
+    TorchTrace* trace;
+    uint64_t ts = 100;
+  };
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x10000000, 64 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  Sink sink{&t};
+  auto emit = [](const cumemtrace_torch_event* e, void* context) {
+    auto* out = static_cast<Sink*>(context);
+    out->trace->Torch(++out->ts, static_cast<v1::TorchAllocatorAction>(e->action), e->sequence,
+                      e->address, e->requested_bytes, e->allocated_bytes_total,
+                      e->allocated_bytes_current);
+  };
+  auto read = [&allocator](uint32_t, DeviceCounters* out) {
+    *out = allocator.counters;
+    return true;
+  };
+  BridgeCore<decltype(read)> core(emit, &sink, read);
+  std::mt19937_64 random(7);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // address -> (requested, block)
+  uint64_t next_address = 0x10000000;
+  uint64_t allocations = 0;
+  for (int step = 0; step < 5000; ++step) {
+    const uint64_t dice = random() % 100;
+    if (dice < 50 || live.empty()) {
+      const uint64_t requested = 1 + random() % 100000;
+      uint64_t block = (requested + 511) / 512 * 512;
+      if (random() % 4 == 0) block += 512 * (1 + random() % 8);  // an unsplit free block
+      const uint64_t address = next_address;
+      next_address += block;
+      // The ALLOC is recorded before allocated_bytes grows, under the same lock.
+      core.OnEntry(torch_bridge::Entry(FabricatedEntry::ALLOC, 0, address, requested));
+      allocator.counters.allocated_total += block;
+      allocator.counters.allocated_current += block;
+      allocator.peak = std::max(allocator.peak, allocator.counters.allocated_current);
+      live[address] = {requested, block};
+      ++allocations;
+    } else if (dice < 95) {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(random() % live.size()));
+      // A FREE_REQUESTED is recorded after allocated_bytes shrank.
+      allocator.counters.allocated_current -= it->second.second;
+      core.OnEntry(torch_bridge::Entry(FabricatedEntry::FREE_REQUESTED, 0, it->first,
+                                       it->second.first));
+      core.OnEntry(torch_bridge::Entry(FabricatedEntry::FREE_COMPLETED, 0, it->first,
+                                       it->second.first));
+      live.erase(it);
+    } else {
+      core.Probe();  // the sender's drain
+    }
+    if (step % 500 == 0) s.Flush();
+  }
+  core.Probe();  // the last drain
+  s.Exit(sink.ts + 1, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.blocks, allocations);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 0u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  EXPECT_EQ(p.torch.unknown_frees, 0u);
+  EXPECT_EQ(p.torch.lost_events, 0u);
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, allocator.peak);
+  uint64_t live_bytes = 0;
+  for (const auto& [address, sizes] : live) live_bytes += sizes.second;
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").releases, allocations - live.size());
+  EXPECT_EQ(d->live_at_exit_bytes, live_bytes + 0u);
 }
 
 }  // namespace
