@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdlib.h>
+#if defined(__x86_64__)
 #include <x86intrin.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -70,15 +72,24 @@ struct SelfTime {
   std::atomic<bool> on{false};
   std::atomic<uint64_t> events{0}, stacks{0}, python_frames{0};
   std::atomic<uint64_t> record_ticks{0}, stack_ticks{0}, push_ticks{0};
-  uint64_t start_tsc = 0, start_ns = 0;
+  uint64_t start_ticks = 0, start_ns = 0;
 };
 SelfTime g_self_time;
 
+// The TSC where there is one (a few ns, for parts that take tens); elsewhere the clock.
+uint64_t Ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return MonotonicNs();
+#endif
+}
+
 void PrintSelfTime() {
   SelfTime& t = g_self_time;
-  const uint64_t tsc = __rdtsc() - t.start_tsc;
+  const uint64_t ticks = Ticks() - t.start_ticks;
   const uint64_t ns = MonotonicNs() - t.start_ns;
-  const double ns_per_tick = tsc > 0 ? double(ns) / double(tsc) : 0;
+  const double ns_per_tick = ticks > 0 ? double(ns) / double(ticks) : 0;
   const double events = std::max<double>(1, double(t.events.load()));
   const double stacks = std::max<double>(1, double(t.stacks.load()));
   fprintf(stderr,
@@ -100,11 +111,11 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     runtime.Record(TorchAllocatorRecord(*event));
     return;
   }
-  const uint64_t start = __rdtsc();
+  const uint64_t start = Ticks();
   HostRecord record = TorchAllocatorRecord(*event);
-  const uint64_t built = __rdtsc();
+  const uint64_t built = Ticks();
   runtime.Record(std::move(record));
-  const uint64_t pushed = __rdtsc();
+  const uint64_t pushed = Ticks();
   g_self_time.events.fetch_add(1, std::memory_order_relaxed);
   g_self_time.record_ticks.fetch_add(built - start, std::memory_order_relaxed);
   g_self_time.push_ticks.fetch_add(pushed - built, std::memory_order_relaxed);
@@ -209,12 +220,12 @@ HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event) {
   // On the allocating thread (the allocator reports under its lock, in the tensor's call).
   if (const uint8_t mode = CurrentStackMode();
       mode != kStacksOff && event.action == CUMEMTRACE_TORCH_ALLOC) {
-    const uint64_t start = g_self_time.on.load(std::memory_order_relaxed) ? __rdtsc() : 0;
+    const uint64_t start = g_self_time.on.load(std::memory_order_relaxed) ? Ticks() : 0;
     const StackWords stack = CaptureStack(mode);
     record.stack = stack.words;
     record.stack_words = stack.count;
     if (start != 0) {
-      g_self_time.stack_ticks.fetch_add(__rdtsc() - start, std::memory_order_relaxed);
+      g_self_time.stack_ticks.fetch_add(Ticks() - start, std::memory_order_relaxed);
       g_self_time.stacks.fetch_add(1, std::memory_order_relaxed);
       if (stack.count > 0) {
         v1::ring::StackHeader header;
@@ -257,7 +268,7 @@ void TorchBridge::AttachOnce() {
     } else {
       if (const char* self_time = getenv("CUMEMTRACE_SELF_TIME");
           self_time != nullptr && strcmp(self_time, "1") == 0) {
-        g_self_time.start_tsc = __rdtsc();
+        g_self_time.start_ticks = Ticks();
         g_self_time.start_ns = MonotonicNs();
         g_self_time.on.store(true);
         atexit(PrintSelfTime);
