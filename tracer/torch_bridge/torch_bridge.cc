@@ -94,7 +94,7 @@ void PrintSelfTime() {
   const double stacks = std::max<double>(1, double(t.stacks.load()));
   fprintf(stderr,
           "cumemtrace self time: %llu bridge events, %.0f ns per event building the record "
-          "(clock, fields, stack), %.0f ns pushing it; %llu stacks of %.1f Python frames, "
+          "(clock, fields), %.0f ns pushing it; %llu stacks of %.1f Python frames, "
           "%.0f ns each\n",
           static_cast<unsigned long long>(t.events.load()),
           double(t.record_ticks.load()) * ns_per_tick / events,
@@ -102,6 +102,37 @@ void PrintSelfTime() {
           static_cast<unsigned long long>(t.stacks.load()),
           double(t.python_frames.load()) / stacks,
           double(t.stack_ticks.load()) * ns_per_tick / stacks);
+}
+
+// The ring record's fields of one bridge event, on the calling thread (a stats probe: the
+// sender thread, no program thread).
+HostRecord TorchAllocatorFields(const cumemtrace_torch_event& event) {
+  HostRecord record;
+  record.type = HostRecord::Type::kTorchAllocator;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
+  record.device = event.device;
+  record.address = event.address;
+  record.bytes = event.requested_bytes;
+  record.torch.action = static_cast<uint8_t>(event.action);
+  record.torch.stream = event.stream;
+  record.torch.sequence = event.sequence;
+  record.torch.allocated_total = event.allocated_bytes_total;
+  record.torch.allocated_current = event.allocated_bytes_current;
+  record.torch.reserved_current = event.reserved_bytes_current;
+  record.torch.pool_first = event.pool_id_first;
+  record.torch.pool_second = event.pool_id_second;
+  return record;
+}
+
+// An ALLOC's stack when stacks are on: on the allocating thread (the allocator reports under
+// its lock, in the tensor's call).
+void AttachTensorStack(const cumemtrace_torch_event& event, HostRecord* record) {
+  const uint8_t mode = CurrentStackMode();
+  if (mode == kStacksOff || event.action != CUMEMTRACE_TORCH_ALLOC) return;
+  const StackWords stack = CaptureStack(mode);
+  record->stack = stack.words;
+  record->stack_words = stack.count;
 }
 
 void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
@@ -112,13 +143,23 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     return;
   }
   const uint64_t start = Ticks();
-  HostRecord record = TorchAllocatorRecord(*event);
+  HostRecord record = TorchAllocatorFields(*event);
   const uint64_t built = Ticks();
+  AttachTensorStack(*event, &record);
+  const uint64_t stacked = Ticks();
+  const bool has_stack = record.stack_words > 0;
+  v1::ring::StackHeader header{};
+  if (has_stack) memcpy(&header, record.stack, sizeof(header));
   runtime.Record(std::move(record));
   const uint64_t pushed = Ticks();
   g_self_time.events.fetch_add(1, std::memory_order_relaxed);
   g_self_time.record_ticks.fetch_add(built - start, std::memory_order_relaxed);
-  g_self_time.push_ticks.fetch_add(pushed - built, std::memory_order_relaxed);
+  g_self_time.push_ticks.fetch_add(pushed - stacked, std::memory_order_relaxed);
+  if (has_stack) {
+    g_self_time.stacks.fetch_add(1, std::memory_order_relaxed);
+    g_self_time.stack_ticks.fetch_add(stacked - built, std::memory_order_relaxed);
+    g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
+  }
 }
 
 int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {
@@ -201,39 +242,8 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
 }
 
 HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event) {
-  HostRecord record;
-  record.type = HostRecord::Type::kTorchAllocator;
-  record.timestamp_ns = MonotonicNs();
-  // A probe runs on the sender thread: it has no thread of the program.
-  record.thread_id = event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
-  record.device = event.device;
-  record.address = event.address;
-  record.bytes = event.requested_bytes;
-  record.torch.action = static_cast<uint8_t>(event.action);
-  record.torch.stream = event.stream;
-  record.torch.sequence = event.sequence;
-  record.torch.allocated_total = event.allocated_bytes_total;
-  record.torch.allocated_current = event.allocated_bytes_current;
-  record.torch.reserved_current = event.reserved_bytes_current;
-  record.torch.pool_first = event.pool_id_first;
-  record.torch.pool_second = event.pool_id_second;
-  // On the allocating thread (the allocator reports under its lock, in the tensor's call).
-  if (const uint8_t mode = CurrentStackMode();
-      mode != kStacksOff && event.action == CUMEMTRACE_TORCH_ALLOC) {
-    const uint64_t start = g_self_time.on.load(std::memory_order_relaxed) ? Ticks() : 0;
-    const StackWords stack = CaptureStack(mode);
-    record.stack = stack.words;
-    record.stack_words = stack.count;
-    if (start != 0) {
-      g_self_time.stack_ticks.fetch_add(Ticks() - start, std::memory_order_relaxed);
-      g_self_time.stacks.fetch_add(1, std::memory_order_relaxed);
-      if (stack.count > 0) {
-        v1::ring::StackHeader header;
-        memcpy(&header, stack.words, sizeof(header));
-        g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
-      }
-    }
-  }
+  HostRecord record = TorchAllocatorFields(event);
+  AttachTensorStack(event, &record);
   return record;
 }
 
