@@ -370,23 +370,23 @@ class FrameWalk {
       // This depth's frame of the thread's previous walk: a settling loop allocates from the
       // same few call sites over and over, and the two table lookups of a frame cost more
       // than the rest of its walk in a program whose own data keeps them out of the caches.
-      MemoFrame unused;
-      MemoFrame& memo = memo_ && n < kMaxPythonFrames ? t_memo[n] : unused;
-      if (memo_ && memo.code == code && memo.instr == instr && memo.qualname == qualname &&
-          memo.filename == filename) {
-        out[2 * n] = memo.key;
-        out[2 * n + 1] = memo.line;
+      MemoFrame* memo = memo_ && n < kMaxPythonFrames ? &t_memo[n] : nullptr;
+      if (memo != nullptr && memo->code == code && memo->instr == instr &&
+          memo->qualname == qualname && memo->filename == filename) {
+        out[2 * n] = memo->key;
+        out[2 * n + 1] = memo->line;
         ++n;
         continue;
       }
       const uint32_t key = KeyOf(code, qualname, filename);
       if (wrong_) return 0;
       const auto offset = static_cast<int64_t>(instr - instructions);  // bytes, as f_lasti
+      const uint32_t line = LineOf(code, key, offset < 0 ? -1 : static_cast<int>(offset));
       out[2 * n] = key;
-      out[2 * n + 1] = LineOf(code, key, offset < 0 ? -1 : static_cast<int>(offset));
-      memo = key != 0 ? MemoFrame{code, instr, qualname, filename, key,
-                                  static_cast<uint32_t>(out[2 * n + 1])}
-                      : MemoFrame{};
+      out[2 * n + 1] = line;
+      if (memo != nullptr) {
+        *memo = key != 0 ? MemoFrame{code, instr, qualname, filename, key, line} : MemoFrame{};
+      }
       ++n;
     }
     return n;
