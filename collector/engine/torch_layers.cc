@@ -39,6 +39,19 @@ Event TensorEvent(EventType type, uint64_t timestamp_ns, uint32_t device, uint64
   return e;
 }
 
+// Ends a live block: the release at `timestamp_ns` and its bytes off the device's total.
+// False when the block is not live (a free of a block never seen allocated).
+bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint64_t address,
+                  uint64_t timestamp_ns, uint32_t thread_id) {
+  auto it = d.live.find(address);
+  if (it == d.live.end()) return false;
+  s.events.push_back(
+      TensorEvent(EventType::kRelease, timestamp_ns, device, address, it->second, thread_id));
+  d.allocated -= it->second;
+  d.live.erase(it);
+  return true;
+}
+
 // Gives the pending ALLOC its block and appends the allocation. `exact`: `allocated_total`
 // is the counter after the ALLOC's own increase.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
@@ -70,12 +83,8 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   }
   ++s.torch.report.blocks;
   d.pending.set = false;
-  if (a.freed) {  // freed before anything settled its size (AddTorchAllocatorEvent)
-    s.events.push_back(TensorEvent(EventType::kRelease, a.free_timestamp_ns, device, a.address,
-                                   bytes, a.free_thread_id));
-    d.allocated -= bytes;
-    d.live.erase(a.address);
-  }
+  // Freed before anything settled its size (AddTorchAllocatorEvent).
+  if (a.freed) ReleaseBlock(s, d, device, a.address, a.free_timestamp_ns, a.free_thread_id);
 }
 
 // A free reads no counters since the tracer stopped reading them there (all zero then);
@@ -150,15 +159,10 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
         return;
       }
       // allocated_bytes shrinks here, not when the free completes (after other streams).
-      auto it = d.live.find(t.address());
-      if (it == d.live.end()) {
+      if (!ReleaseBlock(s, d, t.device(), t.address(), timestamp_ns, t.thread_id())) {
         ++r.unknown_frees;
         return;
       }
-      s.events.push_back(TensorEvent(EventType::kRelease, timestamp_ns, t.device(), t.address(),
-                                     it->second, t.thread_id()));
-      d.allocated -= it->second;
-      d.live.erase(it);
       if (HasCounters(t) && t.allocated_bytes_current() != d.allocated) {
         ++r.counter_mismatches;  // after it
       }
