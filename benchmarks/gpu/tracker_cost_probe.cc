@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include "tracer/torch_bridge/bridge_core.h"
+#include "tracer/torch_bridge/device_counters.h"
 
 namespace {
 
@@ -25,18 +26,10 @@ using cumemtrace::torch_bridge::DeviceCounters;
 
 std::atomic<uint64_t> g_sink{0};  // keeps the work of each mode from being optimized away
 
-bool ReadCounters(uint32_t device, DeviceCounters* out) {
-  const auto stats = cca::get()->getDeviceStats(static_cast<c10::DeviceIndex>(device));
-  constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  out->allocated_total = static_cast<uint64_t>(stats.allocated_bytes[kAll].allocated);
-  out->allocated_current = static_cast<uint64_t>(stats.allocated_bytes[kAll].current);
-  out->reserved_current = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
-  return true;
-}
-
+// The shim's own read (device_counters.h).
 struct CounterReader {
   bool operator()(uint32_t device, DeviceCounters* out) const noexcept {
-    return ReadCounters(device, out);
+    return cumemtrace::torch_bridge::ReadDeviceCounters(cca::allocator.load(), device, out);
   }
 };
 
@@ -58,14 +51,14 @@ void EmitWithClock(const cumemtrace_torch_event* event, void*) {
 // same, reading CLOCK_MONOTONIC per event as the tracer's record does). 0 when attached.
 extern "C" __attribute__((visibility("default"))) int cumemtrace_tracker_probe_attach(
     const char* mode) {
-  cca::CUDAAllocator* allocator = cca::get();
+  cca::CUDAAllocator* allocator = cca::allocator.load();
   const std::string m = mode;
   if (m == "noop") {
     allocator->attachAllocatorTraceTracker([](const cca::TraceEntry&) {});
   } else if (m == "counters") {
     allocator->attachAllocatorTraceTracker([](const cca::TraceEntry& entry) {
       DeviceCounters counters;
-      ReadCounters(static_cast<uint32_t>(entry.device_), &counters);
+      CounterReader{}(static_cast<uint32_t>(entry.device_), &counters);
       g_sink.fetch_add(counters.allocated_total, std::memory_order_relaxed);
     });
   } else if (m == "core" || m == "core+clock") {

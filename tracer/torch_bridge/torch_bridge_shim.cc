@@ -17,6 +17,7 @@
 
 #include "tracer/torch_bridge/bridge_abi.h"
 #include "tracer/torch_bridge/bridge_core.h"
+#include "tracer/torch_bridge/device_counters.h"
 
 #ifndef CUMEMTRACE_TORCH_VERSION
 #error "CUMEMTRACE_TORCH_VERSION must name the torch version whose headers are used"
@@ -32,18 +33,7 @@ std::atomic<cca::CUDAAllocator*>* g_allocator = nullptr;
 
 struct CounterReader {
   bool operator()(uint32_t device, DeviceCounters* out) const noexcept {
-    try {
-      cca::CUDAAllocator* allocator = g_allocator->load();
-      if (allocator == nullptr) return false;
-      const auto stats = allocator->getDeviceStats(static_cast<c10::DeviceIndex>(device));
-      constexpr auto kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-      out->allocated_total = static_cast<uint64_t>(stats.allocated_bytes[kAll].allocated);
-      out->allocated_current = static_cast<uint64_t>(stats.allocated_bytes[kAll].current);
-      out->reserved_current = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
-      return true;
-    } catch (...) {
-      return false;
-    }
+    return cumemtrace::torch_bridge::ReadDeviceCounters(g_allocator->load(), device, out);
   }
 };
 
