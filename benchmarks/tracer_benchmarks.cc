@@ -144,13 +144,14 @@ void BM_Hook_Memory(benchmark::State& state) {
 BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealTime();
 
 // One allocator trace entry as the bridge handles it: BridgeCore::OnEntry (sequence, the
-// device's counters), then the record EmitTorchEvent (torch_bridge.cc) builds and pushes.
+// device's counters), then the record EmitTorchEvent (torch_bridge.cc) writes into the ring.
 // Entries alternate ALLOC and FREE_REQUESTED, as a settling loop's small tensors do. The
 // counters come from a fixed struct here; in torch, getDeviceStats copies its whole stats.
 RecordQueue* g_torch_queue = nullptr;
 
 void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-  benchmark::DoNotOptimize(g_torch_queue->Push(TorchAllocatorRecord(*event)));
+  benchmark::DoNotOptimize(
+      g_torch_queue->PushTorchEvent(*event, CurrentThreadId(), MonotonicNs(), nullptr, 0));
 }
 
 void BM_Hook_TorchEntry(benchmark::State& state) {

@@ -142,6 +142,28 @@ void RecordQueue::CountDropLocked(uint64_t timestamp_ns) {
   Store(&header_->dropped_total, header_->dropped_total + 1);
 }
 
+unsigned char* RecordQueue::ReserveLocked(uint64_t size, uint64_t reserve, uint64_t* end) {
+  const uint64_t write = header_->write_position;
+  const uint64_t offset = write % ring_bytes_;
+  // A record never wraps: the end of the area is padded and it starts again at 0.
+  const uint64_t padding = offset + size > ring_bytes_ ? ring_bytes_ - offset : 0;
+  const uint64_t used = write - Load(&header_->freed_position);
+  if (used + padding + size + reserve > ring_bytes_) return nullptr;
+  if (padding > 0) {
+    auto* pad = reinterpret_cast<ring::Record*>(data_ + offset);
+    pad->size = static_cast<uint32_t>(padding);
+    pad->type = ring::kPadding;
+  }
+  *end = write + padding + size;
+  return data_ + (write + padding) % ring_bytes_;
+}
+
+void RecordQueue::PublishLocked(uint64_t end) {
+  // Published last: the collector never reads a record that is not whole.
+  Store(&header_->write_position, end);
+  PrefetchForWrite(data_, ring_bytes_, end);
+}
+
 bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   const uint64_t text = std::min<uint64_t>(record.text.size(), max_text_bytes_);
   const uint64_t caller = std::min<uint64_t>(record.caller.size(), 1024);
@@ -152,24 +174,15 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   if (record.type == HostRecord::Type::kTorchBridgeState && record.torch_bridge_state != nullptr) {
     bridge_state = record.torch_bridge_state->SerializeAsString();
   }
-  const uint64_t payload = record.type == HostRecord::Type::kTorchAllocator ? sizeof(ring::TorchPayload)
-                           : record.type == HostRecord::Type::kLaunch      ? sizeof(uint64_t)
+  const uint64_t payload = record.type == HostRecord::Type::kLaunch
+                               ? sizeof(uint64_t)
                                : std::min<uint64_t>(bridge_state.size(), max_text_bytes_);
   // A stack follows the type's payload (shared_ring.h kFlagStack).
   const uint64_t stack = record.stack != nullptr ? uint64_t{record.stack_words} * 8 : 0;
   const uint64_t size = Padded(sizeof(ring::Record) + text + caller + domain + payload + stack);
-  const uint64_t write = header_->write_position;
-  const uint64_t offset = write % ring_bytes_;
-  // A record never wraps: the end of the area is padded and it starts again at 0.
-  const uint64_t padding = offset + size > ring_bytes_ ? ring_bytes_ - offset : 0;
-  const uint64_t used = write - Load(&header_->freed_position);
-  if (used + padding + size + reserve > ring_bytes_) return false;
-  if (padding > 0) {
-    auto* pad = reinterpret_cast<ring::Record*>(data_ + offset);
-    pad->size = static_cast<uint32_t>(padding);
-    pad->type = ring::kPadding;
-  }
-  unsigned char* at = data_ + (write + padding) % ring_bytes_;
+  uint64_t end = 0;
+  unsigned char* at = ReserveLocked(size, reserve, &end);
+  if (at == nullptr) return false;
   // Written in place (8-aligned, never wrapping): one pass over the record's bytes.
   auto& r = *reinterpret_cast<ring::Record*>(at);
   r.size = static_cast<uint32_t>(size);
@@ -203,31 +216,64 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   memcpy(strings + text, record.caller.data(), caller);
   if (domain > 0) memcpy(strings + text + caller, record.domain->name.data(), domain);
   unsigned char* payload_at = strings + text + caller + domain;
-  if (record.type == HostRecord::Type::kTorchAllocator) {
-    ring::TorchPayload torch{};
-    torch.stream = record.torch.stream;
-    torch.sequence = record.torch.sequence;
-    torch.allocated_total = record.torch.allocated_total;
-    torch.allocated_current = record.torch.allocated_current;
-    torch.reserved_current = record.torch.reserved_current;
-    torch.pool_first = record.torch.pool_first;
-    torch.pool_second = record.torch.pool_second;
-    torch.action = record.torch.action;
-    memcpy(payload_at, &torch, sizeof(torch));
-  } else if (record.type == HostRecord::Type::kLaunch) {
+  if (record.type == HostRecord::Type::kLaunch) {
     const uint64_t key = reinterpret_cast<uintptr_t>(record.symbol);
     memcpy(payload_at, &key, sizeof(key));
   } else if (payload > 0) {
     memcpy(payload_at, bridge_state.data(), payload);
   }
   if (stack > 0) memcpy(payload_at + payload, record.stack, stack);
-  // Published last: the collector never reads a record that is not whole.
-  Store(&header_->write_position, write + padding + size);
-  PrefetchForWrite(data_, ring_bytes_, write + padding + size);
+  PublishLocked(end);
+  return true;
+}
+
+bool RecordQueue::PushTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
+                                 uint64_t timestamp_ns, const uint64_t* stack,
+                                 uint32_t stack_words) {
+  // The record and its payload, as WriteLocked lays out any record (no strings here).
+  struct {
+    ring::Record record;
+    ring::TorchPayload torch;
+  } fixed{};
+  static_assert(sizeof(fixed) == sizeof(ring::Record) + sizeof(ring::TorchPayload));
+  const uint64_t stack_bytes = stack != nullptr ? uint64_t{stack_words} * 8 : 0;
+  const uint64_t size = Padded(sizeof(fixed) + stack_bytes);
+  ring::Record& r = fixed.record;
+  r.size = static_cast<uint32_t>(size);
+  r.type = ring::kTorchAllocator;
+  r.thread_id = thread_id;
+  r.timestamp_ns = timestamp_ns;
+  r.device = event.device;
+  r.address = event.address;
+  r.bytes = event.requested_bytes;
+  r.flags = stack_bytes > 0 ? ring::kFlagStack : 0;
+  r.payload_bytes = static_cast<uint32_t>(sizeof(ring::TorchPayload) + stack_bytes);
+  ring::TorchPayload& torch = fixed.torch;
+  torch.stream = event.stream;
+  torch.sequence = event.sequence;
+  torch.allocated_total = event.allocated_bytes_total;
+  torch.allocated_current = event.allocated_bytes_current;
+  torch.reserved_current = event.reserved_bytes_current;
+  torch.pool_first = event.pool_id_first;
+  torch.pool_second = event.pool_id_second;
+  torch.action = static_cast<uint8_t>(event.action);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (header_ == nullptr) return false;
+  uint64_t end = 0;
+  unsigned char* at = ReserveLocked(size, kExitReserve, &end);
+  if (at == nullptr) {
+    CountDropLocked(timestamp_ns);
+    return false;
+  }
+  memcpy(at, &fixed, sizeof(fixed));
+  if (stack_bytes > 0) memcpy(at + sizeof(fixed), stack, stack_bytes);
+  PublishLocked(end);
   return true;
 }
 
 bool RecordQueue::Push(const HostRecord& record) {
+  // Refused rather than written without its payload: PushTorchEvent is its writer.
+  if (record.type == HostRecord::Type::kTorchAllocator) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   if (header_ == nullptr) return false;
   if (WriteLocked(record, kExitReserve)) return true;

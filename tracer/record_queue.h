@@ -14,6 +14,7 @@
 
 #include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/host_record.h"
+#include "tracer/torch_bridge/bridge_abi.h"
 
 namespace cumemtrace::tracer {
 
@@ -44,8 +45,16 @@ class RecordQueue {
   // The header page, for the API table (written once, before the ring is handed over).
   v1::ring::Header* header() { return header_; }
 
-  // Returns false (and counts a drop) when the ring is full.
+  // Returns false (and counts a drop) when the ring is full. Any type but kTorchAllocator,
+  // which PushTorchEvent writes.
   bool Push(const HostRecord& record);
+  // The PyTorch bridge's events, one or two per tensor: the busiest path of all, so the
+  // record is built on the caller's stack before the lock and copied into the ring in one
+  // pass, with no HostRecord between (which costs more to build and copy than the rest).
+  // TakeAll reads it back as a kTorchAllocator HostRecord. `stack`: as HostRecord::stack.
+  bool PushTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
+                      uint64_t timestamp_ns, const uint64_t* stack = nullptr,
+                      uint32_t stack_words = 0);
   // For the one record that must never be lost to a full ring, the process exit: written
   // into a reserve the other records never use.
   void PushPastCapacity(const HostRecord& record);
@@ -73,7 +82,11 @@ class RecordQueue {
   size_t capacity() const { return capacity_events_; }
 
  private:
-  // Writes one record at the write position (the caller holds mutex_ and checked room).
+  // Where a record of `size` bytes goes (the caller holds mutex_): past a padding record
+  // when it would wrap, leaving `reserve` bytes free; nullptr when the ring is too full.
+  // *end is the write position once it is written (PublishLocked).
+  unsigned char* ReserveLocked(uint64_t size, uint64_t reserve, uint64_t* end);
+  void PublishLocked(uint64_t end);
   bool WriteLocked(const HostRecord& record, uint64_t reserve);
   void CountDropLocked(uint64_t timestamp_ns);
 

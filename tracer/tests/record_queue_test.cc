@@ -111,19 +111,50 @@ TEST(RecordQueue, WrapsAroundAndKeepsEveryFieldAndString) {
   }
 }
 
+// Every field of a bridge event, each distinct, so that a field written to another's place
+// shows.
+cumemtrace_torch_event TorchEvent(uint64_t n) {
+  cumemtrace_torch_event event{};
+  event.action = n % 2 ? CUMEMTRACE_TORCH_FREE_REQUESTED : CUMEMTRACE_TORCH_ALLOC;
+  event.device = static_cast<uint32_t>(n % 7);
+  event.address = 0x7f00'0000'0000 + n * 512;
+  event.requested_bytes = n * 3 + 1;
+  event.stream = n * 5 + 2;
+  event.sequence = n;
+  event.allocated_bytes_total = n * 11 + 3;
+  event.allocated_bytes_current = n * 13 + 4;
+  event.reserved_bytes_current = n * 17 + 5;
+  event.pool_id_first = n * 19 + 6;
+  event.pool_id_second = n * 23 + 7;
+  return event;
+}
+
+void ExpectTorchRecord(const HostRecord& r, uint64_t n, uint32_t thread_id) {
+  const cumemtrace_torch_event e = TorchEvent(n);
+  EXPECT_EQ(r.type, HostRecord::Type::kTorchAllocator);
+  EXPECT_EQ(r.thread_id, thread_id);
+  EXPECT_EQ(r.timestamp_ns, 1000 + n);
+  EXPECT_EQ(r.device, e.device);
+  EXPECT_EQ(r.address, e.address);
+  EXPECT_EQ(r.bytes, e.requested_bytes);
+  EXPECT_EQ(r.torch.action, e.action);
+  EXPECT_EQ(r.torch.stream, e.stream);
+  EXPECT_EQ(r.torch.sequence, e.sequence);
+  EXPECT_EQ(r.torch.allocated_total, e.allocated_bytes_total);
+  EXPECT_EQ(r.torch.allocated_current, e.allocated_bytes_current);
+  EXPECT_EQ(r.torch.reserved_current, e.reserved_bytes_current);
+  EXPECT_EQ(r.torch.pool_first, e.pool_id_first);
+  EXPECT_EQ(r.torch.pool_second, e.pool_id_second);
+  EXPECT_EQ(r.text, "");
+  EXPECT_EQ(r.caller, "");
+  EXPECT_EQ(r.domain, nullptr);
+}
+
 TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   RecordQueue queue(1024);
   const int fd = queue.Create();
   if (fd >= 0) close(fd);
-  HostRecord torch = At(5);
-  torch.type = HostRecord::Type::kTorchAllocator;
-  torch.address = 0x1000;
-  torch.bytes = 4096;
-  torch.torch.action = 1;
-  torch.torch.sequence = 17;
-  torch.torch.allocated_total = 1 << 20;
-  torch.torch.pool_second = 3;
-  ASSERT_TRUE(queue.Push(torch));
+  ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(5), 42, 1005));
   HostRecord state = At(6);
   state.type = HostRecord::Type::kTorchBridgeState;
   v1::TorchBridgeState bridge;
@@ -131,20 +162,66 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   bridge.set_torch_version("2.11.0+cu130");
   state.torch_bridge_state = &bridge;
   ASSERT_TRUE(queue.Push(state));
+  // Its own writer only: the generic path would write it without its payload.
+  HostRecord torch = At(7);
+  torch.type = HostRecord::Type::kTorchAllocator;
+  EXPECT_FALSE(queue.Push(torch));
   std::vector<HostRecord> out;
-  queue.TakeAll(&out);
+  const DropWindow drops = queue.TakeAll(&out);
+  EXPECT_EQ(drops.count, 0u);  // refused, not lost to a full ring
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].type, HostRecord::Type::kTorchAllocator);
-  EXPECT_EQ(out[0].address, 0x1000u);
-  EXPECT_EQ(out[0].torch.action, 1);
-  EXPECT_EQ(out[0].torch.sequence, 17u);
-  EXPECT_EQ(out[0].torch.allocated_total, 1u << 20);
-  EXPECT_EQ(out[0].torch.pool_second, 3u);
+  ExpectTorchRecord(out[0], 5, 42);
+  EXPECT_EQ(out[0].stack, nullptr);
   ASSERT_NE(out[1].torch_bridge_state, nullptr);
   EXPECT_NE(out[1].torch_bridge_state, &bridge);  // a copy, owned by whoever takes it
   EXPECT_TRUE(out[1].torch_bridge_state->attached());
   EXPECT_EQ(out[1].torch_bridge_state->torch_version(), "2.11.0+cu130");
   delete out[1].torch_bridge_state;
+}
+
+// The bridge's own writer around the ring many times, between records of the generic one,
+// with and without stacks: every field comes back, and a full ring drops and counts as Push.
+TEST(RecordQueue, TorchEventsWrapAroundBesideOtherRecordsAndAreDroppedWhenFull) {
+  RecordQueue queue(2);  // 64 KiB
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  std::vector<uint64_t> words(40);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = i * 0x1111;
+  std::vector<HostRecord> out;
+  std::vector<uint64_t> ends;
+  uint64_t next = 0;
+  for (int round = 0; round < 300; ++round) {  // about 20 times around the ring
+    for (int i = 0; i < 29; ++i, ++next) {
+      const uint32_t stack_words = static_cast<uint32_t>(next % 5 == 0 ? 0 : next % 41);
+      ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(next), 7, 1000 + next,
+                                       stack_words > 0 ? words.data() : nullptr, stack_words));
+      ASSERT_TRUE(queue.Push(At(next, std::string(next % 50, 'x'))));
+    }
+    queue.TakeAll(&out, &ends);
+    ASSERT_EQ(out.size(), 58u);
+    for (size_t i = 0; i < out.size(); i += 2) {
+      const uint64_t n = next - 29 + i / 2;
+      ExpectTorchRecord(out[i], n, 7);
+      const uint32_t stack_words = static_cast<uint32_t>(n % 5 == 0 ? 0 : n % 41);
+      ASSERT_EQ(out[i].stack_words, stack_words) << n;
+      if (stack_words > 0) {
+        EXPECT_EQ(std::vector<uint64_t>(out[i].stack, out[i].stack + stack_words),
+                  std::vector<uint64_t>(words.begin(), words.begin() + stack_words));
+      }
+      EXPECT_EQ(out[i + 1].text, std::string(n % 50, 'x'));
+    }
+    queue.Free(ends.back());
+  }
+  uint64_t pushed = 0;
+  while (queue.PushTorchEvent(TorchEvent(pushed), 7, 1000 + pushed)) ++pushed;
+  EXPECT_FALSE(queue.PushTorchEvent(TorchEvent(0), 7, 99));
+  EXPECT_GT(pushed, 300u);  // 176 bytes each
+  const DropWindow drops = queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), pushed);
+  ExpectTorchRecord(out.back(), pushed - 1, 7);
+  EXPECT_EQ(drops.count, 2u);
+  EXPECT_EQ(drops.first_ns, 99u);
+  EXPECT_EQ(drops.last_ns, 1000 + pushed);
 }
 
 // `run --stacks`: a stack rides after the type's payload, flagged in the record, and comes
@@ -160,15 +237,10 @@ TEST(RecordQueue, CarriesAllocationStacksAfterThePayload) {
   memory.caller = "libc10_cuda.so";
   memory.stack = words;
   memory.stack_words = 5;
-  HostRecord torch = At(2);
-  torch.type = HostRecord::Type::kTorchAllocator;
-  torch.torch.sequence = 9;
-  torch.stack = words;
-  torch.stack_words = 3;
   HostRecord plain = At(3);
   plain.type = HostRecord::Type::kMemory;
   ASSERT_TRUE(queue.Push(memory));
-  ASSERT_TRUE(queue.Push(torch));
+  ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(9), 1, 1009, words, 3));
   ASSERT_TRUE(queue.Push(plain));
   std::vector<HostRecord> out;
   queue.TakeAll(&out);
@@ -180,7 +252,7 @@ TEST(RecordQueue, CarriesAllocationStacksAfterThePayload) {
   ASSERT_EQ(out[1].stack_words, 3u);
   EXPECT_EQ(std::vector<uint64_t>(out[1].stack, out[1].stack + 3),
             std::vector<uint64_t>(words, words + 3));
-  EXPECT_EQ(out[1].torch.sequence, 9u);  // the torch payload is still read from its start
+  ExpectTorchRecord(out[1], 9, 1);  // the torch payload is still read from its start
   EXPECT_EQ(out[2].stack, nullptr);
   EXPECT_EQ(out[2].stack_words, 0u);
 }

@@ -71,7 +71,7 @@ std::string OwnDirectory() {
 struct SelfTime {
   std::atomic<bool> on{false};
   std::atomic<uint64_t> events{0}, stacks{0}, python_frames{0};
-  std::atomic<uint64_t> record_ticks{0}, stack_ticks{0}, push_ticks{0};
+  std::atomic<uint64_t> clock_ticks{0}, stack_ticks{0}, push_ticks{0};
   uint64_t start_ticks = 0, start_ns = 0;
 };
 SelfTime g_self_time;
@@ -93,71 +93,54 @@ void PrintSelfTime() {
   const double events = std::max<double>(1, double(t.events.load()));
   const double stacks = std::max<double>(1, double(t.stacks.load()));
   fprintf(stderr,
-          "cumemtrace self time: %llu bridge events, %.0f ns per event building the record "
-          "(clock, fields), %.0f ns pushing it; %llu stacks of %.1f Python frames, "
+          "cumemtrace self time: %llu bridge events, %.0f ns per event reading the clock, "
+          "%.0f ns writing its record into the ring; %llu stacks of %.1f Python frames, "
           "%.0f ns each\n",
           static_cast<unsigned long long>(t.events.load()),
-          double(t.record_ticks.load()) * ns_per_tick / events,
+          double(t.clock_ticks.load()) * ns_per_tick / events,
           double(t.push_ticks.load()) * ns_per_tick / events,
           static_cast<unsigned long long>(t.stacks.load()),
           double(t.python_frames.load()) / stacks,
           double(t.stack_ticks.load()) * ns_per_tick / stacks);
 }
 
-// The ring record's fields of one bridge event, on the calling thread (a stats probe: the
-// sender thread, no program thread).
-HostRecord TorchAllocatorFields(const cumemtrace_torch_event& event) {
-  HostRecord record;
-  record.type = HostRecord::Type::kTorchAllocator;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
-  record.device = event.device;
-  record.address = event.address;
-  record.bytes = event.requested_bytes;
-  record.torch.action = static_cast<uint8_t>(event.action);
-  record.torch.stream = event.stream;
-  record.torch.sequence = event.sequence;
-  record.torch.allocated_total = event.allocated_bytes_total;
-  record.torch.allocated_current = event.allocated_bytes_current;
-  record.torch.reserved_current = event.reserved_bytes_current;
-  record.torch.pool_first = event.pool_id_first;
-  record.torch.pool_second = event.pool_id_second;
-  return record;
-}
-
 // An ALLOC's stack when stacks are on: on the allocating thread (the allocator reports under
 // its lock, in the tensor's call).
-void AttachTensorStack(const cumemtrace_torch_event& event, HostRecord* record) {
+StackWords TensorStack(const cumemtrace_torch_event& event) {
   const uint8_t mode = CurrentStackMode();
-  if (mode == kStacksOff || event.action != CUMEMTRACE_TORCH_ALLOC) return;
-  const StackWords stack = CaptureStack(mode);
-  record->stack = stack.words;
-  record->stack_words = stack.count;
+  if (mode == kStacksOff || event.action != CUMEMTRACE_TORCH_ALLOC) return {};
+  return CaptureStack(mode);
+}
+
+// A stats probe comes from the sender thread, no program thread: thread 0.
+uint32_t ThreadOf(const cumemtrace_torch_event& event) {
+  return event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
 }
 
 void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
-    runtime.Record(TorchAllocatorRecord(*event));
+    const uint64_t now = MonotonicNs();
+    const StackWords stack = TensorStack(*event);
+    runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
     return;
   }
   const uint64_t start = Ticks();
-  HostRecord record = TorchAllocatorFields(*event);
-  const uint64_t built = Ticks();
-  AttachTensorStack(*event, &record);
+  const uint64_t now = MonotonicNs();
+  const uint64_t clocked = Ticks();
+  const StackWords stack = TensorStack(*event);
   const uint64_t stacked = Ticks();
-  const bool has_stack = record.stack_words > 0;
-  v1::ring::StackHeader header{};
-  if (has_stack) memcpy(&header, record.stack, sizeof(header));
-  runtime.Record(std::move(record));
+  runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
   const uint64_t pushed = Ticks();
   g_self_time.events.fetch_add(1, std::memory_order_relaxed);
-  g_self_time.record_ticks.fetch_add(built - start, std::memory_order_relaxed);
+  g_self_time.clock_ticks.fetch_add(clocked - start, std::memory_order_relaxed);
   g_self_time.push_ticks.fetch_add(pushed - stacked, std::memory_order_relaxed);
-  if (has_stack) {
+  if (stack.count > 0) {
+    v1::ring::StackHeader header{};
+    memcpy(&header, stack.words, sizeof(header));
     g_self_time.stacks.fetch_add(1, std::memory_order_relaxed);
-    g_self_time.stack_ticks.fetch_add(stacked - built, std::memory_order_relaxed);
+    g_self_time.stack_ticks.fetch_add(stacked - clocked, std::memory_order_relaxed);
     g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
   }
 }
@@ -239,12 +222,6 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
   }
   lookup.bridge = bridge;
   return lookup;
-}
-
-HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event) {
-  HostRecord record = TorchAllocatorFields(event);
-  AttachTensorStack(event, &record);
-  return record;
 }
 
 TorchBridge& TorchBridge::Get() {

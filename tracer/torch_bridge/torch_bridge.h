@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 
-#include "tracer/host_record.h"
 #include "tracer/torch_bridge/bridge_abi.h"
 
 namespace cumemtrace::tracer {
@@ -43,10 +42,6 @@ std::string LoadedC10CudaPath();
 
 // True for the calling module of PyTorch's caching allocator ("libc10_cuda.so").
 bool IsTorchAllocatorModule(const std::string& caller_module);
-
-// The ring record of one bridge event, on the calling thread (a stats probe: the sender
-// thread, no program thread), with its stack when stacks are on and it is an ALLOC.
-HostRecord TorchAllocatorRecord(const cumemtrace_torch_event& event);
 
 class TorchBridge {
  public:
