@@ -19,6 +19,7 @@
 #include "tracer/host_record.h"
 #include "tracer/stack_capture.h"
 #include "tracer/tracer_runtime.h"
+#include "tracer/tsc_clock.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -76,6 +77,9 @@ struct SelfTime {
 };
 SelfTime g_self_time;
 
+// The time of each event (tsc_clock.h): started at attach, refitted at each Poll.
+TscClock g_event_clock;
+
 // The TSC where there is one (a few ns, for parts that take tens); elsewhere the clock.
 uint64_t Ticks() {
 #if defined(__x86_64__)
@@ -93,11 +97,12 @@ void PrintSelfTime() {
   const double events = std::max<double>(1, double(t.events.load()));
   const double stacks = std::max<double>(1, double(t.stacks.load()));
   fprintf(stderr,
-          "cumemtrace self time: %llu bridge events, %.0f ns per event reading the clock, "
+          "cumemtrace self time: %llu bridge events, %.0f ns per event reading the clock (%s), "
           "%.0f ns writing its record into the ring; %llu stacks of %.1f Python frames, "
           "%.0f ns each\n",
           static_cast<unsigned long long>(t.events.load()),
           double(t.clock_ticks.load()) * ns_per_tick / events,
+          g_event_clock.uses_tsc() ? "TSC" : "clock_gettime",
           double(t.push_ticks.load()) * ns_per_tick / events,
           static_cast<unsigned long long>(t.stacks.load()),
           double(t.python_frames.load()) / stacks,
@@ -121,13 +126,13 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
-    const uint64_t now = MonotonicNs();
+    const uint64_t now = g_event_clock.Now();
     const StackWords stack = TensorStack(*event);
     runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
     return;
   }
   const uint64_t start = Ticks();
-  const uint64_t now = MonotonicNs();
+  const uint64_t now = g_event_clock.Now();
   const uint64_t clocked = Ticks();
   const StackWords stack = TensorStack(*event);
   const uint64_t stacked = Ticks();
@@ -253,6 +258,7 @@ void TorchBridge::AttachOnce() {
     if (lookup.bridge == nullptr) {
       state->set_reason(lookup.reason);
     } else {
+      g_event_clock.Start();
       if (const char* self_time = getenv("CUMEMTRACE_SELF_TIME");
           self_time != nullptr && strcmp(self_time, "1") == 0) {
         g_self_time.start_ticks = Ticks();
@@ -295,7 +301,10 @@ void TorchBridge::AttachOnce() {
 
 void TorchBridge::Poll() {
   const cumemtrace_torch_bridge* bridge = attached_.load(std::memory_order_acquire);
-  if (bridge != nullptr) bridge->probe();
+  if (bridge != nullptr) {
+    g_event_clock.Refit();
+    bridge->probe();
+  }
   // Here, on the sender thread, not in the allocation callback that found the bridge
   // missing: CUPTI's callbacks are enabled outside CUPTI's own calls.
   if (launches_wanted_.load(std::memory_order_acquire) && launches_wanted_.exchange(false) &&

@@ -1,0 +1,72 @@
+// CLOCK_MONOTONIC for the PyTorch bridge's hook, which reads the time once per tensor event.
+// The vDSO's clock_gettime orders its TSC read behind every load in flight (lfence; rdtsc):
+// in PyTorch programs it cost 60-80 ns per event, a third of the hook. Where the kernel keeps
+// time with the TSC itself (its clocksource is "tsc": invariant, and the same on every CPU),
+// the hook reads the TSC unordered and maps it with a line that the sender thread fits again
+// at each drain (TscLine). Elsewhere, and until the line exists, it is clock_gettime.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "tracer/clock.h"
+
+namespace cumemtrace::tracer {
+
+// The products below need 128 bits (GCC and Clang; `__extension__` keeps -Wpedantic quiet).
+__extension__ typedef __int128 Int128;
+
+// TSC -> CLOCK_MONOTONIC: ns = base_ns + (tsc - base_tsc) * mult / 2^32.
+struct TscMap {
+  uint64_t base_tsc = 0;
+  uint64_t base_ns = 0;
+  uint64_t mult = 0;  // ns per tick, times 2^32
+  uint64_t ToMonotonic(uint64_t tsc) const {
+    // Signed: an unordered read may be taken a little before the base it is mapped from.
+    const Int128 delta = static_cast<int64_t>(tsc - base_tsc);
+    return base_ns + static_cast<uint64_t>(static_cast<int64_t>((delta * mult) >> 32));
+  }
+};
+
+// Fits the map to (TSC, CLOCK_MONOTONIC) pairs, one per drain: the rate over everything
+// since the first pair, and each new map starts where the last one stands at the new pair,
+// so a thread's times never step back; the last map's error is slewed out over the next
+// interval instead (at most 500 ppm, as the kernel slews its own clock). An error over 1 ms
+// (a stopped process, a clock that jumped) starts again from the pair.
+class TscLine {
+ public:
+  // Returns true when `*map` was (re)made; the first map needs two pairs 1 ms apart.
+  bool Fit(uint64_t tsc, uint64_t monotonic_ns, TscMap* map);
+
+ private:
+  uint64_t first_tsc_ = 0, first_ns_ = 0, last_tsc_ = 0;
+  bool have_first_ = false, have_map_ = false;
+};
+
+class TscClock {
+ public:
+  // Reads the TSC only where the kernel's clocksource is the TSC, on x86-64, unless
+  // CUMEMTRACE_TSC=0. Until the second Refit, Now() is clock_gettime.
+  void Start();
+  // The sender thread, at each drain: a fresh pair for the line.
+  void Refit();
+  uint64_t Now() const {
+#if defined(__x86_64__)
+    if (ready_.load(std::memory_order_acquire)) return Mapped();
+#endif
+    return MonotonicNs();
+  }
+  bool uses_tsc() const { return ready_.load(std::memory_order_acquire); }
+
+ private:
+  uint64_t Mapped() const;
+
+  bool started_ = false;  // the sender's
+  TscLine line_;          // the sender's
+  std::atomic<bool> ready_{false};
+  // The map, behind a sequence lock: written every drain, read on every event.
+  std::atomic<uint32_t> sequence_{0};
+  std::atomic<uint64_t> base_tsc_{0}, base_ns_{0}, mult_{0};
+};
+
+}  // namespace cumemtrace::tracer
