@@ -98,7 +98,7 @@ RecordQueue::RecordQueue(size_t capacity_events)
       max_text_bytes_(ring_bytes_ / 8 - sizeof(ring::Record)) {}
 
 int RecordQueue::Create(bool shared) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(lock_);
   if (header_ != nullptr) return -1;
   mapping_bytes_ = ring::kHeaderBytes + ring_bytes_;
   void* memory = MAP_FAILED;
@@ -257,7 +257,7 @@ bool RecordQueue::PushTorchEvent(const cumemtrace_torch_event& event, uint32_t t
   torch.pool_first = event.pool_id_first;
   torch.pool_second = event.pool_id_second;
   torch.action = static_cast<uint8_t>(event.action);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return false;
   uint64_t end = 0;
   unsigned char* at = ReserveLocked(size, kExitReserve, &end);
@@ -274,7 +274,7 @@ bool RecordQueue::PushTorchEvent(const cumemtrace_torch_event& event, uint32_t t
 bool RecordQueue::Push(const HostRecord& record) {
   // Refused rather than written without its payload: PushTorchEvent is its writer.
   if (record.type == HostRecord::Type::kTorchAllocator) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return false;
   if (WriteLocked(record, kExitReserve)) return true;
   CountDropLocked(record.timestamp_ns);
@@ -282,7 +282,7 @@ bool RecordQueue::Push(const HostRecord& record) {
 }
 
 void RecordQueue::PushPastCapacity(const HostRecord& record) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return;
   if (!WriteLocked(record, 0)) CountDropLocked(record.timestamp_ns);
 }
@@ -294,7 +294,7 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
   DropWindow drops;
   uint64_t write = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<RingLock> lock(lock_);
     if (header_ == nullptr) return drops;
     write = Load(&header_->write_position);
     const uint64_t total = header_->dropped_total;
@@ -394,7 +394,7 @@ void RecordQueue::Free(uint64_t position) {
 
 void RecordQueue::ResetInChildAfterFork() {
   // Held by the forking thread (LockBeforeFork), which is the child's only thread.
-  new (&mutex_) std::mutex();
+  lock_.Reset();
   // Unmapped without a write: the parent's ring and its positions stay the parent's.
   if (header_ != nullptr) munmap(header_, mapping_bytes_);
   header_ = nullptr;
