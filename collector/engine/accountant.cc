@@ -65,7 +65,7 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
 }
 
-// The stream's timed records (drops, exit, start) onto CLOCK_REALTIME, as its events were.
+// The stream's timed records (drops, exit) onto CLOCK_REALTIME, as its events were.
 void ShiftRecordsToRealtime(DecodedStream* s) {
   const int64_t offset = s->realtime_offset_ns;
   if (offset == 0) return;
@@ -74,7 +74,6 @@ void ShiftRecordsToRealtime(DecodedStream* s) {
     d.last_ns = ToRealtime(offset, d.last_ns);
   }
   s->process_exit_ns = ToRealtime(offset, s->process_exit_ns);
-  s->trace_start_ns = ToRealtime(offset, s->trace_start_ns);
   s->realtime_offset_ns = 0;  // done: a second analysis of the same stream must not shift again
 }
 
@@ -200,10 +199,8 @@ void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t sl
                      PhaseDeviceStats* d) {
   if (list.empty()) return;
   auto by_peak = [slot](const auto* x, const auto* y) { return x->peak(slot) < y->peak(slot); };
-  const PhaseWindow h = WindowOf(**std::max_element(list.begin(), list.end(), by_peak), slot);
-  d->bytes_at_entry = h.bytes_at_entry;
-  d->peak_bytes = h.peak_bytes;
-  d->peak_above_entry_bytes = h.peak_above_entry_bytes;
+  static_cast<PhaseWindow&>(*d) =
+      WindowOf(**std::max_element(list.begin(), list.end(), by_peak), slot);
   d->first = WindowOf(*list[0], slot);
   if (list.size() < 2) return;
   std::vector<const OccurrenceRecord*> rest(list.begin() + 1, list.end());
@@ -533,7 +530,6 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   extend(s.process_exit_ns, s.process_exit_ns);
   for (const DropRecord& d : s.drops) extend(d.first_ns, d.last_ns);
   p.first_timestamp_abs_ns = first;
-  p.last_timestamp_abs_ns = last;
   p.duration_ns = last - first;
 
   // What is still live closes at the end. What was live at each peak: still live and born by
@@ -603,12 +599,12 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   FillPeakContents(peak_contents, phases_.names(), s, options_.top_allocations, first, &p);
 
   FillPhaseReports(phases_, sorted, s, first, &p);
-  const IterationDetection detection = AddIterations(phases_, sorted, first, options_, &p);
+  const std::vector<IterationWindow> iterations =
+      AddIterations(phases_, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
   const bool exited = p.complete && p.exit.signal == 0;
-  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), detection.windows,
-                                      exited);
+  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), iterations, exited);
   auto classify = [&](const Allocation& a) {
     const bool freed = a.death_pos != kNever;
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,
@@ -649,8 +645,8 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
     row.birth_phase = NameOfPhase(phases_.names(), a.phase);
     row.death_phase = freed ? NameOfPhase(phases_.names(), a.death_phase) : std::string();
-    row.birth_iteration = IterationOf(detection.windows, a.birth_ns);
-    row.death_iteration = freed ? IterationOf(detection.windows, a.death_ns) : -1;
+    row.birth_iteration = IterationOf(iterations, a.birth_ns);
+    row.death_iteration = freed ? IterationOf(iterations, a.death_ns) : -1;
     row.lifetime_class = LifetimeClassName(lifetime_class);
   }
   if (timeline != nullptr) {

@@ -119,7 +119,6 @@ struct TorchDecodeState {
 struct DecodedStream : StreamFacts {
   DecodedStream() { timestamp_clock = injection_mode = "unspecified"; }  // until a handshake
 
-  uint64_t trace_start_ns = 0;
   // Added to this stream's timestamps to put them on CLOCK_REALTIME (multi-host jobs);
   // 0 when unknown.
   int64_t realtime_offset_ns = 0;

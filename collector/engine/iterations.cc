@@ -116,9 +116,10 @@ int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts) {
   return ts <= it->end_ns ? it - windows.begin() : -1;
 }
 
-IterationDetection AddIterations(const PhaseTracker& phases,
-                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
-                                 const AnalysisOptions& options, ProcessReport* p) {
+std::vector<IterationWindow> AddIterations(const PhaseTracker& phases,
+                                           const std::vector<uint32_t>& slot_device,
+                                           uint64_t first_ns, const AnalysisOptions& options,
+                                           ProcessReport* p) {
   IterationReport* r = &p->iterations;
   std::vector<IterationWindow> windows =
       DetectIterations(phases.names(), phases.occurrences(), options.iteration_range, r);
@@ -186,7 +187,7 @@ IterationDetection AddIterations(const PhaseTracker& phases,
     }
     r->phases.push_back(std::move(stats));
   }
-  return {std::move(windows)};
+  return windows;
 }
 
 }  // namespace cumemtrace::internal

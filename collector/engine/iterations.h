@@ -18,18 +18,16 @@ struct IterationWindow {
   uint64_t end_ns;
 };
 
-struct IterationDetection {
-  std::vector<IterationWindow> windows;  // by start
-};
-
 // Index of the window holding `ts`, or -1 (before the first, after the last, or between).
 int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts);
 
 // The iterations pass, after the sweep: finds the iterations in the phases' occurrences (from
 // the range options.iteration_range names, if any) and fills p->iterations with per-phase
-// statistics over iterations 2..N (the first, warm-up, is reported apart).
-IterationDetection AddIterations(const PhaseTracker& phases,
-                                 const std::vector<uint32_t>& slot_device, uint64_t first_ns,
-                                 const AnalysisOptions& options, ProcessReport* p);
+// statistics over iterations 2..N (the first, warm-up, is reported apart). Returns the
+// iterations' windows, by start.
+std::vector<IterationWindow> AddIterations(const PhaseTracker& phases,
+                                           const std::vector<uint32_t>& slot_device,
+                                           uint64_t first_ns, const AnalysisOptions& options,
+                                           ProcessReport* p);
 
 }  // namespace cumemtrace::internal

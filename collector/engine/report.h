@@ -183,13 +183,10 @@ struct PhaseCounters {
   uint64_t kernels = 0;
 };
 
-struct PhaseDeviceStats : PhaseCounters {
+// The PhaseWindow is the occurrence with the highest peak (the earliest of equals), so that
+// the three figures of a row come from one occurrence and add up.
+struct PhaseDeviceStats : PhaseCounters, PhaseWindow {
   uint32_t index = 0;
-  // The occurrence with the highest peak (the earliest of equals), so that the three figures
-  // of a row come from one occurrence and add up.
-  uint64_t bytes_at_entry = 0;
-  uint64_t peak_bytes = 0;
-  uint64_t peak_above_entry_bytes = 0;
   PhaseWindow first;   // the first occurrence (warm-up)
   PhaseWindow steady;  // occurrences 2..n: the one whose rise is the lower median
   uint64_t steady_of = 0;  // n - 1: how many occurrences `steady` is the median of (0: n <= 1)
@@ -353,7 +350,6 @@ struct ProcessReport : StreamFacts {
   // reorder window late): applied where they arrived, out of time order (design.md).
   uint64_t late_events = 0;
   uint64_t first_timestamp_abs_ns = 0;
-  uint64_t last_timestamp_abs_ns = 0;
   uint64_t duration_ns = 0;
   std::vector<DeviceReport> devices;  // by index
   std::vector<PhaseReport> phases;    // by first opening

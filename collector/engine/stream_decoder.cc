@@ -149,7 +149,6 @@ void AddHandshake(DecodedStream& stream, const v1::Handshake& handshake) {
                                 {"unspecified", "ld_preload", "cuda_injection", "nvtx_injection"});
   stream.kernels_enabled = handshake.kernels_enabled();
   stream.kernel_launches_enabled = handshake.kernel_launches_enabled();
-  stream.trace_start_ns = handshake.trace_start_ns();
   stream.rank = handshake.has_rank() ? handshake.rank() : -1;
   stream.local_rank = handshake.has_local_rank() ? handshake.local_rank() : -1;
   stream.world_size = handshake.has_world_size() ? handshake.world_size() : 0;
