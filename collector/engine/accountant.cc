@@ -294,7 +294,7 @@ uint32_t Accountant::SlotOf(uint32_t device) {
   }
   const auto slot = static_cast<uint32_t>(slot_device_.size());
   slot_device_.push_back(device);
-  devices_.emplace_back();
+  devices_.emplace_back().timeline.index = device;
   in_use_.push_back(0);
   freed_at_peak_.emplace_back();
   phases_.AddSlot();
@@ -340,13 +340,28 @@ void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
   a.death_phase = death_phase;
   DeviceCounters& d = devices_[a.slot];
   d.kind_live[a.kind] -= a.bytes;
+  if (IsDeviceMemory(a.kind)) d.in_use -= a.bytes;
+  a.death_step = TimelineStep(a, ts);
   if (!IsDeviceMemory(a.kind)) return;
-  d.in_use -= a.bytes;
   if (d.peak_pos != kNever && a.birth_pos <= d.peak_pos) {
     freed_at_peak_[a.slot].push_back(a);
     ++kept_at_peak_;
     stats_.max_kept_at_peak = std::max(stats_.max_kept_at_peak, kept_at_peak_);
   }
+}
+
+// With kKeepAll, the step of a's device timeline for its birth or death at `ts`, made after
+// the counters moved: device memory in use, or the module globals live. Returns the index of
+// a device memory step, else kNoStep.
+uint32_t Accountant::TimelineStep(const Allocation& a, uint64_t ts) {
+  if (retention_ != Retention::kKeepAll) return kNoStep;
+  DeviceCounters& d = devices_[a.slot];
+  if (IsStaticMemory(a.kind)) {
+    d.timeline.static_memory.push_back(MemoryStep{ts, d.kind_live[6] + d.kind_live[7]});
+  }
+  if (!IsDeviceMemory(a.kind)) return kNoStep;
+  d.timeline.device_memory.push_back(MemoryStep{ts, d.in_use});
+  return static_cast<uint32_t>(d.timeline.device_memory.size() - 1);
 }
 
 void Accountant::Forget(uint32_t index) {
@@ -394,12 +409,14 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
   if (IsStaticMemory(kind)) {
     d.static_peak = std::max(d.static_peak, d.kind_live[6] + d.kind_live[7]);
   }
+  if (IsDeviceMemory(kind)) d.in_use += e.b;
+  pool_[index].birth_step = TimelineStep(pool_[index], e.timestamp_ns);
   if (IsDeviceMemory(kind)) {
-    d.in_use += e.b;
     if (d.in_use > d.peak || d.peak_pos == kNever) {
       d.peak = d.in_use;
       d.peak_pos = pos_;
       d.peak_ns = e.timestamp_ns;
+      d.timeline.peak_step = pool_[index].birth_step;
       // None of those freed so far was live at this new peak.
       kept_at_peak_ -= freed_at_peak_[slot].size();
       freed_at_peak_[slot].clear();
@@ -650,6 +667,14 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.lifetime_class = LifetimeClassName(lifetime_class);
   }
   if (timeline != nullptr) {
+    timeline->devices.resize(n_slots);
+    for (uint32_t slot = 0; slot < n_slots; ++slot) {
+      DeviceTimeline& t = timeline->devices[new_slot[slot]];
+      t = std::move(devices_[slot].timeline);
+      for (auto* steps : {&t.device_memory, &t.static_memory}) {
+        for (MemoryStep& step : *steps) step.time_ns = Since(first, step.time_ns);
+      }
+    }
     CaptureTimeline(s, swept_, pool_, phases_.names(), p, options_.keep_lifetimes, timeline);
   }
   return p;

@@ -61,6 +61,9 @@ struct Allocation {
   int32_t death_phase = -1;        // phase it was freed in, -1 for none (or never freed)
   uint32_t group[2] = {~0u, ~0u};  // origin groups (by API, by calling module) of device memory
   uint8_t lifetime_class = 0;      // LifetimeClass, set at the end (kKeepAll) or at the peak
+  // kKeepAll, device memory: its birth's and death's steps in the device's timeline.
+  uint32_t birth_step = kNoStep;
+  uint32_t death_step = kNoStep;
 };
 
 struct DeviceCounters {
@@ -78,6 +81,9 @@ struct DeviceCounters {
   uint64_t kernel_busy_ns = 0;
   // TORCH_RESERVED live when TORCH_ALLOCATED last reached its peak.
   uint64_t torch_reserved_at_allocated_peak = 0;
+  // kKeepAll: the device's counter series, a step at each birth and death as swept (absolute
+  // times until Finish).
+  DeviceTimeline timeline;
 };
 
 class Accountant {
@@ -125,6 +131,7 @@ class Accountant {
   uint32_t GroupOf(int which, uint32_t slot, uint32_t id);
   uint32_t NewLive();
   void Die(uint32_t index, uint64_t ts, int32_t death_phase);
+  uint32_t TimelineStep(const Allocation& a, uint64_t ts);
   void Forget(uint32_t index);
   void Allocate(const Event& e, uint32_t slot);
   void Release(const Event& e, uint32_t slot);

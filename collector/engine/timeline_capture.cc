@@ -28,8 +28,6 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     return it->second;
   };
 
-  for (const DeviceReport& d : report.devices) out->devices.emplace_back().index = d.index;
-
   out->allocations.resize(allocations.size());
   std::unordered_map<uint32_t, uint32_t> interned;  // wire string id -> strings index
   auto name_of = [&](uint32_t id) {
@@ -39,15 +37,6 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   };
   std::unique_ptr<StackResolver> stacks;
   if (!s.stacks.empty()) stacks = std::make_unique<StackResolver>(s);
-  // Two counter series per device, device and static memory: a step at every birth and every
-  // death, in event order. A death and a birth at one position (an address reused while its
-  // release was lost) are a kill then a birth, as in the Accountant.
-  struct Change {
-    uint64_t pos;
-    uint32_t is_birth;
-    uint32_t index;
-  };
-  std::vector<Change> changes;
   for (uint32_t i = 0; i < allocations.size(); ++i) {
     const Allocation& a = allocations[i];
     TimelineAllocation& t = out->allocations[i];
@@ -55,8 +44,10 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.address = a.address;
     t.bytes = a.bytes;
     t.birth_ns = rel(a.birth_ns);
-    t.live_at_exit = a.death_pos >= events.size();
-    t.death_ns = t.live_at_exit ? end_ns : rel(events[a.death_pos].timestamp_ns);
+    t.live_at_exit = a.death_pos == kNever;
+    t.death_ns = t.live_at_exit ? end_ns : rel(a.death_ns);
+    t.birth_step = a.birth_step;
+    t.death_step = a.death_step;
     t.device_slot = a.slot;
     t.phase = a.phase;
     t.api = name_of(a.api_id);
@@ -65,33 +56,6 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.kind = a.kind;
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
-    }
-    if (!IsDeviceMemory(a.kind) && !IsStaticMemory(a.kind)) continue;
-    changes.push_back(Change{a.birth_pos, 1, i});
-    if (!t.live_at_exit) changes.push_back(Change{a.death_pos, 0, i});
-  }
-
-  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
-    return x.pos != y.pos ? x.pos < y.pos : x.is_birth < y.is_birth;
-  });
-  for (const Change& c : changes) {
-    TimelineAllocation& t = out->allocations[c.index];
-    DeviceTimeline& d = out->devices[t.device_slot];
-    const bool device = IsDeviceMemory(t.kind);
-    std::vector<MemoryStep>& steps = device ? d.device_memory : d.static_memory;
-    const uint64_t before = steps.empty() ? 0 : steps.back().bytes;
-    const auto step = static_cast<uint32_t>(steps.size());
-    steps.push_back(MemoryStep{rel(events[c.pos].timestamp_ns),
-                               c.is_birth ? before + t.bytes : before - t.bytes});
-    if (!device) continue;
-    if (c.is_birth) {
-      t.birth_step = step;
-      // As in the Accountant: the peak is first reached by an allocation.
-      if (d.peak_step == kNoStep || steps.back().bytes > steps[d.peak_step].bytes) {
-        d.peak_step = step;
-      }
-    } else {
-      t.death_step = step;
     }
   }
 

@@ -1,5 +1,7 @@
-// Internal: fills a ProcessTimeline (engine.h) at the end of a sweep that kept
-// everything (Retention::kKeepAll), from the events as swept and every allocation.
+// Internal: completes a ProcessTimeline (engine.h) at the end of a sweep that kept
+// everything (Retention::kKeepAll), whose devices' counter series the Accountant made as it
+// swept: the allocations, ranges, kernels and marks, from the events as swept and every
+// allocation.
 #pragma once
 
 #include <vector>
@@ -12,10 +14,9 @@
 
 namespace cumemtrace::internal {
 
-// `events` as the sweep took them (Allocation::birth_pos and death_pos index it);
-// `allocations` and `phases` are the sweep's (Allocation::phase indexes `phases`); `report` is
-// the finished ProcessReport (devices, time origin, end). With `classified`, device
-// allocations carry their lifetime class.
+// `events` as the sweep took them; `allocations` and `phases` are the sweep's
+// (Allocation::phase indexes `phases`); `report` is the finished ProcessReport (time origin,
+// end). With `classified`, device allocations carry their lifetime class.
 void CaptureTimeline(const DecodedStream& stream, const std::vector<Event>& events,
                      const std::vector<Allocation>& allocations,
                      const std::vector<PhaseName>& phases, const ProcessReport& report,
