@@ -1,10 +1,12 @@
-// Internal: parts of summary.json (summary_json.cc) that the viewer's page data embeds with the
-// same layout, so that the page and the summary cannot disagree on what a median is.
+// Internal: parts of summary.json (summary_json.cc) and sweep.json that the viewer's page data
+// embeds with the same layout, so that the page and the files cannot disagree on what a median
+// is.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include "collector/engine/engine.h"
+#include "collector/output/run_figures.h"
 
 namespace cumemtrace::internal {
 
@@ -14,5 +16,8 @@ nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_sprea
 
 // A device's "lifetime_at_peak"; null without training phases (LifetimeAtPeak::given).
 nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
+
+// One of sweep.json's "points" (run_figures.cc), which the sweep page's data repeats.
+nlohmann::json SweepPointJson(const SweepPoint& point);
 
 }  // namespace cumemtrace::internal

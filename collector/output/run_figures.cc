@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "collector/output/report_json.h"
 #include "collector/output/tables.h"
 
 namespace cumemtrace {
@@ -279,15 +280,17 @@ std::string CompareJson(const std::vector<RunFigures>& runs) {
 std::string SweepJson(const std::string& parameter, const std::vector<SweepPoint>& points) {
   json out = {
       {"schema", "cumemtrace.sweep/1"}, {"parameter", parameter}, {"points", json::array()}};
-  for (const SweepPoint& p : points) {
-    json d = FiguresData(p.figures);
-    d["label"] = p.label;
-    d["value"] = p.value;
-    d["exit_status"] = p.exit_status;
-    d["page"] = p.page.empty() ? json(nullptr) : json(p.page);
-    out["points"].push_back(d);
-  }
+  for (const SweepPoint& p : points) out["points"].push_back(internal::SweepPointJson(p));
   return out.dump(2) + "\n";
+}
+
+json internal::SweepPointJson(const SweepPoint& point) {
+  json d = FiguresData(point.figures);
+  d["label"] = point.label;
+  d["value"] = point.value;
+  d["exit_status"] = point.exit_status;
+  d["page"] = point.page.empty() ? json(nullptr) : json(point.page);
+  return d;
 }
 
 }  // namespace cumemtrace

@@ -256,23 +256,10 @@ json CompareRunData(const ViewerRun& run) {
   return r;
 }
 
+// A point of sweep.json, without its per-phase figures (the page draws none).
 json SweepPointData(const SweepPoint& point) {
-  const RunFigures& f = point.figures;
-  const auto persistent = f.lifetime_bytes.find("persistent");
-  json d = {{"label", point.label}, {"value", point.value}, {"exit_status", point.exit_status},
-            {"found", f.found},
-            {"page", OrNull(!point.page.empty(), point.page)}};
-  if (!f.found) return d;
-  d.update(
-      {{"pid", f.pid},
-       {"device", f.device},
-       {"peak_bytes", f.peak_bytes},
-       // null without training phases, as in sweep.json (run_figures.cc).
-       {"persistent_bytes",
-        OrNull(f.lifetimes, persistent == f.lifetime_bytes.end() ? 0 : persistent->second)},
-       {"activation_memory_bytes", OrNull(f.lifetimes, f.activation_memory_bytes)},
-       {"lifetime_bytes", OrNull(f.lifetimes, f.lifetime_bytes)},
-       {"iterations", f.iterations}});
+  json d = internal::SweepPointJson(point);
+  d.erase("phases");
   return d;
 }
 
