@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <map>
-#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>

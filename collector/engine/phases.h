@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <utility>
 #include <unordered_map>
 #include <vector>
 

@@ -9,9 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <string_view>
-#include <unordered_map>
 
 #include "collector/output/exports.h"
 #include "collector/output/report_json.h"
