@@ -32,12 +32,6 @@ inline int TieRank(EventType type) {
   return type == EventType::kRangeOpen ? 0 : type == EventType::kRangeClose ? 2 : 1;
 }
 
-// The file name of a path: what follows its last '/'.
-inline std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;
@@ -146,6 +140,12 @@ struct DecodedStream : StreamFacts {
     if (id == 0) return std::string();
     auto it = strings.find(id);
     return it == strings.end() ? "#" + std::to_string(id) : it->second;
+  }
+  // An NVTX range's (or mark's) name as the phase rules see it: "domain: message", or the
+  // message alone in the default domain.
+  std::string RangeName(uint32_t domain_id, uint32_t message_id) const {
+    const std::string domain = Resolve(domain_id), message = Resolve(message_id);
+    return domain.empty() ? message : domain + ": " + message;
   }
 };
 

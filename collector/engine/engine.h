@@ -12,6 +12,7 @@
 // (ProcessReport::first_timestamp_abs_ns), like the *_ns figures of the Report.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,23 @@ inline bool IsDeviceMemory(uint8_t kind) {
   return kind == 3 || kind == 4 || kind == kTorchAllocatedKind;
 }
 inline bool IsStaticMemory(uint8_t kind) { return kind == 6 || kind == 7; }
+
+namespace internal {
+// The file name of a path: what follows its last '/'.
+inline std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+template <typename T>
+bool Contains(const std::vector<T>& list, const T& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+// Appends `value` unless `list` has it already: first-seen order.
+template <typename T>
+void AddOnce(std::vector<T>& list, const T& value) {
+  if (!Contains(list, value)) list.push_back(value);
+}
+}  // namespace internal
 
 constexpr uint32_t kNoStep = 0xFFFFFFFFu;
 

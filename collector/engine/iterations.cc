@@ -29,10 +29,8 @@ std::vector<IterationWindow> DetectIterations(const std::vector<PhaseName>& name
   if (!requested.empty()) {
     for (size_t i = 0; i < names.size(); ++i) {
       const PhaseName& n = names[i];
-      const bool named = n.name == requested || std::find(n.range_names.begin(),
-                                                          n.range_names.end(),
-                                                          requested) != n.range_names.end();
-      if (named && !n.rollup) return FromRange(occurrences, i, requested, r);
+      if ((n.name == requested || Contains(n.range_names, requested)) && !n.rollup)
+        return FromRange(occurrences, i, requested, r);
     }
     r->note = "no range named '" + requested + "'";
     return {};

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "collector/engine/engine.h"
+
 namespace cumemtrace::internal {
 
 void AddJobSummary(Report* report) {
@@ -43,9 +45,7 @@ void AddJobSummary(Report* report) {
       job.highest_rank = r.rank;
     }
     job.lowest_peak_bytes = std::min(job.lowest_peak_bytes, r.peak_bytes);
-    if (std::find(job.hosts.begin(), job.hosts.end(), r.hostname) == job.hosts.end()) {
-      job.hosts.push_back(r.hostname);
-    }
+    AddOnce(job.hosts, r.hostname);
   }
   job.imbalance = job.highest_peak_bytes == 0
                       ? 0.0

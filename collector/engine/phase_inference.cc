@@ -12,10 +12,6 @@ constexpr uint32_t kForwardId = 0xFFFFFFF1u;
 constexpr uint32_t kBackwardId = 0xFFFFFFF2u;
 constexpr uint32_t kOptimizerId = 0xFFFFFFF3u;
 
-bool IsAutograd(const std::vector<uint32_t>& threads, uint32_t tid) {
-  return std::find(threads.begin(), threads.end(), tid) != threads.end();
-}
-
 bool IsMemory(const Event& e) {
   return (e.type == EventType::kAllocate || e.type == EventType::kRelease) &&
          IsDeviceMemory(e.kind);
@@ -50,9 +46,7 @@ PhaseInferenceReport InferenceScan::Decide(const DecodedStream& s, const PhaseRu
   }
   // The first range opened (in time order) that names a training phase.
   for (const auto& [domain_id, message_id] : range_names_) {
-    const std::string message = s.Resolve(message_id);
-    const std::string domain = s.Resolve(domain_id);
-    const std::string phase = rules.Map(domain.empty() ? message : domain + ": " + message).phase;
+    const std::string phase = rules.Map(s.RangeName(domain_id, message_id)).phase;
     if (phase == "forward" || IsBackwardLikePhase(phase) || IsOptimizerLikePhase(phase)) {
       out.reason = "the program labels its phases with NVTX (" + phase + ")";
       return out;
@@ -60,7 +54,7 @@ PhaseInferenceReport InferenceScan::Decide(const DecodedStream& s, const PhaseRu
   }
   uint64_t most = 0;
   for (const auto& [tid, n] : memory_events_) {
-    if (IsAutograd(out.autograd_threads, tid)) continue;
+    if (Contains(out.autograd_threads, tid)) continue;
     if (n > most) {
       most = n;
       out.calling_thread = tid;
@@ -86,7 +80,7 @@ void BurstScan::Finder::Add(uint64_t ts, bool autograd) {
 }
 
 void BurstScan::Sweep(const Event& e) {
-  const bool autograd = IsAutograd(decided_.autograd_threads, e.thread_id);
+  const bool autograd = Contains(decided_.autograd_threads, e.thread_id);
   if (!autograd && e.thread_id != decided_.calling_thread) return;
   // Bursts from memory events (host time) when the autograd thread allocates in most
   // passes (async allocator); else from kernels (the caching allocator reuses its blocks).
@@ -119,7 +113,7 @@ void GradientScan::Sweep(const Event& e) {
   if (e.type == EventType::kAllocate) {
     // Allocated by the autograd thread inside a burst: a candidate gradient.
     if (burst_ < bursts_.size() && e.timestamp_ns >= bursts_[burst_].first_ns &&
-        IsAutograd(decided_.autograd_threads, e.thread_id)) {
+        Contains(decided_.autograd_threads, e.thread_id)) {
       born_in_burst_[key] = burst_;
     }
     return;

@@ -9,12 +9,10 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
   auto it = name_index_.find(key);
   if (it != name_index_.end()) return it->second;
   // First time this id pair is seen: map its text through the rules, once.
-  const std::string message = stream_->Resolve(message_id);
   const bool inferred = domain_id == kInferredDomainId;
-  const std::string domain = inferred ? std::string() : stream_->Resolve(domain_id);
-  const std::string range_name = domain.empty() ? message : domain + ": " + message;
+  const std::string range_name = stream_->RangeName(inferred ? 0 : domain_id, message_id);
   const PhaseRules::Mapping mapping =
-      inferred ? PhaseRules::Mapping{message} : rules_->Map(range_name);
+      inferred ? PhaseRules::Mapping{range_name} : rules_->Map(range_name);
   const std::string phase_key = (mapping.rollup ? "@rollup:" : inferred ? "@inferred:" : "") +
                                 mapping.phase;
   auto [named, inserted] = name_by_phase_.emplace(phase_key, static_cast<int32_t>(names_.size()));
@@ -30,10 +28,7 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
     for (std::vector<PhaseCounters>& slot : counters_) slot.resize(names_.size());
   }
   std::vector<std::string>& range_names = names_[static_cast<size_t>(named->second)].range_names;
-  if (!inferred && std::find(range_names.begin(), range_names.end(), range_name) ==
-                       range_names.end()) {
-    range_names.push_back(range_name);
-  }
+  if (!inferred) AddOnce(range_names, range_name);
   name_index_.emplace(key, named->second);
   return named->second;
 }
@@ -134,9 +129,7 @@ void PhaseTracker::Attribute(uint32_t thread_id, Attribution* out) const {
   for (const Occurrence& o : open_) {
     if (o.rollup || o.record.thread_id != owner) continue;
     if (innermost == nullptr || o.order > innermost->order) innermost = &o;
-    if (std::find(out->names.begin(), out->names.end(), o.record.phase) == out->names.end()) {
-      out->names.push_back(o.record.phase);
-    }
+    AddOnce(out->names, o.record.phase);
   }
   out->innermost = innermost->record.phase;
 }

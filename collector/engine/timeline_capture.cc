@@ -104,14 +104,10 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
                                            e.thread_id});
         break;
       }
-      case EventType::kMark: {
-        const std::string domain = s.Resolve(e.aux_id);
-        const std::string message = s.Resolve(e.name_id);
-        out->marks.push_back(
-            MarkInstant{rel(e.timestamp_ns), e.thread_id,
-                        intern(domain.empty() ? message : domain + ": " + message)});
+      case EventType::kMark:
+        out->marks.push_back(MarkInstant{rel(e.timestamp_ns), e.thread_id,
+                                         intern(s.RangeName(e.aux_id, e.name_id))});
         break;
-      }
       default:
         break;
     }

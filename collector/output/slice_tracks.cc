@@ -133,8 +133,7 @@ void DeviceCounters(
 
 std::string ProcessLabel(const ProcessReport& report) {
   const std::string program = report.command_line.empty() ? "process" : report.command_line[0];
-  // The base name: rfind gives npos, and npos + 1 is 0, where there is no slash.
-  return program.substr(program.rfind('/') + 1) + " (pid " + std::to_string(report.pid) + ")";
+  return BaseName(program) + " (pid " + std::to_string(report.pid) + ")";
 }
 
 std::string DeviceLabel(uint32_t index) { return "GPU " + std::to_string(index); }

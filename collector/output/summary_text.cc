@@ -11,6 +11,7 @@
 namespace cumemtrace {
 namespace {
 
+using internal::BaseName;
 using internal::Format;
 using internal::PhaseName;
 using internal::PrintTable;
@@ -73,11 +74,6 @@ std::string OneLine(const std::string& text, size_t max_chars) {
   }
   if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
   return out;
-}
-
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 std::string ExitText(const ExitStatus& exit) {

@@ -64,11 +64,6 @@ std::string CellIf(bool given, const T& value) {
   return given ? Cell(value) : std::string();
 }
 
-// Appends `value` unless `list` has it already: first-seen order.
-inline void AddOnce(std::vector<std::string>& list, const std::string& value) {
-  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
-}
-
 // RFC 4180: comma-separated, CRLF line ends, fields with a comma, quote or line break quoted,
 // quotes doubled.
 class CsvTable {
