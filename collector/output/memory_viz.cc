@@ -223,16 +223,10 @@ std::vector<Step> SeriesSteps(const ProcessTimeline& t, const DeviceTimeline& de
 }  // namespace
 
 size_t ProcessWithHighestPeak(const Report& report) {
-  auto peak = [](const ProcessReport& p) {
-    uint64_t bytes = 0;
-    for (const DeviceReport& d : p.devices) bytes = std::max(bytes, d.peak.bytes);
-    return bytes;
-  };
-  size_t best = 0;
-  for (size_t i = 0; i < report.processes.size(); ++i) {
-    if (peak(report.processes[i]) > peak(report.processes[best])) best = i;
-  }
-  return best;
+  size_t process = 0, slot = 0;
+  // The first of equals (HighestPeak's); process 0 when no device memory was ever in use.
+  const bool found = HighestPeak(report, &process, &slot);
+  return found && report.processes[process].devices[slot].peak.bytes > 0 ? process : 0;
 }
 
 void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
