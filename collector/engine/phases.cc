@@ -37,22 +37,17 @@ void PhaseTracker::Open(const Event& event, const std::vector<uint64_t>& in_use,
   const int32_t phase = PhaseIndex(event.aux_id, event.name_id, event.timestamp_ns);
   const bool rollup = names_[static_cast<size_t>(phase)].rollup;
   Occurrence& o = open_.emplace_back(Occurrence{
-      OccurrenceRecord{phase, event.thread_id, event.timestamp_ns, 0, {}}, event.aux_id,
-      event.nvtx_op == 1 /* PUSH */, event.a, order, rollup});
+      OccurrenceRecord{phase, event.thread_id, event.timestamp_ns, 0, {}}, event, order, rollup});
   for (size_t s = 0; s < slots_ && !rollup; ++s) {
     o.record.levels.insert(o.record.levels.end(), {in_use[s], in_use[s], 0});
   }
 }
 
 bool PhaseTracker::Close(const Event& event, const std::vector<uint64_t>& in_use) {
-  const bool is_pop = event.nvtx_op == 2;  // POP; otherwise END
   size_t best = open_.size();
   for (size_t i = 0; i < open_.size(); ++i) {
     const Occurrence& o = open_[i];
-    const bool match = is_pop ? (o.is_push && o.record.thread_id == event.thread_id &&
-                                 o.domain_id == event.aux_id)
-                              : (!o.is_push && o.range_id == event.a);
-    if (match && (best == open_.size() || o.order > open_[best].order)) best = i;
+    if (Closes(event, o.opened) && (best == open_.size() || o.order > open_[best].order)) best = i;
   }
   if (best == open_.size()) return false;
   Finish(best, event.timestamp_ns, false, in_use);

@@ -47,6 +47,15 @@ struct OccurrenceRecord {
 // Domain id of ranges that phase inference synthesizes (never a real interned id).
 constexpr uint32_t kInferredDomainId = 0xFFFFFFF0u;
 
+// Whether the range close `close` (a pop or an end) matches the opening `open`: a pop closes a
+// push of its thread and domain, an end the start with its id. It closes the most recent match.
+inline bool Closes(const Event& close, const Event& open) {
+  if (close.nvtx_op == 2) {  // POP
+    return open.nvtx_op == 1 && open.thread_id == close.thread_id && open.aux_id == close.aux_id;
+  }
+  return open.nvtx_op != 1 && open.a == close.a;  // END: a START with its range id
+}
+
 // The phases an event is attributed to: `innermost` is its phase of origin, `names` every
 // phase name counted for it (innermost and enclosing ranges on the same thread, each once).
 struct Attribution {
@@ -91,9 +100,7 @@ class PhaseTracker {
   // close finds it. Per-op ranges have no levels: they are never recorded.
   struct Occurrence {
     OccurrenceRecord record;  // record.thread_id: its stack, for nesting and attribution
-    uint32_t domain_id;
-    bool is_push;
-    uint64_t range_id;
+    Event opened;
     uint64_t order;  // opening order, larger is more recent
     bool rollup;
   };

@@ -59,8 +59,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     }
   }
 
-  // NVTX ranges, paired as PhaseTracker pairs them: a pop closes the most recent push of its
-  // thread and domain, an end the start with its id.
+  // NVTX ranges, paired as PhaseTracker pairs them (Closes).
   std::map<std::pair<std::string, std::string>, int32_t> phase_by_strings;
   for (size_t i = 0; i < phases.size(); ++i) {
     phase_by_strings.emplace(
@@ -69,9 +68,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   }
   struct Open {
     RangeSlice slice;
-    uint32_t domain_id;
-    bool is_push;
-    uint64_t range_id;
+    Event opened;
   };
   std::vector<Open> open;
   for (const Event& e : events) {
@@ -79,19 +76,13 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
       case EventType::kRangeOpen: {
         auto it = phase_by_strings.find({s.Resolve(e.aux_id), s.Resolve(e.name_id)});
         const int32_t phase = it == phase_by_strings.end() ? -1 : it->second;
-        open.push_back(Open{RangeSlice{rel(e.timestamp_ns), 0, e.thread_id, phase, false}, e.aux_id,
-                            e.nvtx_op == 1 /* PUSH */, e.a});
+        open.push_back(Open{RangeSlice{rel(e.timestamp_ns), 0, e.thread_id, phase, false}, e});
         break;
       }
       case EventType::kRangeClose: {
-        const bool is_pop = e.nvtx_op == 2;       // POP; otherwise END
         for (size_t i = open.size(); i-- > 0;) {  // most recent first
-          const Open& o = open[i];
-          const bool match =
-              is_pop ? (o.is_push && o.slice.thread_id == e.thread_id && o.domain_id == e.aux_id)
-                     : (!o.is_push && o.range_id == e.a);
-          if (!match) continue;
-          out->ranges.emplace_back(o.slice).end_ns = rel(e.timestamp_ns);
+          if (!Closes(e, open[i].opened)) continue;
+          out->ranges.emplace_back(open[i].slice).end_ns = rel(e.timestamp_ns);
           open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
           break;
         }
