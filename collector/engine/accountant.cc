@@ -24,9 +24,6 @@ uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
   return address ^ layer ^ (static_cast<uint64_t>(slot) << 56);
 }
 
-// A time relative to the process's first timestamp (engine.h); 0 before it.
-uint64_t Since(uint64_t first, uint64_t ts) { return ts >= first ? ts - first : 0; }
-
 const char* DropSourceName(int source) {
   if (source == v1::DROP_SOURCE_CUPTI) return "cupti";
   return source == v1::DROP_SOURCE_TRACER_QUEUE ? "tracer_queue" : "unspecified";

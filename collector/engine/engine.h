@@ -64,6 +64,8 @@ inline bool IsDeviceMemory(uint8_t kind) {
 inline bool IsStaticMemory(uint8_t kind) { return kind == 6 || kind == 7; }
 
 namespace internal {
+// A time relative to `first` (the process's first timestamp, above); 0 before it.
+inline uint64_t Since(uint64_t first, uint64_t ts) { return ts >= first ? ts - first : 0; }
 // The file name of a path: what follows its last '/'.
 inline std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');

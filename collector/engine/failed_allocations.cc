@@ -26,7 +26,7 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
   for (const Failure& f : failures_) {
     const Event& e = f.event;
     FailedAllocationReport r;
-    r.time_ns = e.timestamp_ns >= first ? e.timestamp_ns - first : 0;
+    r.time_ns = Since(first, e.timestamp_ns);
     r.time_abs_ns = e.timestamp_ns;
     r.api = s.Resolve(e.name_id);
     r.requested_bytes = e.a;

@@ -123,10 +123,9 @@ std::vector<IterationWindow> AddIterations(const PhaseTracker& phases,
       DetectIterations(phases.names(), phases.occurrences(), options.iteration_range, r);
   r->count = windows.size();
   if (windows.empty()) return {};
-  auto rel = [first_ns](uint64_t ts) { return ts >= first_ns ? ts - first_ns : 0; };
   std::vector<int64_t> durations;
   for (const IterationWindow& w : windows) {
-    r->windows_ns.emplace_back(rel(w.start_ns), rel(w.end_ns));
+    r->windows_ns.emplace_back(Since(first_ns, w.start_ns), Since(first_ns, w.end_ns));
     durations.push_back(static_cast<int64_t>(w.end_ns - w.start_ns));
   }
   r->warmup_ns = durations[0];

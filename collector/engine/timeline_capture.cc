@@ -18,7 +18,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   for (const PhaseName& n : phases) out->phase_names.push_back(n.name);
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
-  auto rel = [first](uint64_t ts) { return ts >= first ? ts - first : 0; };
+  auto rel = [first](uint64_t ts) { return Since(first, ts); };
   // Names deduplicated (kernel names repeat millions of times).
   std::unordered_map<std::string, uint32_t> index;
   for (uint32_t i = 0; i < out->strings.size(); ++i) index.emplace(out->strings[i], i);

@@ -155,7 +155,7 @@ uint64_t TraceOrigin(const Report& report) {
 }
 
 uint64_t ProcessOffset(const ProcessReport& report, uint64_t origin) {
-  return report.first_timestamp_abs_ns >= origin ? report.first_timestamp_abs_ns - origin : 0;
+  return Since(origin, report.first_timestamp_abs_ns);
 }
 
 }  // namespace cumemtrace::internal
