@@ -672,7 +672,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
         for (MemoryStep& step : *steps) step.time_ns = Since(first, step.time_ns);
       }
     }
-    CaptureTimeline(s, swept_, pool_, phases_.names(), p, options_.keep_lifetimes, timeline);
+    CaptureTimeline(s, swept_, pool_, phases_, p, options_.keep_lifetimes, timeline);
   }
   return p;
 }

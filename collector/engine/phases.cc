@@ -5,9 +5,7 @@
 namespace cumemtrace::internal {
 
 int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts) {
-  const uint64_t key = (static_cast<uint64_t>(domain_id) << 32) | message_id;
-  auto it = name_index_.find(key);
-  if (it != name_index_.end()) return it->second;
+  if (const int32_t known = PhaseOf(domain_id, message_id); known >= 0) return known;
   // First time this id pair is seen: map its text through the rules, once.
   const bool inferred = domain_id == kInferredDomainId;
   const std::string range_name = stream_->RangeName(inferred ? 0 : domain_id, message_id);
@@ -29,7 +27,7 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
   }
   std::vector<std::string>& range_names = names_[static_cast<size_t>(named->second)].range_names;
   if (!inferred) AddOnce(range_names, range_name);
-  name_index_.emplace(key, named->second);
+  name_index_.emplace((static_cast<uint64_t>(domain_id) << 32) | message_id, named->second);
   return named->second;
 }
 

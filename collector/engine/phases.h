@@ -91,6 +91,11 @@ class PhaseTracker {
   // Once everything is closed: slot s becomes new_slot[s] (a permutation).
   void ReorderSlots(const std::vector<uint32_t>& new_slot);
   const std::vector<PhaseName>& names() const { return names_; }
+  // The phase of ranges opened with these ids (through the rules); -1 if none was opened.
+  int32_t PhaseOf(uint32_t domain_id, uint32_t message_id) const {
+    auto it = name_index_.find((static_cast<uint64_t>(domain_id) << 32) | message_id);
+    return it == name_index_.end() ? -1 : it->second;
+  }
   const PhaseRules* rules() const { return rules_; }
   const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }

@@ -1,7 +1,6 @@
 #include "collector/engine/timeline_capture.h"
 
 #include <algorithm>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -12,10 +11,9 @@
 
 namespace cumemtrace::internal {
 void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
-                     const std::vector<Allocation>& allocations,
-                     const std::vector<PhaseName>& phases, const ProcessReport& report,
-                     bool classified, ProcessTimeline* out) {
-  for (const PhaseName& n : phases) out->phase_names.push_back(n.name);
+                     const std::vector<Allocation>& allocations, const PhaseTracker& phases,
+                     const ProcessReport& report, bool classified, ProcessTimeline* out) {
+  for (const PhaseName& n : phases.names()) out->phase_names.push_back(n.name);
   const uint64_t first = report.first_timestamp_abs_ns;
   const uint64_t end_ns = report.duration_ns;
   auto rel = [first](uint64_t ts) { return Since(first, ts); };
@@ -60,12 +58,6 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   }
 
   // NVTX ranges, paired as PhaseTracker pairs them (Closes).
-  std::map<std::pair<std::string, std::string>, int32_t> phase_by_strings;
-  for (size_t i = 0; i < phases.size(); ++i) {
-    phase_by_strings.emplace(
-        std::make_pair(s.Resolve(phases[i].domain_id), s.Resolve(phases[i].message_id)),
-        static_cast<int32_t>(i));
-  }
   struct Open {
     RangeSlice slice;
     Event opened;
@@ -74,8 +66,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   for (const Event& e : events) {
     switch (e.type) {
       case EventType::kRangeOpen: {
-        auto it = phase_by_strings.find({s.Resolve(e.aux_id), s.Resolve(e.name_id)});
-        const int32_t phase = it == phase_by_strings.end() ? -1 : it->second;
+        const int32_t phase = phases.PhaseOf(e.aux_id, e.name_id);
         open.push_back(Open{RangeSlice{rel(e.timestamp_ns), 0, e.thread_id, phase, false}, e});
         break;
       }

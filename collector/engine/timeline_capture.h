@@ -15,11 +15,11 @@
 namespace cumemtrace::internal {
 
 // `events` as the sweep took them; `allocations` and `phases` are the sweep's
-// (Allocation::phase indexes `phases`); `report` is the finished ProcessReport (time origin,
-// end). With `classified`, device allocations carry their lifetime class.
+// (Allocation::phase indexes phases.names(), and a range's phase is the one the sweep gave it);
+// `report` is the finished ProcessReport (time origin, end). With `classified`, device
+// allocations carry their lifetime class.
 void CaptureTimeline(const DecodedStream& stream, const std::vector<Event>& events,
-                     const std::vector<Allocation>& allocations,
-                     const std::vector<PhaseName>& phases, const ProcessReport& report,
-                     bool classified, ProcessTimeline* out);
+                     const std::vector<Allocation>& allocations, const PhaseTracker& phases,
+                     const ProcessReport& report, bool classified, ProcessTimeline* out);
 
 }  // namespace cumemtrace::internal

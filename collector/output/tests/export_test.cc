@@ -151,6 +151,29 @@ TEST(TimelineModel, StepsAgreeWithTheReport) {
   }
 }
 
+// Ranges whose names the rules map to one phase ("forward", then "fwd") are that phase in the
+// timeline too, as their allocations are: the exports name and color a range by it.
+TEST(TimelineModel, RangesCarryThePhaseTheRulesGaveThem) {
+  StreamBuilder s(1, 4243);
+  s.String(1, "forward").String(2, "fwd").String(3, "backward").Device(0, "GPU-A", 1000000);
+  s.Push(100, 11, 1).Alloc(110, 0, 0x1000, 400, kDevice, 11).Pop(120, 11);
+  s.Push(200, 11, 2).Alloc(210, 0, 0x2000, 300, kDevice, 11).Pop(220, 11);
+  s.Push(300, 11, 3).Alloc(310, 0, 0x3000, 200, kDevice, 11).Pop(320, 11);
+  s.Exit(400, 0).LauncherExit(0, 0);
+  auto trace = Load(WriteTempFile("export_phases." + std::to_string(getpid()) + ".cmtrace",
+                                  FileBytes(s.Chunks())));
+  ASSERT_NE(trace, nullptr);
+  const ProcessTimeline& t = trace->timelines.at(0);
+  ASSERT_EQ(t.ranges.size(), 3u);
+  ASSERT_EQ(t.allocations.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_GE(t.ranges[i].phase, 0) << i;
+    EXPECT_EQ(t.ranges[i].phase, t.allocations[i].phase) << i;
+  }
+  EXPECT_EQ(t.phase_names.at(static_cast<size_t>(t.ranges[1].phase)), "forward");
+  EXPECT_EQ(t.phase_names.at(static_cast<size_t>(t.ranges[2].phase)), "backward");
+}
+
 TEST(NestingLanes, OverlapsGoToAnotherLaneAndNestedSlicesStay) {
   const std::vector<uint32_t> lanes =
       internal::NestingLanes({{0, 100}, {10, 20}, {15, 30}, {20, 25}, {40, 120}, {130, 140}});
