@@ -8,6 +8,7 @@
 #pragma once
 
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstddef>
@@ -24,16 +25,20 @@ namespace cumemtrace::tracer {
 // The ring's lock, held for the copy of a record (a few cache lines). A std::mutex pays two
 // locked instructions per push (lock and unlock), and in a busy program each waits for the
 // program's own stores in flight; this lock pays one, and its unlock is a plain store. A
-// waiter spins a little, then gives its CPU away, so a holder that was preempted runs again.
+// waiter spins a little, then yields, then sleeps: a preempted holder runs again even when
+// the waiter has a higher priority on the same CPU.
 class RingLock {
  public:
   void lock() {
     while (held_.exchange(true, std::memory_order_acquire)) {
-      for (unsigned spins = 0; held_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < 100) {
+      for (unsigned waits = 0; held_.load(std::memory_order_relaxed); ++waits) {
+        if (waits < 100) {
           Pause();
-        } else {
+        } else if (waits < 200) {
           sched_yield();
+        } else {
+          const timespec nap{0, 50'000};
+          nanosleep(&nap, nullptr);
         }
       }
     }
@@ -46,6 +51,8 @@ class RingLock {
   static void Pause() {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
 #endif
   }
   std::atomic<bool> held_{false};

@@ -21,31 +21,43 @@ Int128 Scaled(uint64_t ns) { return static_cast<Int128>(ns) << 32; }
 
 }  // namespace
 
-bool TscLine::Fit(uint64_t tsc, uint64_t monotonic_ns, TscMap* map) {
-  if (!have_first_ || tsc <= first_tsc_ || monotonic_ns < first_ns_) {
-    first_tsc_ = tsc;
-    first_ns_ = monotonic_ns;
-    have_first_ = true;
-    have_map_ = false;
+void TscLine::Restart(uint64_t tsc, uint64_t monotonic_ns) {
+  first_tsc_ = last_tsc_ = tsc;
+  first_ns_ = monotonic_ns;
+  have_first_ = true;
+  have_map_ = false;
+}
+
+bool TscLine::Fit(uint64_t tsc, uint64_t monotonic_ns, uint64_t anchor_tsc, TscMap* map) {
+  if (!have_first_ || tsc <= last_tsc_ || monotonic_ns < first_ns_) {
+    Restart(tsc, monotonic_ns);
     return false;
   }
-  if (monotonic_ns - first_ns_ < kMinBaselineNs) return false;
+  if (monotonic_ns - first_ns_ < kMinBaselineNs) {
+    last_tsc_ = tsc;
+    return false;
+  }
   const uint64_t rate =
       static_cast<uint64_t>(Scaled(monotonic_ns - first_ns_) / (tsc - first_tsc_));
-  const TscMap previous = *map;
-  const int64_t error =
-      have_map_ ? static_cast<int64_t>(monotonic_ns - previous.ToMonotonic(tsc)) : 0;
-  if (!have_map_ || tsc <= last_tsc_ || error > kRestartErrorNs || error < -kRestartErrorNs) {
-    *map = TscMap{tsc, monotonic_ns, rate};
-  } else {
-    // Continuous at this pair; the error goes over the next interval, taken as the last.
-    const Int128 slew = static_cast<Int128>(error) * (Int128{1} << 32) /
-                          static_cast<Int128>(tsc - last_tsc_);
-    const Int128 bound = static_cast<Int128>(rate) * kMaxSlewPpm / 1'000'000;
-    const Int128 mult = rate + std::clamp<Int128>(slew, -bound, bound);
-    *map = TscMap{tsc, previous.ToMonotonic(tsc), static_cast<uint64_t>(mult)};
+  if (!have_map_) {
+    *map = TscMap{tsc, monotonic_ns, tsc, rate, rate};
+    have_map_ = true;
+    last_tsc_ = tsc;
+    return true;
   }
-  have_map_ = true;
+  const int64_t error = static_cast<int64_t>(monotonic_ns - map->ToMonotonic(tsc));
+  if (error > kRestartErrorNs || error < -kRestartErrorNs) {
+    Restart(tsc, monotonic_ns);
+    return false;
+  }
+  // Out over the next interval, taken as the last.
+  const uint64_t interval = tsc - last_tsc_;
+  const Int128 slew = Int128{error} * (Int128{1} << 32) / static_cast<Int128>(interval);
+  const Int128 bound = static_cast<Int128>(rate) * kMaxSlewPpm / 1'000'000;
+  const Int128 slew_mult = rate + std::clamp<Int128>(slew, -bound, bound);
+  const TscMap previous = *map;
+  *map = TscMap{anchor_tsc, previous.ToMonotonic(anchor_tsc), anchor_tsc + interval,
+                static_cast<uint64_t>(slew_mult), rate};
   last_tsc_ = tsc;
   return true;
 }
@@ -77,12 +89,21 @@ void TscClock::Refit() {
     }
   }
   TscMap map{base_tsc_.load(std::memory_order_relaxed), base_ns_.load(std::memory_order_relaxed),
-             mult_.load(std::memory_order_relaxed)};
-  if (!line_.Fit(tsc, ns, &map)) return;
+             slew_end_tsc_.load(std::memory_order_relaxed),
+             slew_mult_.load(std::memory_order_relaxed), mult_.load(std::memory_order_relaxed)};
+  // The new map takes over from here: readers use the old one until it is published, a few
+  // ns later.
+  _mm_lfence();
+  if (!line_.Fit(tsc, ns, __rdtsc(), &map)) {
+    ready_.store(false, std::memory_order_release);
+    return;
+  }
   sequence_.fetch_add(1, std::memory_order_acq_rel);  // odd: being written
   std::atomic_thread_fence(std::memory_order_release);
   base_tsc_.store(map.base_tsc, std::memory_order_relaxed);
   base_ns_.store(map.base_ns, std::memory_order_relaxed);
+  slew_end_tsc_.store(map.slew_end_tsc, std::memory_order_relaxed);
+  slew_mult_.store(map.slew_mult, std::memory_order_relaxed);
   mult_.store(map.mult, std::memory_order_relaxed);
   sequence_.fetch_add(1, std::memory_order_release);
   ready_.store(true, std::memory_order_release);
@@ -91,19 +112,23 @@ void TscClock::Refit() {
 
 uint64_t TscClock::Mapped() const {
 #if defined(__x86_64__)
-  TscMap map;
-  uint32_t sequence = 0;
-  do {
-    sequence = sequence_.load(std::memory_order_acquire);
+  // A writer stopped halfway (preempted, or in a forked child that copied it halfway) sends
+  // the reader to clock_gettime after a few tries rather than keep it waiting.
+  for (int tries = 0; tries < 64; ++tries) {
+    const uint32_t sequence = sequence_.load(std::memory_order_acquire);
+    TscMap map;
     map.base_tsc = base_tsc_.load(std::memory_order_relaxed);
     map.base_ns = base_ns_.load(std::memory_order_relaxed);
+    map.slew_end_tsc = slew_end_tsc_.load(std::memory_order_relaxed);
+    map.slew_mult = slew_mult_.load(std::memory_order_relaxed);
     map.mult = mult_.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-  } while ((sequence & 1) != 0 || sequence != sequence_.load(std::memory_order_relaxed));
-  return map.ToMonotonic(__rdtsc());
-#else
-  return MonotonicNs();
+    if ((sequence & 1) == 0 && sequence == sequence_.load(std::memory_order_relaxed)) {
+      return map.ToMonotonic(__rdtsc());
+    }
+  }
 #endif
+  return MonotonicNs();
 }
 
 }  // namespace cumemtrace::tracer

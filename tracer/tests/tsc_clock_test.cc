@@ -25,16 +25,18 @@ struct Machine {
   }
 };
 
+uint64_t At(const Machine& m, uint64_t tsc) { return static_cast<uint64_t>(m.Monotonic(tsc)); }
+
 // Within the rounding of whole nanoseconds at the pairs.
 TEST(TscLine, NeedsTwoPairsAMillisecondApart) {
   const Machine m;
   TscLine line;
   TscMap map;
-  EXPECT_FALSE(line.Fit(1'000'000, static_cast<uint64_t>(m.Monotonic(1'000'000)), &map));
+  EXPECT_FALSE(line.Fit(1'000'000, At(m, 1'000'000), 1'000'000, &map));
   const uint64_t half_ms = 1'000'000 + 1'400'000;  // 0.5 ms later
-  EXPECT_FALSE(line.Fit(half_ms, static_cast<uint64_t>(m.Monotonic(half_ms)), &map));
+  EXPECT_FALSE(line.Fit(half_ms, At(m, half_ms), half_ms, &map));
   const uint64_t later = 1'000'000 + 28'000'000;  // 10 ms
-  ASSERT_TRUE(line.Fit(later, static_cast<uint64_t>(m.Monotonic(later)), &map));
+  ASSERT_TRUE(line.Fit(later, At(m, later), later, &map));
   for (uint64_t t = later; t < later + 28'000'000; t += 1'234'567) {
     EXPECT_NEAR(static_cast<double>(map.ToMonotonic(t)), m.Monotonic(t), 3.0) << t;
   }
@@ -43,8 +45,9 @@ TEST(TscLine, NeedsTwoPairsAMillisecondApart) {
 }
 
 // Pairs every 9-11 ms with up to 20 ns of error each; after 2 s the kernel's clock runs 40 ppm
-// faster. Each new map starts where the last one stands, so times taken in order never go
-// back, and the map stays within half a microsecond of the kernel's clock throughout.
+// faster. Each new map takes over 1 us after its pair, where the last one stands, so times
+// taken in order never go back, and the map stays within half a microsecond of the kernel's
+// clock throughout.
 TEST(TscLine, StaysContinuousAndCloseWhileTheKernelSlewsItsClock) {
   Machine m;
   m.slew_from = 5'600'000'000;  // 2 s at 2.8 GHz
@@ -58,18 +61,24 @@ TEST(TscLine, StaysContinuousAndCloseWhileTheKernelSlewsItsClock) {
   for (int fit = 0; fit < 600; ++fit) {  // about 6 s
     const double jitter = 20.0 * std::sin(fit * 1.7);
     const uint64_t ns = static_cast<uint64_t>(std::llround(m.Monotonic(tsc) + jitter));
+    const uint64_t anchor = tsc + 2800;
     const TscMap before = map;
-    if (line.Fit(tsc, ns, &map)) {
-      if (have_map) {
-        EXPECT_NEAR(static_cast<double>(map.ToMonotonic(tsc)),
-                    static_cast<double>(before.ToMonotonic(tsc)), 1.0)
-            << "not continuous at fit " << fit;
+    if (have_map) {
+      for (uint64_t t = tsc; t < anchor; t += 700) {  // the old map until the new one is up
+        EXPECT_GE(before.ToMonotonic(t), last_time) << "went back at fit " << fit;
+        last_time = before.ToMonotonic(t);
       }
-      have_map = true;
     }
+    ASSERT_EQ(line.Fit(tsc, ns, anchor, &map), fit > 0) << fit;
+    if (have_map) {
+      EXPECT_NEAR(static_cast<double>(map.ToMonotonic(anchor)),
+                  static_cast<double>(before.ToMonotonic(anchor)), 1.0)
+          << "not continuous at fit " << fit;
+    }
+    have_map = fit > 0;
     const uint64_t interval = 28'000'000 + static_cast<uint64_t>((fit * 7919) % 5'600'000) -
                               2'800'000;  // 9-11 ms
-    for (uint64_t t = tsc; have_map && t < tsc + interval; t += interval / 16) {
+    for (uint64_t t = anchor; have_map && t < tsc + interval; t += interval / 16) {
       const uint64_t time = map.ToMonotonic(t);
       EXPECT_GE(time, last_time) << "went back at fit " << fit;
       last_time = time;
@@ -81,26 +90,49 @@ TEST(TscLine, StaysContinuousAndCloseWhileTheKernelSlewsItsClock) {
   EXPECT_GT(worst, 0.0);  // the fabricated jitter and slew do show
 }
 
-// A stopped sender, or a kernel clock set apart from the TSC by over a millisecond: the map
-// starts again from the pair rather than slew for seconds.
-TEST(TscLine, StartsAgainFromThePairAfterAJump) {
+// After 10 s of pairs, one 400 ns off makes a steep slew (40 ppm); the sender then stalls for
+// a second. The slew ended after one interval, so the map is still within a few hundred ns,
+// not 40 us off.
+TEST(TscLine, ASlewEndsAfterOneIntervalWhenTheSenderStalls) {
   const Machine m;
   TscLine line;
   TscMap map;
-  line.Fit(0, static_cast<uint64_t>(m.Monotonic(0)), &map);
-  ASSERT_TRUE(line.Fit(28'000'000, static_cast<uint64_t>(m.Monotonic(28'000'000)), &map));
-  const uint64_t t = 56'000'000;
-  const uint64_t jumped = static_cast<uint64_t>(m.Monotonic(t)) + 3'000'000;
-  ASSERT_TRUE(line.Fit(t, jumped, &map));
-  EXPECT_EQ(map.ToMonotonic(t), jumped);
-  // A small error is slewed, not jumped to.
-  const uint64_t u = 84'000'000;
-  const TscMap before = map;
-  ASSERT_TRUE(line.Fit(u, before.ToMonotonic(u) + 500, &map));
-  EXPECT_EQ(map.ToMonotonic(u), before.ToMonotonic(u));
-  EXPECT_GT(map.mult, before.mult);
-  // A TSC that went back (another machine's, after a restore) starts from scratch.
-  EXPECT_FALSE(line.Fit(10, 1'000, &map));
+  constexpr uint64_t kInterval = 28'000'000;  // 10 ms
+  uint64_t tsc = 0;
+  for (int fit = 0; fit < 1000; ++fit, tsc += kInterval) line.Fit(tsc, At(m, tsc), tsc, &map);
+  ASSERT_TRUE(line.Fit(tsc, At(m, tsc) + 400, tsc, &map));
+  EXPECT_GT(map.slew_mult, map.mult);
+  const uint64_t after_stall = tsc + 100 * kInterval;
+  EXPECT_NEAR(static_cast<double>(map.ToMonotonic(after_stall)), m.Monotonic(after_stall), 500.0);
+  EXPECT_GE(map.ToMonotonic(tsc + kInterval + 1), map.ToMonotonic(tsc + kInterval));
+  EXPECT_TRUE(line.Fit(after_stall, At(m, after_stall), after_stall, &map));
+}
+
+// An error over 1 ms either way (a clock that jumped, a paused machine), or a TSC that went
+// back: no map until two new pairs 1 ms apart, then one fitted on them alone.
+TEST(TscLine, DropsTheMapWhenTheTscStopsFollowingTheKernelsClock) {
+  Machine m;
+  for (const int64_t jump : {int64_t{3'000'000}, int64_t{-3'000'000}}) {
+    SCOPED_TRACE(jump);
+    TscLine line;
+    TscMap map;
+    line.Fit(0, At(m, 0), 0, &map);
+    ASSERT_TRUE(line.Fit(28'000'000, At(m, 28'000'000), 28'000'000, &map));
+    const uint64_t t = 56'000'000;
+    const uint64_t jumped = static_cast<uint64_t>(static_cast<int64_t>(At(m, t)) + jump);
+    EXPECT_FALSE(line.Fit(t, jumped, t, &map));
+    const uint64_t u = t + 28'000'000;
+    const uint64_t later = static_cast<uint64_t>(static_cast<int64_t>(At(m, u)) + jump);
+    ASSERT_TRUE(line.Fit(u, later, u, &map));
+    EXPECT_NEAR(static_cast<double>(map.ToMonotonic(u + 1'000'000)),
+                m.Monotonic(u + 1'000'000) + static_cast<double>(jump), 3.0);
+  }
+  TscLine line;
+  TscMap map;
+  line.Fit(1'000'000'000, At(m, 1'000'000'000), 1'000'000'000, &map);
+  ASSERT_TRUE(line.Fit(1'028'000'000, At(m, 1'028'000'000), 1'028'000'000, &map));
+  EXPECT_FALSE(line.Fit(10, At(m, 1'056'000'000), 10, &map));  // another machine's TSC
+  EXPECT_FALSE(line.Fit(20, At(m, 1'056'000'010), 20, &map));
 }
 
 // The real clock: before two fits it is clock_gettime; after them it stays between two reads
