@@ -14,9 +14,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tracer/api_catalog.h"
@@ -29,6 +32,7 @@
 #include "tracer/torch_bridge/bridge_core.h"
 #include "tracer/torch_bridge/tests/fabricated_entry.h"
 #include "tracer/torch_bridge/torch_bridge.h"
+#include "tracer/tsc_clock.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -148,10 +152,12 @@ BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealT
 // Entries alternate ALLOC and FREE_REQUESTED, as a settling loop's small tensors do. The
 // counters come from a fixed struct here; in torch, getDeviceStats copies its whole stats.
 RecordQueue* g_torch_queue = nullptr;
+// The hook's clock (tsc_clock.h): clock_gettime until started and refitted twice.
+TscClock g_torch_clock;
 
 void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-  benchmark::DoNotOptimize(
-      g_torch_queue->PushTorchEvent(*event, CurrentThreadId(), MonotonicNs(), nullptr, 0));
+  benchmark::DoNotOptimize(g_torch_queue->PushTorchEvent(*event, CurrentThreadId(),
+                                                         g_torch_clock.Now(), nullptr, 0));
 }
 
 void BM_Hook_TorchEntry(benchmark::State& state) {
@@ -188,6 +194,74 @@ void BM_Hook_TorchEntry(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_Hook_TorchEntry)->Name("Hook/TorchEntry");
+
+// What the entry costs the program around it, which Hook/TorchEntry (the ring and the state
+// stay in the caches) and CUMEMTRACE_SELF_TIME (the hook's own time) both leave out: the
+// cache lines the ring takes from the program, and the program's stores in flight that a
+// locked instruction waits for. Each iteration is a slice of the program (64 stores spread
+// over a working set of range(0) KiB, as a settling loop's Python and torch objects) and,
+// with range(1) = 1, one entry, its time from the TSC as in the tracer where it can (2: from
+// clock_gettime); a sender thread drains the ring and refits the clock as the tracer's does.
+// The entry's cost is the difference between the rows with and without it.
+void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
+  static RecordQueue queue(kQueueCapacity);
+  Reset(queue);
+  g_torch_queue = &queue;
+  torch_bridge::DeviceCounters counters{4096, 2048, 1 << 21};
+  auto read = [&counters](uint32_t, torch_bridge::DeviceCounters* out) {
+    *out = counters;
+    return true;
+  };
+  torch_bridge::BridgeCore<decltype(read)> core(EmitToRing, nullptr, read);
+  const bool hook = state.range(1) != 0;
+  // A fresh clock per run: clock_gettime for entry 2, and until its second refit.
+  new (&g_torch_clock) TscClock();
+  if (state.range(1) == 1) g_torch_clock.Start();
+  std::vector<uint64_t> program(static_cast<size_t>(state.range(0)) * 1024 / 8);
+  std::atomic<bool> stop{false};
+  uint64_t dropped_before = 0, dropped = 0;
+  {
+    std::vector<HostRecord> taken;
+    queue.TakeAll(&taken, nullptr, &dropped_before);
+  }
+  std::thread sender([&] {
+    std::vector<HostRecord> taken;
+    std::vector<uint64_t> ends;
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      queue.TakeAll(&taken, &ends, &dropped);
+      if (!ends.empty()) queue.Free(ends.back());
+      queue.PopulateAhead();
+      g_torch_clock.Refit();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // two refits: the TSC's line
+  uint64_t n = 0;
+  size_t at = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < 64; ++i) {
+      at = (at + 4099) % program.size();  // a stride across lines and pages
+      program[at] += n;
+    }
+    ++n;
+    if (!hook) continue;
+    using torch_bridge::FabricatedEntry;
+    core.OnEntry(torch_bridge::Entry(
+        (n & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
+        0x7f0000000000 + ((n >> 1 & 1023) << 9), 512));
+  }
+  stop.store(true);
+  sender.join();
+  benchmark::DoNotOptimize(program.data());
+  // Drops would make the entries look cheaper than they are: a row with any is void.
+  state.counters["dropped"] = static_cast<double>(dropped - dropped_before);
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Hook_TorchEntryBesideWork)
+    ->Name("Hook/TorchEntryBesideWork")
+    ->ArgNames({"program_kib", "entry"})
+    ->ArgsProduct({{64, 8192}, {0, 1, 2}})
+    ->UseRealTime();
 
 // The sender's pipeline for one record type. Full batches are framed into an outbox that
 // is emptied as the socket write would empty it.
