@@ -88,16 +88,19 @@ void TscClock::Refit() {
       ns = now;
     }
   }
-  TscMap map{base_tsc_.load(std::memory_order_relaxed), base_ns_.load(std::memory_order_relaxed),
-             slew_end_tsc_.load(std::memory_order_relaxed),
-             slew_mult_.load(std::memory_order_relaxed), mult_.load(std::memory_order_relaxed)};
   // The new map takes over from here: readers use the old one until it is published, a few
   // ns later.
   _mm_lfence();
-  if (!line_.Fit(tsc, ns, __rdtsc(), &map)) {
-    ready_.store(false, std::memory_order_release);
-    return;
+  if (line_.Fit(tsc, ns, __rdtsc(), &map_)) {
+    Publish(map_);
+  } else if (map_.mult != 0) {  // dropped: clock_gettime until the line makes another
+    map_ = TscMap{};
+    Publish(map_);
   }
+#endif
+}
+
+void TscClock::Publish(const TscMap& map) {
   sequence_.fetch_add(1, std::memory_order_acq_rel);  // odd: being written
   std::atomic_thread_fence(std::memory_order_release);
   base_tsc_.store(map.base_tsc, std::memory_order_relaxed);
@@ -106,11 +109,9 @@ void TscClock::Refit() {
   slew_mult_.store(map.slew_mult, std::memory_order_relaxed);
   mult_.store(map.mult, std::memory_order_relaxed);
   sequence_.fetch_add(1, std::memory_order_release);
-  ready_.store(true, std::memory_order_release);
-#endif
 }
 
-uint64_t TscClock::Mapped() const {
+uint64_t TscClock::Now() const {
 #if defined(__x86_64__)
   // A writer stopped halfway (preempted, or in a forked child that copied it halfway) sends
   // the reader to clock_gettime after a few tries rather than keep it waiting.
@@ -124,6 +125,7 @@ uint64_t TscClock::Mapped() const {
     map.mult = mult_.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if ((sequence & 1) == 0 && sequence == sequence_.load(std::memory_order_relaxed)) {
+      if (map.mult == 0) break;  // no map: the TSC is not used, or not yet
       return map.ToMonotonic(__rdtsc());
     }
   }

@@ -64,20 +64,16 @@ class TscClock {
   void Start();
   // The sender thread, at each drain: a fresh pair for the line.
   void Refit();
-  uint64_t Now() const {
-#if defined(__x86_64__)
-    if (ready_.load(std::memory_order_acquire)) return Mapped();
-#endif
-    return MonotonicNs();
-  }
-  bool uses_tsc() const { return ready_.load(std::memory_order_acquire); }
+  uint64_t Now() const;
+  // A map is published (a zero rate is none).
+  bool uses_tsc() const { return mult_.load(std::memory_order_relaxed) != 0; }
 
  private:
-  uint64_t Mapped() const;
+  void Publish(const TscMap& map);
 
   bool started_ = false;  // the sender's
   TscLine line_;          // the sender's
-  std::atomic<bool> ready_{false};
+  TscMap map_;            // the sender's: the map last published
   // The map, behind a sequence lock: written every drain, read on every event.
   std::atomic<uint32_t> sequence_{0};
   std::atomic<uint64_t> base_tsc_{0}, base_ns_{0}, slew_end_tsc_{0}, slew_mult_{0}, mult_{0};
