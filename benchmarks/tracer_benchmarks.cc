@@ -151,30 +151,48 @@ BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealT
 // device's counters), then the record EmitTorchEvent (torch_bridge.cc) writes into the ring.
 // Entries alternate ALLOC and FREE_REQUESTED, as a settling loop's small tensors do. The
 // counters come from a fixed struct here; in torch, getDeviceStats copies its whole stats.
-RecordQueue* g_torch_queue = nullptr;
-// The hook's clock (tsc_clock.h): clock_gettime until started and refitted twice.
-TscClock g_torch_clock;
+class TorchEntries {
+ public:
+  // `clock`: the hook's (tsc_clock.h), clock_gettime until started and refitted twice.
+  explicit TorchEntries(const TscClock* clock) {
+    Reset(queue_);
+    clock_ = clock;
+  }
+  RecordQueue& queue() { return queue_; }
+  void Next() {
+    ++n_;
+    using torch_bridge::FabricatedEntry;
+    core_.OnEntry(
+        torch_bridge::Entry((n_ & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
+                            0x7f0000000000 + ((n_ >> 1 & 1023) << 9), 512));
+  }
 
-void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-  benchmark::DoNotOptimize(g_torch_queue->PushTorchEvent(*event, CurrentThreadId(),
-                                                         g_torch_clock.Now(), nullptr, 0));
-}
+ private:
+  struct FixedCounters {
+    bool operator()(uint32_t, torch_bridge::DeviceCounters* out) const {
+      *out = torch_bridge::DeviceCounters{4096, 2048, 1 << 21};
+      return true;
+    }
+  };
+  static void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
+    benchmark::DoNotOptimize(
+        queue_.PushTorchEvent(*event, CurrentThreadId(), clock_->Now(), nullptr, 0));
+  }
+  // Static: the hook's emit function is a plain function pointer, as in the shim.
+  static inline RecordQueue queue_{kQueueCapacity};
+  static inline const TscClock* clock_ = nullptr;
+  torch_bridge::BridgeCore<FixedCounters> core_{EmitToRing, nullptr, FixedCounters{}};
+  uint64_t n_ = 0;
+};
 
 void BM_Hook_TorchEntry(benchmark::State& state) {
-  static RecordQueue queue(kQueueCapacity);
-  Reset(queue);
-  g_torch_queue = &queue;
-  torch_bridge::DeviceCounters counters{4096, 2048, 1 << 21};
-  auto read = [&counters](uint32_t, torch_bridge::DeviceCounters* out) {
-    *out = counters;
-    return true;
-  };
-  torch_bridge::BridgeCore<decltype(read)> core(EmitToRing, nullptr, read);
+  const TscClock clock;  // never started: clock_gettime
+  TorchEntries entries(&clock);
+  RecordQueue& queue = entries.queue();
   std::vector<HostRecord> taken;
   std::vector<uint64_t> ends;
   const size_t share = queue.ring_bytes() / 256;
   size_t pushed = 0;
-  uint64_t n = 0;
   for (auto _ : state) {
     if (pushed == share) {
       state.PauseTiming();
@@ -184,11 +202,7 @@ void BM_Hook_TorchEntry(benchmark::State& state) {
       pushed = 0;
       state.ResumeTiming();
     }
-    ++n;
-    using torch_bridge::FabricatedEntry;
-    core.OnEntry(torch_bridge::Entry(
-        (n & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
-        0x7f0000000000 + ((n >> 1 & 1023) << 9), 512));
+    entries.Next();
     ++pushed;
   }
   state.SetItemsProcessed(state.iterations());
@@ -204,19 +218,11 @@ BENCHMARK(BM_Hook_TorchEntry)->Name("Hook/TorchEntry");
 // clock_gettime); a sender thread drains the ring and refits the clock as the tracer's does.
 // The entry's cost is the difference between the rows with and without it.
 void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
-  static RecordQueue queue(kQueueCapacity);
-  Reset(queue);
-  g_torch_queue = &queue;
-  torch_bridge::DeviceCounters counters{4096, 2048, 1 << 21};
-  auto read = [&counters](uint32_t, torch_bridge::DeviceCounters* out) {
-    *out = counters;
-    return true;
-  };
-  torch_bridge::BridgeCore<decltype(read)> core(EmitToRing, nullptr, read);
+  TscClock clock;
+  if (state.range(1) == 1) clock.Start();
+  TorchEntries entries(&clock);
+  RecordQueue& queue = entries.queue();
   const bool hook = state.range(1) != 0;
-  // A fresh clock per run: clock_gettime for entry 2, and until its second refit.
-  new (&g_torch_clock) TscClock();
-  if (state.range(1) == 1) g_torch_clock.Start();
   std::vector<uint64_t> program(static_cast<size_t>(state.range(0)) * 1024 / 8);
   std::atomic<bool> stop{false};
   uint64_t dropped_before = 0, dropped = 0;
@@ -232,7 +238,7 @@ void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
       queue.TakeAll(&taken, &ends, &dropped);
       if (!ends.empty()) queue.Free(ends.back());
       queue.PopulateAhead();
-      g_torch_clock.Refit();
+      clock.Refit();
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // two refits: the TSC's line
@@ -244,11 +250,7 @@ void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
       program[at] += n;
     }
     ++n;
-    if (!hook) continue;
-    using torch_bridge::FabricatedEntry;
-    core.OnEntry(torch_bridge::Entry(
-        (n & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
-        0x7f0000000000 + ((n >> 1 & 1023) << 9), 512));
+    if (hook) entries.Next();
   }
   stop.store(true);
   sender.join();
