@@ -27,7 +27,7 @@ int32_t PhaseTracker::PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64
   }
   std::vector<std::string>& range_names = names_[static_cast<size_t>(named->second)].range_names;
   if (!inferred) AddOnce(range_names, range_name);
-  name_index_.emplace((static_cast<uint64_t>(domain_id) << 32) | message_id, named->second);
+  name_index_.emplace(IdPair(domain_id, message_id), named->second);
   return named->second;
 }
 

@@ -93,7 +93,7 @@ class PhaseTracker {
   const std::vector<PhaseName>& names() const { return names_; }
   // The phase of ranges opened with these ids (through the rules); -1 if none was opened.
   int32_t PhaseOf(uint32_t domain_id, uint32_t message_id) const {
-    auto it = name_index_.find((static_cast<uint64_t>(domain_id) << 32) | message_id);
+    auto it = name_index_.find(IdPair(domain_id, message_id));
     return it == name_index_.end() ? -1 : it->second;
   }
   const PhaseRules* rules() const { return rules_; }
@@ -110,6 +110,9 @@ class PhaseTracker {
     bool rollup;
   };
 
+  static uint64_t IdPair(uint32_t domain_id, uint32_t message_id) {
+    return (static_cast<uint64_t>(domain_id) << 32) | message_id;
+  }
   int32_t PhaseIndex(uint32_t domain_id, uint32_t message_id, uint64_t ts);
   void Finish(size_t open_index, uint64_t end_ns, bool still_open,
               const std::vector<uint64_t>& in_use);
