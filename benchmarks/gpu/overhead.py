@@ -7,11 +7,7 @@ falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
-              [--baseline-cumemtrace BIN] [--tracker-probe LIB] [--cpu-counters]
-
---cpu-counters adds, for each Python workload W, rows W@cycles and W@instructions: millions
-per step on the CPU the program's threads run on (workloads.py, cpu_counters.py), a figure
-that does not move with the clock frequency as the wall clock does.
+              [--baseline-cumemtrace BIN] [--tracker-probe LIB]
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
 the same runs with another build (the one before a change), interleaved with the rest, so
@@ -78,9 +74,9 @@ def tracker_probe_configs(probe, workloads):
             for mode in ("noop", "counters", "core", "core+clock")}
 
 
-def python_configs(cumemtrace, scratch, only, baseline=None, probe=None, counters=False):
+def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
     workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU),
-                 "--only", only] + (["--cpu-counters"] if counters else [])
+                 "--only", only]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *workloads]
     return {
@@ -170,8 +166,6 @@ def main():
     parser.add_argument("--baseline-cumemtrace", help="another build's cumemtrace, run beside")
     parser.add_argument("--tracker-probe",
                         help="tracker_cost_probe.cc's library: adds its configurations")
-    parser.add_argument("--cpu-counters", action="store_true",
-                        help="also cycles and instructions per step of the Python workloads")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
@@ -180,8 +174,7 @@ def main():
     suites = []
     if python_only:
         suites.append(python_configs(args.cumemtrace, scratch, python_only,
-                                     args.baseline_cumemtrace, args.tracker_probe,
-                                     args.cpu_counters))
+                                     args.baseline_cumemtrace, args.tracker_probe))
     if "libtorch" in wanted:
         suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch,
                                        args.baseline_cumemtrace))
@@ -209,17 +202,15 @@ def main():
 
     sys.path.insert(0, HERE)
     from workloads import TITLES as titles, UNITS  # noqa: E402
-    units = lambda w: ("M " + w.split("@")[1] + "/step") if "@" in w else UNITS.get(w, "ms/step")
+    units = lambda w: UNITS.get(w, "ms/step")
     results = []
-    # Workloads without samples (the counters without --cpu-counters) print nothing.
-    for workload in [w + event for w in wanted for event in ("", "@cycles", "@instructions")]:
+    for workload in wanted:
         rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
         if not rows:
             continue
         base = rows.get("untraced")
         base_async = rows.get("untraced, async allocator")
-        title = titles.get(workload.split("@")[0], workload)
-        print(f"\n{title} ({units(workload)}, median of {args.rounds} "
+        print(f"\n{titles.get(workload, workload)} ({units(workload)}, median of {args.rounds} "
               "processes)")
         for name, value in rows.items():
             ratio = value / base if base else float("nan")

@@ -177,25 +177,18 @@ def alloc_loop(count):
     return step
 
 
-def timed(step, warmup, rounds, per_round, counters=None):
-    """The median over rounds of the seconds per step, and with `counters` (CpuCounters) the
-    median of each counter per step."""
+def timed(step, warmup, rounds, per_round):
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     samples = []
-    counts = {}
     for _ in range(rounds):
-        before = counters.read() if counters else {}
         start = time.perf_counter()
         for _ in range(per_round):
             step()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / per_round)
-        after = counters.read() if counters else {}
-        for name in after:
-            counts.setdefault(name, []).append((after[name] - before[name]) / per_round)
-    return statistics.median(samples), {k: statistics.median(v) for k, v in counts.items()}
+    return statistics.median(samples)
 
 
 def main():
@@ -205,10 +198,6 @@ def main():
     parser.add_argument("--only", help="comma list of workloads to run (" + ",".join(WORKLOADS) +
                         "; default " + DEFAULT + ")")
     parser.add_argument("--pin", type=int, help="run the main thread alone on this CPU")
-    parser.add_argument("--cpu-counters", action="store_true",
-                        help="also give the --pin CPU's cycles and instructions per step, in "
-                             "millions, as WORKLOAD@cycles and WORKLOAD@instructions "
-                             "(cpu_counters.py)")
     parser.add_argument("--tracker-probe", metavar="LIB:MODE",
                         help="attach tracker_cost_probe.cc's tracker (modes: noop, counters, "
                              "core, core+clock)")
@@ -217,12 +206,6 @@ def main():
         # This thread only (threads started later inherit it: PyTorch's autograd worker runs
         # while this one waits); the tracer's and the collector's threads stay elsewhere.
         os.sched_setaffinity(0, {args.pin})
-    counters = None
-    if args.cpu_counters:
-        if args.pin is None:
-            sys.exit("--cpu-counters counts the --pin CPU: give --pin")
-        from cpu_counters import CpuCounters
-        counters = CpuCounters(args.pin)
     torch.manual_seed(0)
     names = (args.only or DEFAULT).split(",")
     workloads = {k: v for k, v in WORKLOADS.items() if k in names}
@@ -243,10 +226,7 @@ def main():
         recorder.__enter__()
     result = {}
     for name, (make, warmup, per_round, scale) in workloads.items():
-        seconds, counts = timed(make(), warmup, args.rounds, per_round, counters)
-        result[name] = seconds * scale
-        for event, count in counts.items():
-            result[f"{name}@{event}"] = count / 1e6
+        result[name] = timed(make(), warmup, args.rounds, per_round) * scale
         torch.cuda.empty_cache()
     if recorder is not None:
         recorder.__exit__(None, None, None)
