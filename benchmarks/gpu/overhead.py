@@ -20,7 +20,11 @@ ring (records kept when the program dies) costs.
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
-for --allocator=async, to the untraced run with the async allocator too.
+for --allocator=async, to the untraced run with the async allocator too. Where processes
+spread more than the effect, two more columns tell drift from noise: "paired", the median
+over rounds of each round's ratio to the untraced process of the same round (processes next
+to each other in time), and "within", the median spread of the rounds inside one process,
+(max - min) / median.
 """
 import argparse
 import json
@@ -151,6 +155,13 @@ def run_once(argv, env_extra, scratch):
     raise RuntimeError(f"{argv}: no JSON line in {proc.stdout[-500:]}")
 
 
+def paired_ratio(samples, workload, name):
+    """The median over rounds of the ratio to the untraced process of the same round."""
+    base = samples.get((workload, "untraced"), [])
+    ratios = [value / b for value, b in zip(samples[(workload, name)], base) if b]
+    return statistics.median(ratios) if ratios else float("nan")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,10 +228,15 @@ def main():
             extra = ""
             if name == "cumemtrace --allocator=async" and base_async:
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
+            paired = paired_ratio(samples, workload, name)
+            within = samples.get((workload + "@spread", name))
+            if within:
+                extra += f"   paired {paired:.3f}x, within {statistics.median(within):.1%}"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
                             "unit": units(workload), "ratio_to_untraced": ratio,
                             "ratio_to_untraced_async": value / base_async if base_async else None,
+                            "paired_ratio_to_untraced": paired_ratio(samples, workload, name),
                             "samples": samples[(workload, name)]})
     if args.out:
         with open(args.out, "w") as f:

@@ -1,11 +1,12 @@
 """GPU workloads for measuring tracing overhead (benchmarks/gpu/overhead.py runs them).
 
 One process measures the workloads it is given (--only) in turn and prints one JSON line:
-  {"mlp": ms per step, "launch": ms per step, "alloc": microseconds per allocation+free, ...}
+  {"mlp": ms per step, "mlp@spread": 0.02, "alloc": microseconds per allocation+free, ...}
 Each figure is the median of several timed rounds after a warm-up, with the GPU synchronized
-at the end of every round. --recorder turns on one of PyTorch's own memory recorders around
-the timed rounds, to compare with them in the same session. --tracker-probe LIB:MODE attaches
-the allocator trace tracker of tracker_cost_probe.cc (built by tracker_costs.sh) in MODE.
+at the end of every round; W@spread is (max - min) / median of W's rounds. --recorder turns
+on one of PyTorch's own memory recorders around the timed rounds, to compare with them in the
+same session. --tracker-probe LIB:MODE attaches the allocator trace tracker of
+tracker_cost_probe.cc (built by tracker_costs.sh) in MODE.
 """
 import argparse
 import json
@@ -178,6 +179,7 @@ def alloc_loop(count):
 
 
 def timed(step, warmup, rounds, per_round):
+    """The median of the rounds' seconds per step, and their spread: (max - min) / median."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -188,7 +190,8 @@ def timed(step, warmup, rounds, per_round):
             step()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / per_round)
-    return statistics.median(samples)
+    median = statistics.median(samples)
+    return median, (max(samples) - min(samples)) / median
 
 
 def main():
@@ -226,7 +229,9 @@ def main():
         recorder.__enter__()
     result = {}
     for name, (make, warmup, per_round, scale) in workloads.items():
-        result[name] = timed(make(), warmup, args.rounds, per_round) * scale
+        seconds, spread = timed(make(), warmup, args.rounds, per_round)
+        result[name] = seconds * scale
+        result[name + "@spread"] = spread
         torch.cuda.empty_cache()
     if recorder is not None:
         recorder.__exit__(None, None, None)
