@@ -213,28 +213,30 @@ def main():
 
     sys.path.insert(0, HERE)
     from workloads import TITLES as titles, UNITS  # noqa: E402
-    units = lambda w: UNITS.get(w, "ms/step")
+    units = {"@median": "ms/settling iteration, median", "@step": "ms/step"}
+    unit = lambda w: units.get(w[w.find("@"):], "ms/step") if "@" in w else UNITS.get(w, "ms/step")
     results = []
-    for workload in wanted:
+    # The settling workloads' other figures too; rows without samples print nothing.
+    for workload in [w + figure for w in wanted for figure in ("", "@median", "@step")]:
         rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
         if not rows:
             continue
         base = rows.get("untraced")
         base_async = rows.get("untraced, async allocator")
-        print(f"\n{titles.get(workload, workload)} ({units(workload)}, median of {args.rounds} "
-              "processes)")
+        title = titles.get(workload.split("@")[0], workload)
+        print(f"\n{title} ({unit(workload)}, median of {args.rounds} processes)")
         for name, value in rows.items():
             ratio = value / base if base else float("nan")
             extra = ""
             if name == "cumemtrace --allocator=async" and base_async:
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
             paired = paired_ratio(samples, workload, name)
-            within = samples.get((workload + "@spread", name))
+            within = samples.get((workload.split("@")[0] + "@spread", name))
             if within:
                 extra += f"   paired {paired:.3f}x, within {statistics.median(within):.1%}"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
-                            "unit": units(workload), "ratio_to_untraced": ratio,
+                            "unit": unit(workload), "ratio_to_untraced": ratio,
                             "ratio_to_untraced_async": value / base_async if base_async else None,
                             "paired_ratio_to_untraced": paired_ratio(samples, workload, name),
                             "samples": samples[(workload, name)]})
