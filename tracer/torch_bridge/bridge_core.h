@@ -97,10 +97,12 @@ class BridgeCore {
     cumemtrace_torch_event event;
     if (!ConvertEntry(entry, &event)) return;
     Slot& slot = slots_[event.device];
-    // Published before the counters are read: a probe that reads the counters and then
-    // sees this number unchanged knows no event ran in between.
+    // A probe that reads the counters and then sees this number unchanged knows no event
+    // ran in between. The device's lock orders it: this runs under the lock and the probe's
+    // counter read takes it, so the store needs no fence of its own (a seq_cst store is a
+    // locked instruction, which waits for every store the program has in flight).
     event.sequence = slot.sequence.load(std::memory_order_relaxed) + 1;
-    slot.sequence.store(event.sequence, std::memory_order_seq_cst);
+    slot.sequence.store(event.sequence, std::memory_order_relaxed);
     // A free carries no counters (all zero): see the file comment.
     if (event.action != CUMEMTRACE_TORCH_FREE_REQUESTED) {
       DeviceCounters counters;
@@ -123,11 +125,12 @@ class BridgeCore {
       Slot& slot = slots_[device];
       const uint64_t alloc = slot.unsettled_alloc.load(std::memory_order_acquire);
       if (alloc == 0 || alloc == slot.probed_alloc) continue;
-      const uint64_t before = slot.sequence.load(std::memory_order_seq_cst);
+      const uint64_t before = slot.sequence.load(std::memory_order_relaxed);
       DeviceCounters counters;
-      // Takes the device's lock: every event up to `before` has finished its update.
+      // Takes the device's lock: every event up to `before` has finished its update, and
+      // every event that finished before the read is seen by the load after it.
       if (!read_(device, &counters)) continue;
-      if (slot.sequence.load(std::memory_order_seq_cst) != before) continue;  // one slipped in
+      if (slot.sequence.load(std::memory_order_relaxed) != before) continue;  // one slipped in
       slot.probed_alloc = alloc;
       cumemtrace_torch_event event{};
       event.action = CUMEMTRACE_TORCH_STATS_PROBE;
