@@ -21,13 +21,14 @@ ring (records kept when the program dies) costs.
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
 for --allocator=async, to the untraced run with the async allocator too. Where processes
-spread more than the effect, two more columns tell drift from noise: "paired", the median
+spread more than the effect, three more columns tell drift from noise: "paired", the median
 over rounds of each round's ratio to the untraced process of the same round (processes next
-to each other in time), and "within", the median spread of the rounds inside one process,
-(max - min) / median.
+to each other in time), "best", the ratio of the lowest processes (noise only ever adds), and
+"within", the median spread of the rounds inside one process, (max - min) / median.
 """
 import argparse
 import json
+from math import nan
 import os
 import shutil
 import statistics
@@ -232,8 +233,10 @@ def main():
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
             paired = paired_ratio(samples, workload, name)
             within = samples.get((workload.split("@")[0] + "@spread", name))
+            best = min(samples[(workload, name)]) / min(samples.get((workload, "untraced"), [nan]))
             if within:
-                extra += f"   paired {paired:.3f}x, within {statistics.median(within):.1%}"
+                extra += (f"   paired {paired:.3f}x, best {best:.3f}x, within "
+                          f"{statistics.median(within):.1%}")
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
                             "unit": unit(workload), "ratio_to_untraced": ratio,
