@@ -211,14 +211,7 @@ void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t sl
 
 void FillPhaseReports(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
                       const DecodedStream& s, uint64_t first, ProcessReport* p) {
-  std::vector<std::vector<const OccurrenceRecord*>> by_phase(phases.names().size());
-  for (const OccurrenceRecord& o : phases.occurrences()) {
-    by_phase[static_cast<size_t>(o.phase)].push_back(&o);
-  }
-  for (auto& list : by_phase) {
-    std::stable_sort(list.begin(), list.end(),
-                     [](const auto* x, const auto* y) { return x->start_ns < y->start_ns; });
-  }
+  const std::vector<std::vector<const OccurrenceRecord*>> by_phase = phases.OccurrencesByPhase();
   for (size_t i = 0; i < phases.names().size(); ++i) {
     const PhaseName& n = phases.names()[i];
     if (n.rollup) continue;
@@ -618,7 +611,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
   const bool exited = p.complete && p.exit.signal == 0;
-  const LifetimeClassifier classifier(phases_.names(), phases_.occurrences(), iterations, exited);
+  const LifetimeClassifier classifier(phases_, iterations, exited);
   auto classify = [&](const Allocation& a) {
     const bool freed = a.death_pos != kNever;
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,

@@ -20,21 +20,16 @@ bool HasTrainingPhases(const std::vector<PhaseName>& names) {
   return forward && backward;
 }
 
-LifetimeClassifier::LifetimeClassifier(const std::vector<PhaseName>& names,
-                                       const std::vector<OccurrenceRecord>& occurrences,
-                                       const std::vector<IterationWindow>& iterations,
-                                       bool exited)
-    : names_(names), by_phase_(names.size()), exited_(exited), iterations_(iterations) {
-  for (const OccurrenceRecord& o : occurrences) {
+LifetimeClassifier::LifetimeClassifier(const PhaseTracker& phases,
+                                       const std::vector<IterationWindow>& iterations, bool exited)
+    : names_(phases.names()),
+      by_phase_(phases.OccurrencesByPhase()),
+      exited_(exited),
+      iterations_(iterations) {
+  for (const OccurrenceRecord& o : phases.occurrences()) {
     const PhaseName& n = names_[static_cast<size_t>(o.phase)];
-    by_phase_[static_cast<size_t>(o.phase)].push_back(&o);
     if (!n.iteration) last_phase_end_ns_ = std::max(last_phase_end_ns_, o.end_ns);
     if (IsOptimizerLikePhase(n.name)) optimizer_starts_.push_back(o.start_ns);
-  }
-  for (auto& list : by_phase_) {
-    std::sort(list.begin(), list.end(), [](const OccurrenceRecord* x, const OccurrenceRecord* y) {
-      return x->start_ns < y->start_ns;
-    });
   }
   std::sort(optimizer_starts_.begin(), optimizer_starts_.end());
 }

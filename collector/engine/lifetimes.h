@@ -29,9 +29,8 @@ class LifetimeClassifier {
  public:
   // exited: the process ended on its own (not by a signal), so what it never freed was held
   // to the end rather than cut off.
-  LifetimeClassifier(const std::vector<PhaseName>& names,
-                     const std::vector<OccurrenceRecord>& occurrences,
-                     const std::vector<IterationWindow>& iterations, bool exited);
+  LifetimeClassifier(const PhaseTracker& phases, const std::vector<IterationWindow>& iterations,
+                     bool exited);
   // Absolute times and phases (-1: none); death_ns is the process end for allocations never
   // freed.
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,

@@ -97,6 +97,16 @@ void PhaseTracker::ReorderSlots(const std::vector<uint32_t>& new_slot) {
   }
 }
 
+std::vector<std::vector<const OccurrenceRecord*>> PhaseTracker::OccurrencesByPhase() const {
+  std::vector<std::vector<const OccurrenceRecord*>> by_phase(names_.size());
+  for (const OccurrenceRecord& o : records_) by_phase[static_cast<size_t>(o.phase)].push_back(&o);
+  for (auto& list : by_phase) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const auto* x, const auto* y) { return x->start_ns < y->start_ns; });
+  }
+  return by_phase;
+}
+
 void PhaseTracker::OnInUse(uint32_t slot, uint64_t in_use) {
   for (Occurrence& o : open_) {
     if (o.rollup) continue;

@@ -98,6 +98,8 @@ class PhaseTracker {
   }
   const PhaseRules* rules() const { return rules_; }
   const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
+  // occurrences() per phase (index in names()), each list by start; ties in closing order.
+  std::vector<std::vector<const OccurrenceRecord*>> OccurrencesByPhase() const;
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }
 
  private:
