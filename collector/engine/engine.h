@@ -115,7 +115,6 @@ struct TimelineAllocation {
   int32_t phase = -1;        // phase of origin: index into ProcessTimeline::phase_names; -1: none
   uint32_t api = 0;          // index into ProcessTimeline::strings; 0 ("") when not seen
   uint32_t library = 0;      // calling module, index into strings; 0 when not unwound
-  uint32_t thread_id = 0;
   uint8_t kind = 0;  // v1::MemoryKind
   bool live_at_exit = false;
   // Index into ProcessTimeline::stacks.stacks of the stack that allocated it; -1: none.
@@ -140,7 +139,6 @@ struct KernelSlice {
   uint32_t device = 0;  // ordinal
   uint32_t stream = 0;  // CUPTI stream id
   uint32_t name = 0;    // index into ProcessTimeline::strings
-  uint32_t thread_id = 0;
 };
 
 struct MarkInstant {

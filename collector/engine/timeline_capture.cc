@@ -50,7 +50,6 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.phase = a.phase;
     t.api = name_of(a.api_id);
     t.library = name_of(a.caller_id);
-    t.thread_id = a.thread_id;
     t.kind = a.kind;
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
@@ -82,8 +81,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
       case EventType::kKernel: {
         const uint64_t start = rel(e.timestamp_ns);
         out->kernels.push_back(KernelSlice{start, std::max(start, rel(e.a)), e.device,
-                                           static_cast<uint32_t>(e.c), name_of(e.name_id),
-                                           e.thread_id});
+                                           static_cast<uint32_t>(e.c), name_of(e.name_id)});
         break;
       }
       case EventType::kMark:
