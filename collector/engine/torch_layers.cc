@@ -137,16 +137,11 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
     case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
       // The allocator's counter before this ALLOC's increase.
       if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;
-      d.pending.set = true;
-      d.pending.timestamp_ns = timestamp_ns;
-      d.pending.address = t.address();
-      d.pending.requested = t.requested_bytes();
-      d.pending.sequence = t.sequence();
-      d.pending.allocated_total = t.allocated_bytes_total();
-      d.pending.thread_id = t.thread_id();
-      d.pending.stack_id = t.stack_id();
-      d.pending.gap = false;
-      d.pending.freed = false;
+      // A fresh record: no event lost since, not freed.
+      d.pending = TorchPendingAlloc{true,          timestamp_ns,
+                                    t.address(),   t.requested_bytes(),
+                                    t.sequence(),  t.allocated_bytes_total(),
+                                    t.thread_id(), t.stack_id()};
       return;
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
       // The pending block itself, freed before an event with counters came: its release
