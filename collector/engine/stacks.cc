@@ -11,12 +11,6 @@
 namespace cumemtrace::internal {
 namespace {
 
-bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-bool StartsWith(const std::string& s, const char* prefix) {
-  return s.compare(0, std::char_traits<char>::length(prefix), prefix) == 0;
-}
-
 std::string Hex(uint64_t value) {
   char text[32];
   snprintf(text, sizeof(text), "0x%" PRIx64, value);
@@ -27,9 +21,11 @@ std::string Hex(uint64_t value) {
 // site-packages, dist-packages and the standard library; native frames outside the CUDA,
 // PyTorch, C and C++ runtime libraries (by module file name).
 bool IsUserPythonFile(const std::string& file) {
-  if (file.empty() || StartsWith(file, "<frozen")) return false;
-  return !Contains(file, "/site-packages/") && !Contains(file, "/dist-packages/") &&
-         !Contains(file, "/lib/python3");
+  if (file.empty() || file.rfind("<frozen", 0) == 0) return false;
+  for (const char* library : {"/site-packages/", "/dist-packages/", "/lib/python3"}) {
+    if (file.find(library) != std::string::npos) return false;
+  }
+  return true;
 }
 
 bool IsUserNativeModule(const std::string& module_path) {
@@ -37,7 +33,7 @@ bool IsUserNativeModule(const std::string& module_path) {
   for (const char* library :
        {"libcuda.", "libcudart", "libcupti", "libcublas", "libcudnn", "libnccl", "libc10",
         "libtorch", "libc.so", "libstdc++", "libgcc", "libpython", "libcumemtrace", "ld-linux"}) {
-    if (StartsWith(name, library)) return false;
+    if (name.rfind(library, 0) == 0) return false;
   }
   return !name.empty();
 }

@@ -179,7 +179,7 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
     if (e.type == EventType::kAllocate) {
       if (e.caller_id == 0) continue;
       auto [it, inserted] = s.torch.allocator_callers.try_emplace(e.caller_id, false);
-      if (inserted) it->second = BaseName(s.Resolve(e.caller_id)).compare(0, 11, "libc10_cuda") == 0;
+      if (inserted) it->second = BaseName(s.Resolve(e.caller_id)).rfind("libc10_cuda", 0) == 0;
       if (!it->second) continue;
       e.kind = kTorchReservedKind;
       s.torch.segments.insert(Key(e.device, e.a));
