@@ -16,12 +16,10 @@ namespace {
 
 constexpr uint32_t kNone = ~uint32_t{0};
 
-// (slot, layer, address): device addresses are 49-bit virtual addresses, so the slot in the
-// top bits cannot collide in practice. A tensor (a block of PyTorch's allocator) starts at
-// the same address as the segment that holds it: tensors are a layer of their own.
+// (slot, layer, address). A tensor (a block of PyTorch's allocator) starts at the same
+// address as the segment that holds it: tensors are a layer of their own.
 uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
-  const uint64_t layer = kind == kTorchAllocatedKind ? uint64_t{1} << 55 : 0;
-  return address ^ layer ^ (static_cast<uint64_t>(slot) << 56);
+  return AddressKey(slot, address) ^ (kind == kTorchAllocatedKind ? uint64_t{1} << 55 : 0);
 }
 
 const char* DropSourceName(int source) {

@@ -32,6 +32,12 @@ inline int TieRank(EventType type) {
   return type == EventType::kRangeOpen ? 0 : type == EventType::kRangeClose ? 2 : 1;
 }
 
+// A device (or device slot) and an address as one key: device addresses are 49-bit virtual
+// addresses, so the device in the top bits cannot collide in practice.
+inline uint64_t AddressKey(uint32_t device, uint64_t address) {
+  return address ^ (static_cast<uint64_t>(device) << 56);
+}
+
 // One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;

@@ -109,7 +109,7 @@ void GradientScan::Sweep(const Event& e) {
   // never freed (a library's workspace made by the first backward pass) is not a gradient.
   if (!IsMemory(e)) return;
   while (burst_ < bursts_.size() && bursts_[burst_].last_ns < e.timestamp_ns) ++burst_;
-  const uint64_t key = e.a ^ (static_cast<uint64_t>(e.device) << 56);
+  const uint64_t key = AddressKey(e.device, e.a);
   if (e.type == EventType::kAllocate) {
     // Allocated by the autograd thread inside a burst: a candidate gradient.
     if (burst_ < bursts_.size() && e.timestamp_ns >= bursts_[burst_].first_ns &&

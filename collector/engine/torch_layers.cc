@@ -13,10 +13,6 @@ constexpr uint32_t kTorchApiId = 0xFFFFFFE0u;
 constexpr uint32_t kTorchCallerId = 0xFFFFFFE1u;
 constexpr uint64_t kMinBlockBytes = 512;  // the caching allocator's smallest block
 
-uint64_t Key(uint32_t device, uint64_t address) {
-  return address ^ (static_cast<uint64_t>(device) << 56);
-}
-
 void NameTensorOrigin(DecodedStream& s) {
   if (s.strings.count(kTorchApiId) != 0) return;
   s.strings[kTorchApiId] = "PyTorch caching allocator";
@@ -182,9 +178,9 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
       if (inserted) it->second = BaseName(s.Resolve(e.caller_id)).rfind("libc10_cuda", 0) == 0;
       if (!it->second) continue;
       e.kind = kTorchReservedKind;
-      s.torch.segments.insert(Key(e.device, e.a));
+      s.torch.segments.insert(AddressKey(e.device, e.a));
     } else if (e.type == EventType::kRelease) {
-      if (s.torch.segments.erase(Key(e.device, e.a)) != 0) e.kind = kTorchReservedKind;
+      if (s.torch.segments.erase(AddressKey(e.device, e.a)) != 0) e.kind = kTorchReservedKind;
     }
   }
 }
