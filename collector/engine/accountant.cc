@@ -22,11 +22,6 @@ uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
   return AddressKey(slot, address) ^ (kind == kTorchAllocatedKind ? uint64_t{1} << 55 : 0);
 }
 
-const char* DropSourceName(int source) {
-  if (source == v1::DROP_SOURCE_CUPTI) return "cupti";
-  return source == v1::DROP_SOURCE_TRACER_QUEUE ? "tracer_queue" : "unspecified";
-}
-
 std::string NameOfPhase(const std::vector<PhaseName>& phases, int32_t phase) {
   return phase < 0 ? std::string() : phases[static_cast<size_t>(phase)].name;
 }
@@ -239,7 +234,7 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
   std::map<int, DropSummary> drops;
   for (const DropRecord& d : s.drops) {
     DropSummary& sum = drops[d.source];
-    sum.source = DropSourceName(d.source);
+    sum.source = Named(d.source, {"unspecified", "cupti", "tracer_queue"});
     sum.total += d.count;
     const bool timed = d.first_ns != 0;
     sum.windows.push_back(DropWindow{d.count, timed ? Since(first, d.first_ns) : 0,
@@ -252,10 +247,8 @@ void FillDropReports(const DecodedStream& s, uint64_t first, ProcessReport* p) {
 }  // namespace
 
 const char* MemoryKindName(uint8_t kind) {
-  static const char* const kNames[kMemoryKinds] = {
-      "UNKNOWN", "PAGEABLE",      "PINNED",         "DEVICE",          "ARRAY",
-      "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC", "TORCH_ALLOCATED", "TORCH_RESERVED"};
-  return kind < kMemoryKinds ? kNames[kind] : "UNKNOWN";
+  return Named(kind, {"UNKNOWN", "PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED",
+                      "DEVICE_STATIC", "MANAGED_STATIC", "TORCH_ALLOCATED", "TORCH_RESERVED"});
 }
 
 Accountant::Accountant(const AnalysisOptions& options, Retention retention, const PhaseRules* rules,

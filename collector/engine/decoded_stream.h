@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,6 +31,13 @@ enum class EventType : uint8_t {
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
 inline int TieRank(EventType type) {
   return type == EventType::kRangeOpen ? 0 : type == EventType::kRangeClose ? 2 : 1;
+}
+
+// names[value] of an enum's names; names[0] for a value not listed (unspecified, or a newer
+// writer's).
+inline const char* Named(int value, std::initializer_list<const char*> names) {
+  return value > 0 && static_cast<size_t>(value) < names.size() ? names.begin()[value]
+                                                                : *names.begin();
 }
 
 // A device (or device slot) and an address as one key: device addresses are 49-bit virtual

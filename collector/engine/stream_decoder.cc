@@ -8,19 +8,12 @@
 #include <google/protobuf/arena.h>
 #pragma GCC diagnostic pop
 
-#include <initializer_list>
 #include <string_view>
 
 #include "collector/format/varint.h"
 
 namespace cumemtrace::internal {
 namespace {
-
-// names[value]; names[0] for a value not listed (unspecified, or a newer writer's).
-const char* Named(int value, std::initializer_list<const char*> names) {
-  return value > 0 && static_cast<size_t>(value) < names.size() ? names.begin()[value]
-                                                                 : *names.begin();
-}
 
 constexpr size_t kArenaBlockBytes = 8 << 20;  // a typical batch's messages fit in it
 
