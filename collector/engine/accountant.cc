@@ -209,15 +209,9 @@ void FillPhaseReports(const PhaseTracker& phases, const std::vector<uint32_t>& s
     const PhaseName& n = phases.names()[i];
     if (n.rollup) continue;
     PhaseReport r;
-    r.name = n.name;
-    r.range_names = n.range_names;
-    r.inferred = n.inferred;
-    r.iteration = n.iteration;
+    static_cast<PhaseCounts&>(r) = n;
     r.domain = s.Resolve(n.domain_id);
     r.message = s.Resolve(n.message_id);
-    r.occurrences = n.occurrences;
-    r.total_ns = n.total_ns;
-    r.still_open = n.still_open;
     r.first_open_ns = Since(first, n.first_open_ns);
     for (uint32_t slot = 0; slot < slot_device.size(); ++slot) {
       PhaseDeviceStats d;

@@ -15,17 +15,10 @@
 namespace cumemtrace::internal {
 
 // A phase: one canonical name (after the rules), possibly several range names.
-struct PhaseName {
-  uint32_t domain_id = 0;
+struct PhaseName : PhaseCounts {
+  uint32_t domain_id = 0;  // interned ids of the first range seen
   uint32_t message_id = 0;
-  std::string name;                      // canonical phase, or the range's own name
-  std::vector<std::string> range_names;  // the NVTX names that mapped to it
-  bool rollup = false;                   // per-op ranges: never reported, never attributed
-  bool iteration = false;                // marks iterations
-  bool inferred = false;                 // synthesized by phase inference, not NVTX
-  uint64_t occurrences = 0;
-  uint64_t total_ns = 0;
-  uint64_t still_open = 0;
+  bool rollup = false;         // per-op ranges: never reported, never attributed
   uint64_t first_open_ns = 0;  // absolute
 };
 

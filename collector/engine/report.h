@@ -192,16 +192,21 @@ struct PhaseDeviceStats : PhaseCounters, PhaseWindow {
   uint64_t steady_of = 0;  // n - 1: how many occurrences `steady` is the median of (0: n <= 1)
 };
 
-struct PhaseReport {
+// A phase's names and occurrences, as the sweep counts them (phases.h) and the report lists
+// them.
+struct PhaseCounts {
   std::string name;     // canonical phase (PhaseRules), or the range's own name
   std::vector<std::string> range_names;  // NVTX names ("domain: message") mapped to it
   bool inferred = false;   // synthesized from the program's threads, not from NVTX
   bool iteration = false;  // the range marks iterations
-  std::string domain;   // of the first range seen: "" for the default domain
-  std::string message;
   uint64_t occurrences = 0;
   uint64_t total_ns = 0;
   uint64_t still_open = 0;  // occurrences open at the end, closed at the last timestamp
+};
+
+struct PhaseReport : PhaseCounts {
+  std::string domain;  // of the first range seen: "" for the default domain
+  std::string message;
   uint64_t first_open_ns = 0;
   std::vector<PhaseDeviceStats> devices;  // devices the process used, by index
 };
