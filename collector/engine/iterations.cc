@@ -36,14 +36,13 @@ std::vector<IterationWindow> DetectIterations(const std::vector<PhaseName>& name
     return {};
   }
   // 2. A range the rules mark as an iteration; the most frequent one if several.
-  int32_t best = -1;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i].iteration && names[i].occurrences >= 2 &&
-        (best < 0 || names[i].occurrences > names[static_cast<size_t>(best)].occurrences)) {
-      best = static_cast<int32_t>(i);
-    }
+  auto count = [](const PhaseName& n) { return n.iteration ? n.occurrences : 0; };
+  const auto best = std::max_element(names.begin(), names.end(), [&](const auto& x, const auto& y) {
+    return count(x) < count(y);
+  });
+  if (best != names.end() && count(*best) >= 2) {
+    return FromRange(occurrences, static_cast<size_t>(best - names.begin()), best->name, r);
   }
-  if (best >= 0) return FromRange(occurrences, best, names[best].name, r);
 
   // 3. The top-level phase sequence repeats: [forward, backward, optimizer] x N.
   // Top level: not inside another occurrence on the same thread. Ranges of one thread nest
