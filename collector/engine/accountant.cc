@@ -22,10 +22,6 @@ uint64_t Key(uint32_t slot, uint64_t address, uint8_t kind) {
   return AddressKey(slot, address) ^ (kind == kTorchAllocatedKind ? uint64_t{1} << 55 : 0);
 }
 
-std::string NameOfPhase(const std::vector<PhaseName>& phases, int32_t phase) {
-  return phase < 0 ? std::string() : phases[static_cast<size_t>(phase)].name;
-}
-
 // What the stream said about itself (StreamFacts), and how it ended.
 void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
   static_cast<StreamFacts&>(*p) = s;
@@ -143,8 +139,8 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
 
 // at_peak[slot]: the device allocations live at that slot's peak, in any order (reordered).
 void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
-                      const std::vector<PhaseName>& phases, const DecodedStream& s,
-                      size_t top_allocations, uint64_t first, ProcessReport* p) {
+                      const PhaseTracker& phases, const DecodedStream& s, size_t top_allocations,
+                      uint64_t first, ProcessReport* p) {
   for (size_t slot = 0; slot < at_peak.size(); ++slot) {
     std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
     for (const Allocation* a : at_peak[slot]) {
@@ -154,7 +150,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     }
     DevicePeak& peak = p->devices[slot].peak;
     for (auto& [key, g] : groups) {
-      g.phase = NameOfPhase(phases, key.first);
+      g.phase = phases.NameOf(key.first);
       g.kind = MemoryKindName(key.second);
       peak.live_by_phase_and_kind.push_back(std::move(g));
     }
@@ -172,7 +168,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
       peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
-                                            NameOfPhase(phases, a.phase), s.Resolve(a.api_id),
+                                            phases.NameOf(a.phase), s.Resolve(a.api_id),
                                             a.thread_id, Since(first, a.birth_ns)});
     }
     if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
@@ -588,7 +584,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
 
   std::vector<std::vector<const Allocation*>> peak_contents(n_slots);
   for (const Allocation* a : at_peak) peak_contents[new_slot[a->slot]].push_back(a);
-  FillPeakContents(peak_contents, phases_.names(), s, options_.top_allocations, first, &p);
+  FillPeakContents(peak_contents, phases_, s, options_.top_allocations, first, &p);
 
   FillPhaseReports(phases_, sorted, s, first, &p);
   const std::vector<IterationWindow> iterations =
@@ -635,8 +631,8 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.bytes = a.bytes;
     row.birth_ns = Since(first, a.birth_ns);
     row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
-    row.birth_phase = NameOfPhase(phases_.names(), a.phase);
-    row.death_phase = freed ? NameOfPhase(phases_.names(), a.death_phase) : std::string();
+    row.birth_phase = phases_.NameOf(a.phase);
+    row.death_phase = freed ? phases_.NameOf(a.death_phase) : std::string();
     row.birth_iteration = IterationOf(iterations, a.birth_ns);
     row.death_iteration = freed ? IterationOf(iterations, a.death_ns) : -1;
     row.lifetime_class = LifetimeClassName(lifetime_class);

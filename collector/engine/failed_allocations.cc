@@ -17,7 +17,7 @@ void FailedAllocationLog::OnMemoryEvent(const Event& e) {
 
 void FailedAllocationLog::OnFailed(const Event& e, uint32_t slot, const Attribution& at,
                                    uint64_t in_use) {
-  failures_.push_back(Failure{e, slot, in_use, at.innermost, at.names});
+  failures_.push_back(Failure{e, slot, in_use, at});
   if (e.thread_id != 0 && e.code != kOutOfMemory) pending_[e.thread_id] = failures_.size() - 1;
 }
 
@@ -38,13 +38,13 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
     r.device_total_bytes = e.c;
     r.thread_id = e.thread_id;
     r.caller = s.Resolve(e.caller_id);
-    if (f.innermost >= 0) r.phase = phases->names()[static_cast<size_t>(f.innermost)].name;
+    r.phase = phases->NameOf(f.at.innermost);
     r.device_in_use_bytes = f.in_use;
     if (f.retried) {
       p->driver_retries.push_back(std::move(r));
       continue;
     }
-    for (int32_t phase : f.names) ++phases->counters(phase, f.slot).failed_allocations;
+    for (int32_t phase : f.at.names) ++phases->counters(phase, f.slot).failed_allocations;
     p->failed_allocations.push_back(std::move(r));
   }
 }

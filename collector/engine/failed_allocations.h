@@ -36,8 +36,7 @@ class FailedAllocationLog {
     Event event;
     uint32_t slot;
     uint64_t in_use;
-    int32_t innermost;
-    std::vector<int32_t> names;
+    Attribution at;
     bool retried = false;
   };
   std::vector<Failure> failures_;

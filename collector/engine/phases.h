@@ -84,6 +84,10 @@ class PhaseTracker {
   // Once everything is closed: slot s becomes new_slot[s] (a permutation).
   void ReorderSlots(const std::vector<uint32_t>& new_slot);
   const std::vector<PhaseName>& names() const { return names_; }
+  // The name of a phase index; "" for -1 (none).
+  std::string NameOf(int32_t phase) const {
+    return phase < 0 ? std::string() : names_[static_cast<size_t>(phase)].name;
+  }
   // The phase of ranges opened with these ids (through the rules); -1 if none was opened.
   int32_t PhaseOf(uint32_t domain_id, uint32_t message_id) const {
     auto it = name_index_.find(IdPair(domain_id, message_id));
