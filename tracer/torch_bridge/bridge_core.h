@@ -33,7 +33,9 @@ struct DeviceCounters {
 };
 
 // Our number for an entry's action; 0 for actions not sent (SNAPSHOT, or a value a later
-// torch added).
+// torch added). Every action sent is recorded under its own device's allocator lock, which
+// OnEntry's sequence numbers rely on (see there); SNAPSHOT is not (it always names device 0),
+// nor is the USER_DEFINED annotation of some torch versions: check before sending one.
 template <typename Entry>
 uint32_t ActionOf(const Entry& entry) {
   switch (entry.action_) {
