@@ -133,11 +133,17 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
     case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
       // The allocator's counter before this ALLOC's increase.
       if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;
-      // A fresh record: no event lost since, not freed.
-      d.pending = TorchPendingAlloc{true,          timestamp_ns,
-                                    t.address(),   t.requested_bytes(),
-                                    t.sequence(),  t.allocated_bytes_total(),
-                                    t.thread_id(), t.stack_id()};
+      // A fresh record (no event lost since, not freed), each field by name: most are
+      // uint64_t, which a positional list would let a swap through.
+      d.pending = TorchPendingAlloc{};
+      d.pending.set = true;
+      d.pending.timestamp_ns = timestamp_ns;
+      d.pending.address = t.address();
+      d.pending.requested = t.requested_bytes();
+      d.pending.sequence = t.sequence();
+      d.pending.allocated_total = t.allocated_bytes_total();
+      d.pending.thread_id = t.thread_id();
+      d.pending.stack_id = t.stack_id();
       return;
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
       // The pending block itself, freed before an event with counters came: its release
