@@ -198,9 +198,9 @@ void SetPhaseWindows(const std::vector<const OccurrenceRecord*>& list, size_t sl
   d->steady_of = rest.size();
 }
 
-void FillPhaseReports(const PhaseTracker& phases, const std::vector<uint32_t>& slot_device,
-                      const DecodedStream& s, uint64_t first, ProcessReport* p) {
-  const std::vector<std::vector<const OccurrenceRecord*>> by_phase = phases.OccurrencesByPhase();
+void FillPhaseReports(const PhaseTracker& phases, const OccurrenceLists& by_phase,
+                      const std::vector<uint32_t>& slot_device, const DecodedStream& s,
+                      uint64_t first, ProcessReport* p) {
   for (size_t i = 0; i < phases.names().size(); ++i) {
     const PhaseName& n = phases.names()[i];
     if (n.rollup) continue;
@@ -586,13 +586,15 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   for (const Allocation* a : at_peak) peak_contents[new_slot[a->slot]].push_back(a);
   FillPeakContents(peak_contents, phases_, s, options_.top_allocations, first, &p);
 
-  FillPhaseReports(phases_, sorted, s, first, &p);
+  // Each phase's occurrences by start, for its report and for the lifetime classes.
+  const OccurrenceLists by_phase = phases_.OccurrencesByPhase();
+  FillPhaseReports(phases_, by_phase, sorted, s, first, &p);
   const std::vector<IterationWindow> iterations =
       AddIterations(phases_, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
   const bool exited = p.complete && p.exit.signal == 0;
-  const LifetimeClassifier classifier(phases_, iterations, exited);
+  const LifetimeClassifier classifier(phases_, by_phase, iterations, exited);
   auto classify = [&](const Allocation& a) {
     const bool freed = a.death_pos != kNever;
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,

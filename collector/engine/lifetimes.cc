@@ -21,9 +21,10 @@ bool HasTrainingPhases(const std::vector<PhaseName>& names) {
 }
 
 LifetimeClassifier::LifetimeClassifier(const PhaseTracker& phases,
+                                       const OccurrenceLists& by_phase,
                                        const std::vector<IterationWindow>& iterations, bool exited)
     : names_(phases.names()),
-      by_phase_(phases.OccurrencesByPhase()),
+      by_phase_(by_phase),
       exited_(exited),
       iterations_(iterations) {
   for (const OccurrenceRecord& o : phases.occurrences()) {

@@ -29,8 +29,9 @@ class LifetimeClassifier {
  public:
   // exited: the process ended on its own (not by a signal), so what it never freed was held
   // to the end rather than cut off.
-  LifetimeClassifier(const PhaseTracker& phases, const std::vector<IterationWindow>& iterations,
-                     bool exited);
+  // by_phase: phases.OccurrencesByPhase(), which it keeps a reference to.
+  LifetimeClassifier(const PhaseTracker& phases, const OccurrenceLists& by_phase,
+                     const std::vector<IterationWindow>& iterations, bool exited);
   // Absolute times and phases (-1: none); death_ns is the process end for allocations never
   // freed.
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
@@ -38,9 +39,9 @@ class LifetimeClassifier {
 
  private:
   const std::vector<PhaseName>& names_;
-  std::vector<std::vector<const OccurrenceRecord*>> by_phase_;  // each sorted by start
-  std::vector<uint64_t> optimizer_starts_;                      // sorted
-  uint64_t last_phase_end_ns_ = 0;                              // 0: no phase at all
+  const OccurrenceLists& by_phase_;
+  std::vector<uint64_t> optimizer_starts_;  // sorted
+  uint64_t last_phase_end_ns_ = 0;          // 0: no phase at all
   bool exited_ = false;
   const std::vector<IterationWindow>& iterations_;              // sorted, disjoint
 };

@@ -97,8 +97,8 @@ void PhaseTracker::ReorderSlots(const std::vector<uint32_t>& new_slot) {
   }
 }
 
-std::vector<std::vector<const OccurrenceRecord*>> PhaseTracker::OccurrencesByPhase() const {
-  std::vector<std::vector<const OccurrenceRecord*>> by_phase(names_.size());
+OccurrenceLists PhaseTracker::OccurrencesByPhase() const {
+  OccurrenceLists by_phase(names_.size());
   for (const OccurrenceRecord& o : records_) by_phase[static_cast<size_t>(o.phase)].push_back(&o);
   for (auto& list : by_phase) {
     std::stable_sort(list.begin(), list.end(),

@@ -37,6 +37,9 @@ struct OccurrenceRecord {
   uint64_t exit(size_t slot) const { return levels[3 * slot + 2]; }
 };
 
+// Occurrences grouped by phase (index in PhaseTracker::names()), each group by start.
+using OccurrenceLists = std::vector<std::vector<const OccurrenceRecord*>>;
+
 // Domain id of ranges that phase inference synthesizes (never a real interned id).
 constexpr uint32_t kInferredDomainId = 0xFFFFFFF0u;
 
@@ -96,7 +99,7 @@ class PhaseTracker {
   const PhaseRules* rules() const { return rules_; }
   const std::vector<OccurrenceRecord>& occurrences() const { return records_; }
   // occurrences() per phase (index in names()), each list by start; ties in closing order.
-  std::vector<std::vector<const OccurrenceRecord*>> OccurrencesByPhase() const;
+  OccurrenceLists OccurrencesByPhase() const;
   uint64_t rolled_up_ranges() const { return rolled_up_ranges_; }
 
  private:
