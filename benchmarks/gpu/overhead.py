@@ -160,7 +160,7 @@ def paired_ratio(samples, workload, name):
     """The median over rounds of the ratio to the untraced process of the same round."""
     base = samples.get((workload, "untraced"), [])
     ratios = [value / b for value, b in zip(samples[(workload, name)], base) if b]
-    return statistics.median(ratios) if ratios else float("nan")
+    return statistics.median(ratios) if ratios else nan
 
 
 def main():
@@ -214,8 +214,8 @@ def main():
 
     sys.path.insert(0, HERE)
     from workloads import TITLES as titles, UNITS  # noqa: E402
-    units = {"@median": "ms/settling iteration, median", "@step": "ms/step"}
-    unit = lambda w: units.get(w[w.find("@"):], "ms/step") if "@" in w else UNITS.get(w, "ms/step")
+    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step"}
+    unit = lambda w: figure_units[w.partition("@")[2]] if "@" in w else UNITS.get(w, "ms/step")
     results = []
     # The settling workloads' other figures too; rows without samples print nothing.
     for workload in [w + figure for w in wanted for figure in ("", "@median", "@step")]:
@@ -227,13 +227,14 @@ def main():
         title = titles.get(workload.split("@")[0], workload)
         print(f"\n{title} ({unit(workload)}, median of {args.rounds} processes)")
         for name, value in rows.items():
-            ratio = value / base if base else float("nan")
+            ratio = value / base if base else nan
             extra = ""
             if name == "cumemtrace --allocator=async" and base_async:
                 extra = f"   vs untraced async: {value / base_async:.3f}x"
             paired = paired_ratio(samples, workload, name)
             within = samples.get((workload.split("@")[0] + "@spread", name))
-            best = min(samples[(workload, name)]) / min(samples.get((workload, "untraced"), [nan]))
+            base_samples = samples.get((workload, "untraced"))
+            best = min(samples[(workload, name)]) / min(base_samples) if base_samples else nan
             if within:
                 extra += (f"   paired {paired:.3f}x, best {best:.3f}x, within "
                           f"{statistics.median(within):.1%}")
@@ -241,7 +242,7 @@ def main():
             results.append({"workload": workload, "config": name, "median": value,
                             "unit": unit(workload), "ratio_to_untraced": ratio,
                             "ratio_to_untraced_async": value / base_async if base_async else None,
-                            "paired_ratio_to_untraced": paired_ratio(samples, workload, name),
+                            "paired_ratio_to_untraced": paired,
                             "samples": samples[(workload, name)]})
     if args.out:
         with open(args.out, "w") as f:

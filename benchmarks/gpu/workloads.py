@@ -36,19 +36,20 @@ def ep_step(depth, settle_steps, settle_times=False):
     hidden layers of 128, batch 32): a free and a nudged phase of `settle_steps` settling
     iterations each, every one a handful of tiny ops per layer (integration_tests/gpu/
     ep_train.py's trainer). With settle_times, the step keeps each settling iteration's
-    duration on the CPU in step.settle_times (SettleTimes)."""
+    duration on the CPU in step.settle_times (the function settle_times)."""
     sys.path.insert(0, os.path.join(HERE, "..", "..", "integration_tests", "gpu"))
     import ep_train
 
     class SettleTimedTrainer(ep_train.EPTrainer):
-        """Marks the time of each settling iteration's energy, the first thing it does."""
+        """Marks the time of each settling iteration's energy, the first thing it does, and
+        keeps the iterations' durations in settle_times (set by ep_step)."""
         marks = None
 
         def relax(self, x, states, target, beta):
             self.marks = []
             states = super().relax(x, states, target, beta)
             self.marks.append(time.perf_counter())
-            step.settle_times += [b - a for a, b in zip(self.marks, self.marks[1:])]
+            self.settle_times += [b - a for a, b in zip(self.marks, self.marks[1:])]
             self.marks = None
             return states
 
@@ -66,7 +67,7 @@ def ep_step(depth, settle_steps, settle_times=False):
     def step():
         trainer.train_step(x, target)
     if settle_times:
-        step.settle_times = []
+        step.settle_times = trainer.settle_times = []
     return step
 
 
@@ -215,7 +216,7 @@ def settle_times(step):
     The GPU machine's CPUs change speed by up to 1.9x from one 100 ms to the next (a fixed
     Python loop on the pinned CPU takes 70-137 ms while the GPU's own times stay within
     0.3%), so a step of one second is timed partly fast and partly slow, and the ratio of two
-    configurations' steps spreads by tens of percent. A settling iteration takes 15-60 ms:
+    configurations' steps spreads by tens of percent. A settling iteration takes 12-53 ms:
     most of them run at one speed, and the lowest decile is the program at the CPU's full
     speed, in each configuration alike. Only the CPU side is timed (no synchronization inside
     the step): the EP steps are bound by it, and it is where tracing costs."""
