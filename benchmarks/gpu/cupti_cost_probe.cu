@@ -9,6 +9,8 @@
 //     kern    activity CONCURRENT_KERNEL
 //     cbrt    runtime-domain callbacks for the allocation, free and launch calls
 //     cbdrv   driver-domain callbacks for the same calls
+//     cbdrvmem driver-domain callbacks for the allocation and free calls only (the tracer's
+//             default while PyTorch's tensors come from its allocator: no launch callback)
 //     work    callbacks do what the tracer's do (clock, thread id, locked push)
 //     actrt   runtime API activity records for those calls only (cuptiActivityEnableRuntimeApi)
 //     actdrv  driver API activity records for those calls only
@@ -16,7 +18,10 @@
 //             or cbdrv, and kern): which layer's id the kernel records carry
 //
 // Prints one JSON line: ns per async alloc+free pair, per sync cudaMalloc+cudaFree pair and per
-// launch (median of 5 timed repetitions after a warm-up), and the records CUPTI delivered.
+// launch (median of 5 timed repetitions after a warm-up), the calling thread's own time per
+// launch (launch_call_ns: batches of 64 launches, each followed by an untimed sync, so the
+// queue never fills and the figure is the launch call's CPU cost, not the GPU's rate), and the
+// records CUPTI delivered.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>
@@ -32,6 +37,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -145,15 +151,21 @@ bool Has(const std::string& features, const char* name) {
   return list.find(std::string(",") + name + ",") != std::string::npos;
 }
 
+// A body that returns a duration has timed its own part; otherwise the whole body counts.
 template <typename F>
 double MedianNsPerOp(int ops, F&& body) {
   body(ops / 10);  // warm-up
   std::vector<double> reps;
   for (int r = 0; r < 5; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    body(ops);
-    auto t1 = std::chrono::steady_clock::now();
-    reps.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / ops);
+    std::chrono::steady_clock::duration timed = t0 - t0;
+    if constexpr (std::is_void_v<decltype(body(ops))>) {
+      body(ops);
+      timed = std::chrono::steady_clock::now() - t0;
+    } else {
+      timed = body(ops);
+    }
+    reps.push_back(std::chrono::duration<double, std::nano>(timed).count() / ops);
   }
   std::sort(reps.begin(), reps.end());
   return reps[2];
@@ -165,7 +177,8 @@ int main(int argc, char** argv) {
   const std::string features = argc > 1 ? argv[1] : "none";
   g_work = Has(features, "work");
   g_corr = Has(features, "corr");
-  const bool callbacks = Has(features, "cbrt") || Has(features, "cbdrv");
+  const bool driver_memory = Has(features, "cbdrvmem");
+  const bool callbacks = Has(features, "cbrt") || Has(features, "cbdrv") || driver_memory;
   const bool activity = Has(features, "mem") || Has(features, "pool") || Has(features, "kern") ||
                         Has(features, "actrt") || Has(features, "actdrv");
   if (Has(features, "sub") || callbacks || activity) {
@@ -176,8 +189,11 @@ int main(int argc, char** argv) {
         CHECK_CUPTI(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id));
       }
     }
-    if (Has(features, "cbdrv")) {
+    if (Has(features, "cbdrv") || driver_memory) {
       for (CUpti_CallbackId id : kDriverIds) {
+        const bool launch = id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+                            id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx;
+        if (launch && driver_memory) continue;
         CHECK_CUPTI(cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
       }
     }
@@ -225,14 +241,26 @@ int main(int argc, char** argv) {
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
   });
+  const double launch_call = MedianNsPerOp(64 * 1000, [&](int n) {
+    // Times only the launch calls: the sync after each batch keeps the queue short.
+    std::chrono::steady_clock::duration in_calls{};
+    for (int i = 0; i < n; i += 64) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int j = 0; j < 64; ++j) Empty<<<1, 1, 0, stream>>>();
+      in_calls += std::chrono::steady_clock::now() - t0;
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    return in_calls;
+  });
   if (activity) CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-  printf("{\"features\": \"%s\", \"async_pair_ns\": %.1f, \"sync_pair_ns\": %.1f, "
-         "\"launch_ns\": %.1f, \"records\": %llu, \"callbacks\": %llu, \"kernels\": %llu, "
-         "\"kernels_matched\": %llu}\n",
-         features.c_str(), async_pair, sync_pair, launch,
-         static_cast<unsigned long long>(g_records.load()),
-         static_cast<unsigned long long>(g_callbacks.load()),
-         static_cast<unsigned long long>(g_kernels),
-         static_cast<unsigned long long>(g_kernels_matched));
+  printf(
+      "{\"features\": \"%s\", \"async_pair_ns\": %.1f, \"sync_pair_ns\": %.1f, "
+      "\"launch_ns\": %.1f, \"launch_call_ns\": %.1f, \"records\": %llu, "
+      "\"callbacks\": %llu, \"kernels\": %llu, \"kernels_matched\": %llu}\n",
+      features.c_str(), async_pair, sync_pair, launch, launch_call,
+      static_cast<unsigned long long>(g_records.load()),
+      static_cast<unsigned long long>(g_callbacks.load()),
+      static_cast<unsigned long long>(g_kernels),
+      static_cast<unsigned long long>(g_kernels_matched));
   return 0;
 }

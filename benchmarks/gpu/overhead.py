@@ -97,8 +97,9 @@ def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
         "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
         "cumemtrace --no-kernels (socket only)":
             (run("socket-nokernels", "--no-kernels"), SOCKET_ONLY),
-        # The same with a ring of 2 MiB instead of 32: whether the ring's cache misses count.
+        # The same with a ring of 2 or 4 MiB instead of 32: whether the ring's cache misses count.
         "cumemtrace (ring 2 MiB)": (run("ring2m"), {"CUMEMTRACE_QUEUE_EVENTS": "16384"}),
+        "cumemtrace (ring 4 MiB)": (run("ring4m"), {"CUMEMTRACE_QUEUE_EVENTS": "32768"}),
         # What the bridge itself costs: segments only, as without a bridge.
         "cumemtrace --no-kernels, bridge off":
             (run("nobridge", "--no-kernels"), {"CUMEMTRACE_TORCH_BRIDGE": "0"}),
