@@ -230,43 +230,34 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
 bool RecordQueue::PushTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
                                  uint64_t timestamp_ns, const uint64_t* stack,
                                  uint32_t stack_words) {
-  // The record and its payload, as WriteLocked lays out any record (no strings here).
-  struct {
-    ring::Record record;
-    ring::TorchPayload torch;
-  } fixed{};
-  static_assert(sizeof(fixed) == sizeof(ring::Record) + sizeof(ring::TorchPayload));
   const uint64_t stack_bytes = stack != nullptr ? uint64_t{stack_words} * 8 : 0;
-  const uint64_t size = Padded(sizeof(fixed) + stack_bytes);
-  ring::Record& r = fixed.record;
-  r.size = static_cast<uint32_t>(size);
-  r.type = ring::kTorchAllocator;
-  r.thread_id = thread_id;
-  r.timestamp_ns = timestamp_ns;
-  r.device = event.device;
-  r.address = event.address;
-  r.bytes = event.requested_bytes;
+  ring::TorchRecord r{};
+  r.size = static_cast<uint32_t>(Padded(sizeof(r) + stack_bytes));
+  r.type = ring::kTorchEvent;
+  r.action = static_cast<uint8_t>(event.action);
   r.flags = stack_bytes > 0 ? ring::kFlagStack : 0;
-  r.payload_bytes = static_cast<uint32_t>(sizeof(ring::TorchPayload) + stack_bytes);
-  ring::TorchPayload& torch = fixed.torch;
-  torch.stream = event.stream;
-  torch.sequence = event.sequence;
-  torch.allocated_total = event.allocated_bytes_total;
-  torch.allocated_current = event.allocated_bytes_current;
-  torch.reserved_current = event.reserved_bytes_current;
-  torch.pool_first = event.pool_id_first;
-  torch.pool_second = event.pool_id_second;
-  torch.action = static_cast<uint8_t>(event.action);
+  r.thread_id = thread_id;
+  r.device = event.device;
+  r.timestamp_ns = timestamp_ns;
+  r.address = event.address;
+  r.requested_bytes = event.requested_bytes;
+  r.stream = event.stream;
+  r.sequence = event.sequence;
+  r.allocated_total = event.allocated_bytes_total;
+  r.allocated_current = event.allocated_bytes_current;
+  r.reserved_current = event.reserved_bytes_current;
+  r.pool_first = event.pool_id_first;
+  r.pool_second = event.pool_id_second;
   std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return false;
   uint64_t end = 0;
-  unsigned char* at = ReserveLocked(size, kExitReserve, &end);
+  unsigned char* at = ReserveLocked(r.size, kExitReserve, &end);
   if (at == nullptr) {
     CountDropLocked(timestamp_ns);
     return false;
   }
-  memcpy(at, &fixed, sizeof(fixed));
-  if (stack_bytes > 0) memcpy(at + sizeof(fixed), stack, stack_bytes);
+  memcpy(at, &r, sizeof(r));
+  if (stack_bytes > 0) memcpy(at + sizeof(r), stack, stack_bytes);
   PublishLocked(end);
   return true;
 }
@@ -285,6 +276,38 @@ void RecordQueue::PushPastCapacity(const HostRecord& record) {
   std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return;
   if (!WriteLocked(record, 0)) CountDropLocked(record.timestamp_ns);
+}
+
+void RecordQueue::TakeStack(const unsigned char* words, size_t count, std::vector<HostRecord>* out,
+                            std::vector<TakenStack>* stacks) {
+  stacks->push_back({out->size() - 1, taken_stack_words_.size()});
+  taken_stack_words_.resize(taken_stack_words_.size() + count);
+  memcpy(&taken_stack_words_[stacks->back().offset], words, count * 8);
+  out->back().stack_words = static_cast<uint32_t>(count);
+}
+
+void RecordQueue::ReadTorchRecord(const unsigned char* at, uint32_t size,
+                                  std::vector<HostRecord>* out, std::vector<TakenStack>* stacks) {
+  ring::TorchRecord r;
+  memcpy(&r, at, sizeof(r));
+  HostRecord& record = out->emplace_back();
+  record.type = HostRecord::Type::kTorchAllocator;
+  record.thread_id = r.thread_id;
+  record.timestamp_ns = r.timestamp_ns;
+  record.device = r.device;
+  record.address = r.address;
+  record.bytes = r.requested_bytes;
+  record.torch.action = r.action;
+  record.torch.stream = r.stream;
+  record.torch.sequence = r.sequence;
+  record.torch.allocated_total = r.allocated_total;
+  record.torch.allocated_current = r.allocated_current;
+  record.torch.reserved_current = r.reserved_current;
+  record.torch.pool_first = r.pool_first;
+  record.torch.pool_second = r.pool_second;
+  if ((r.flags & ring::kFlagStack) != 0 && size > sizeof(r)) {
+    TakeStack(at + sizeof(r), (size - sizeof(r)) / 8, out, stacks);
+  }
 }
 
 DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends,
@@ -309,7 +332,7 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
   // Stacks are copied out of the ring here and the records point into this buffer once it
   // has stopped growing.
   taken_stack_words_.clear();
-  std::vector<std::pair<size_t, size_t>> stacks;  // (record, offset in taken_stack_words_)
+  std::vector<TakenStack> stacks;
   // Only this thread reads, and writers never touch [read_position_, write): no lock.
   while (read_position_ < write) {
     const unsigned char* at = data_ + read_position_ % ring_bytes_;
@@ -317,6 +340,12 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     memcpy(&size, at, sizeof(size));
     if (at[offsetof(ring::Record, type)] == ring::kPadding) {  // may be all that is left
       read_position_ += size;
+      continue;
+    }
+    if (at[offsetof(ring::Record, type)] == ring::kTorchEvent) {
+      read_position_ += size;
+      ReadTorchRecord(at, size, out, &stacks);
+      if (ends != nullptr) ends->push_back(read_position_);
       continue;
     }
     ring::Record r;
@@ -347,18 +376,7 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     record.text.assign(strings, r.text_bytes);
     record.caller.assign(strings + r.text_bytes, r.caller_bytes);
     const char* payload = strings + r.text_bytes + r.caller_bytes + r.domain_bytes;
-    if (record.type == HostRecord::Type::kTorchAllocator) {
-      ring::TorchPayload torch;
-      memcpy(&torch, payload, sizeof(torch));
-      record.torch.action = torch.action;
-      record.torch.stream = torch.stream;
-      record.torch.sequence = torch.sequence;
-      record.torch.allocated_total = torch.allocated_total;
-      record.torch.allocated_current = torch.allocated_current;
-      record.torch.reserved_current = torch.reserved_current;
-      record.torch.pool_first = torch.pool_first;
-      record.torch.pool_second = torch.pool_second;
-    } else if (record.type == HostRecord::Type::kLaunch && r.payload_bytes >= sizeof(uint64_t)) {
+    if (record.type == HostRecord::Type::kLaunch && r.payload_bytes >= sizeof(uint64_t)) {
       uint64_t key = 0;
       memcpy(&key, payload, sizeof(key));
       record.symbol = reinterpret_cast<const char*>(static_cast<uintptr_t>(key));
@@ -367,21 +385,14 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
       record.torch_bridge_state = new v1::TorchBridgeState();
       record.torch_bridge_state->ParseFromArray(payload, static_cast<int>(r.payload_bytes));
     }
-    if ((r.flags & ring::kFlagStack) != 0) {
-      const uint32_t fixed = record.type == HostRecord::Type::kTorchAllocator
-                                 ? static_cast<uint32_t>(sizeof(ring::TorchPayload))
-                                 : 0;
-      if (r.payload_bytes > fixed && (r.payload_bytes - fixed) % 8 == 0) {
-        const size_t words = (r.payload_bytes - fixed) / 8;
-        stacks.emplace_back(out->size() - 1, taken_stack_words_.size());
-        taken_stack_words_.resize(taken_stack_words_.size() + words);
-        memcpy(&taken_stack_words_[stacks.back().second], payload + fixed, words * 8);
-        record.stack_words = static_cast<uint32_t>(words);
-      }
+    if ((r.flags & ring::kFlagStack) != 0 && r.payload_bytes > 0 && r.payload_bytes % 8 == 0) {
+      TakeStack(reinterpret_cast<const unsigned char*>(payload), r.payload_bytes / 8, out, &stacks);
     }
     if (ends != nullptr) ends->push_back(read_position_);
   }
-  for (const auto& [index, offset] : stacks) (*out)[index].stack = &taken_stack_words_[offset];
+  for (const TakenStack& taken : stacks) {
+    (*out)[taken.record].stack = &taken_stack_words_[taken.offset];
+  }
   return drops;
 }
 

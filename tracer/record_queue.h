@@ -86,11 +86,12 @@ class RecordQueue {
   v1::ring::Header* header() { return header_; }
 
   // Returns false (and counts a drop) when the ring is full. Any type but kTorchAllocator,
-  // which PushTorchEvent writes.
+  // which PushTorchEvent writes (as a TorchRecord).
   bool Push(const HostRecord& record);
   // The PyTorch bridge's events, one or two per tensor: the busiest path of all, so the
   // record is built on the caller's stack before the lock and copied into the ring in one
-  // pass, with no HostRecord between (which costs more to build and copy than the rest).
+  // pass, with no HostRecord between (which costs more to build and copy than the rest),
+  // in a record of its own of 96 bytes, not 176 (shared_ring.h's TorchRecord).
   // TakeAll reads it back as a kTorchAllocator HostRecord. `stack`: as HostRecord::stack.
   bool PushTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
                       uint64_t timestamp_ns, const uint64_t* stack = nullptr,
@@ -129,6 +130,16 @@ class RecordQueue {
   void PublishLocked(uint64_t end);
   bool WriteLocked(const HostRecord& record, uint64_t reserve);
   void CountDropLocked(uint64_t timestamp_ns);
+  // TakeAll's parts: a stack copied out of the ring for out's last record (pointed to once
+  // taken_stack_words_ stops growing), and a TorchRecord of `size` bytes read into out.
+  struct TakenStack {
+    size_t record;  // index in out
+    size_t offset;  // in taken_stack_words_
+  };
+  void TakeStack(const unsigned char* words, size_t count, std::vector<HostRecord>* out,
+                 std::vector<TakenStack>* stacks);
+  void ReadTorchRecord(const unsigned char* at, uint32_t size, std::vector<HostRecord>* out,
+                       std::vector<TakenStack>* stacks);
 
   size_t capacity_events_;
   uint64_t ring_bytes_;

@@ -70,6 +70,22 @@ class BatchBuilder {
   uint32_t next_id_ = kFirstRecoveredStringId;
 };
 
+// A ring's PyTorch allocator event as the wire's (layout 1's form is made a TorchRecord first).
+void SetTorchEvent(const ring::TorchRecord& r, v1::TorchAllocatorEvent* torch) {
+  torch->set_action(static_cast<v1::TorchAllocatorAction>(r.action));
+  torch->set_device(r.device);
+  torch->set_address(r.address);
+  torch->set_requested_bytes(r.requested_bytes);
+  torch->set_stream(r.stream);
+  torch->set_thread_id(r.thread_id);
+  torch->set_sequence(r.sequence);
+  torch->set_allocated_bytes_total(r.allocated_total);
+  torch->set_allocated_bytes_current(r.allocated_current);
+  torch->set_reserved_bytes_current(r.reserved_current);
+  torch->set_pool_id_first(r.pool_first);
+  torch->set_pool_id_second(r.pool_second);
+}
+
 std::string DriverErrorName(int code) {
   if (code == 2) return "CUDA_ERROR_OUT_OF_MEMORY";
   return "CUresult " + std::to_string(code);
@@ -87,9 +103,11 @@ bool SharedRingReader::Adopt(int fd, const v1::SharedRing& announced, std::strin
     close(fd);
     return false;
   };
-  if (announced.layout_version() != ring::kLayoutVersion) {
+  if (announced.layout_version() < ring::kOldestLayoutVersion ||
+      announced.layout_version() > ring::kLayoutVersion) {
     return refuse("layout version " + std::to_string(announced.layout_version()) +
-                  " is not " + std::to_string(ring::kLayoutVersion));
+                  " is not one of " + std::to_string(ring::kOldestLayoutVersion) + " to " +
+                  std::to_string(ring::kLayoutVersion));
   }
   const uint64_t capacity = announced.capacity();
   if (capacity < 4096 || capacity > ring::kMaxCapacity || (capacity & (capacity - 1)) != 0) {
@@ -123,8 +141,8 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
   const uint64_t write = Load(base + offsetof(ring::Header, write_position));
   const uint64_t dropped_total = Load(base + offsetof(ring::Header, dropped_total));
   std::vector<ring::ApiEntry> apis;
-  if (header.magic == ring::kMagic && header.layout_version == ring::kLayoutVersion &&
-      header.capacity == capacity_) {
+  if (header.magic == ring::kMagic && header.layout_version >= ring::kOldestLayoutVersion &&
+      header.layout_version <= ring::kLayoutVersion && header.capacity == capacity_) {
     const uint32_t count = std::min(header.api_count, ring::kMaxApis);
     apis.resize(count);
     memcpy(apis.data(), base + ring::kApiTableOffset, count * sizeof(ring::ApiEntry));
@@ -151,6 +169,15 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
     if (size < 8 || size % 8 != 0 || size > capacity_ - offset) break;  // damaged: stop
     position += size;
     if (type == ring::kPadding) continue;
+    if (type == ring::kTorchEvent) {
+      if (size < sizeof(ring::TorchRecord)) break;
+      ring::TorchRecord r;
+      memcpy(&r, data + offset, sizeof(r));
+      SetTorchEvent(r, out.Add(r.timestamp_ns)->mutable_torch_allocator());
+      ++recovered.records;
+      out.MaybeFinish(position, reported_drops);
+      continue;
+    }
     if (size < sizeof(ring::Record)) break;
     ring::Record r;
     memcpy(&r, data + offset, sizeof(r));
@@ -226,26 +253,27 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
       case ring::kProcessExit:
         out.Add(r.timestamp_ns)->mutable_process_exit()->set_exit_code(r.error_code);
         break;
-      case ring::kTorchAllocator: {
+      case ring::kTorchAllocator: {  // layout 1's form
         if (r.payload_bytes < sizeof(ring::TorchPayload)) {
           made_event = false;
           break;
         }
         ring::TorchPayload p;
         memcpy(&p, payload, sizeof(p));
-        v1::TorchAllocatorEvent* torch = out.Add(r.timestamp_ns)->mutable_torch_allocator();
-        torch->set_action(static_cast<v1::TorchAllocatorAction>(p.action));
-        torch->set_device(r.device);
-        torch->set_address(r.address);
-        torch->set_requested_bytes(r.bytes);
-        torch->set_stream(p.stream);
-        torch->set_thread_id(r.thread_id);
-        torch->set_sequence(p.sequence);
-        torch->set_allocated_bytes_total(p.allocated_total);
-        torch->set_allocated_bytes_current(p.allocated_current);
-        torch->set_reserved_bytes_current(p.reserved_current);
-        torch->set_pool_id_first(p.pool_first);
-        torch->set_pool_id_second(p.pool_second);
+        ring::TorchRecord t{};
+        t.action = p.action;
+        t.thread_id = r.thread_id;
+        t.device = r.device;
+        t.address = r.address;
+        t.requested_bytes = r.bytes;
+        t.stream = p.stream;
+        t.sequence = p.sequence;
+        t.allocated_total = p.allocated_total;
+        t.allocated_current = p.allocated_current;
+        t.reserved_current = p.reserved_current;
+        t.pool_first = p.pool_first;
+        t.pool_second = p.pool_second;
+        SetTorchEvent(t, out.Add(r.timestamp_ns)->mutable_torch_allocator());
         break;
       }
       case ring::kTorchBridgeState:

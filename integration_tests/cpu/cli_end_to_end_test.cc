@@ -171,6 +171,36 @@ TEST_F(CliEndToEnd, AHostileSharedRingNeverHarmsTheCollector) {
   }
 }
 
+// A program that dies leaves its PyTorch allocator events in the ring: the collector reads
+// them in the current layout's short record and in layout 1's form alike, every field intact.
+TEST_F(CliEndToEnd, TorchEventsLeftInTheSharedRingAreRecoveredInEitherLayout) {
+  for (const std::string kind : {"torch", "torch-v1"}) {
+    const std::string out = tmp_ + "/ring-" + kind;
+    const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=1", "--ring=" + kind});
+    EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
+    EXPECT_EQ(r.err.find("shared ring ignored"), std::string::npos) << kind << ": " << r.err;
+    const TraceContents t = ReadTrace(out + "/trace.cmtrace");
+    ASSERT_EQ(t.closed.count(1), 1u) << kind;
+    EXPECT_EQ(t.closed.at(1).ring_records_recovered(), 2u) << kind;
+    ASSERT_EQ(t.torch_events.size(), 2u) << kind;
+    for (uint64_t n = 1; n <= 2; ++n) {
+      const v1::TorchAllocatorEvent& e = t.torch_events[n - 1];
+      EXPECT_EQ(e.action(), static_cast<v1::TorchAllocatorAction>(n)) << kind;
+      EXPECT_EQ(e.thread_id(), 100 + n) << kind;
+      EXPECT_EQ(e.device(), n) << kind;
+      EXPECT_EQ(e.address(), 0x7f0000000000ull) << kind;
+      EXPECT_EQ(e.requested_bytes(), 4000 + n) << kind;
+      EXPECT_EQ(e.stream(), 5 + n) << kind;
+      EXPECT_EQ(e.sequence(), n) << kind;
+      EXPECT_EQ(e.allocated_bytes_total(), n == 1 ? 4096u : 0u) << kind;
+      EXPECT_EQ(e.allocated_bytes_current(), n == 1 ? 8192u : 0u) << kind;
+      EXPECT_EQ(e.reserved_bytes_current(), n == 1 ? 2u << 20 : 0u) << kind;
+      EXPECT_EQ(e.pool_id_first(), 10 + n) << kind;
+      EXPECT_EQ(e.pool_id_second(), 20 + n) << kind;
+    }
+  }
+}
+
 TEST_F(CliEndToEnd, ConnectionEndingInsideAFrameKeepsTheWholeFrames) {
   const std::string out = tmp_ + "/out";
   const Result r = RunCli({"run", "-o", out, "--", kFake, "--batches=3", "--partial-frame"});

@@ -99,6 +99,7 @@ struct TraceContents {
   std::map<uint32_t, int> events;
   std::map<uint32_t, v1::StreamClosed> closed;
   std::vector<std::pair<uint32_t, v1::LauncherExit>> launcher_exits;
+  std::vector<v1::TorchAllocatorEvent> torch_events;  // every stream's, in file order
 };
 
 inline TraceContents ReadTrace(const std::string& path) {
@@ -131,6 +132,9 @@ inline TraceContents ReadTrace(const std::string& path) {
       if (message.has_batch()) {
         ++t.batches[id];
         t.events[id] += message.batch().events_size();
+        for (const v1::Event& event : message.batch().events()) {
+          if (event.has_torch_allocator()) t.torch_events.push_back(event.torch_allocator());
+        }
       }
     }
   }

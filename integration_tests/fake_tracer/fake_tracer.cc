@@ -22,7 +22,9 @@
 //                                             pass a descriptor with it: unsealed (a memfd
 //                                             that may shrink) | pipe | lying (sealed, with
 //                                             a header and records full of wrong sizes)
-//                                             | three (three descriptors at once)
+//                                             | three (three descriptors at once) | torch
+//                                             (two PyTorch allocator events, layout 2's
+//                                             form) | torch-v1 (the same in layout 1's)
 //               [--socket=PATH]
 //               [--range=NAME]...             wrap batch b in an NVTX range named the
 //                                             (b mod count)-th NAME
@@ -195,6 +197,58 @@ void SendBadFirstFrame(int fd, const std::string& kind, int argc, char** argv) {
   SendMessage(fd, message);
 }
 
+// --ring=torch and torch-v1: an ALLOC and its FREE_REQUESTED (fields numbered so that a
+// swap shows), in the ring's current form or as a layout-1 Record with a TorchPayload.
+void WriteTorchEvents(unsigned char* data, bool layout_1, uint64_t* write_position) {
+  namespace ring = cumemtrace::v1::ring;
+  uint64_t at = 0;
+  for (uint64_t n = 1; n <= 2; ++n) {
+    ring::TorchRecord t{};
+    t.size = sizeof(t);
+    t.type = ring::kTorchEvent;
+    t.action = static_cast<uint8_t>(n);  // ALLOC, FREE_REQUESTED
+    t.thread_id = 100 + n;
+    t.device = static_cast<uint32_t>(n);
+    t.timestamp_ns = 1000 * n;
+    t.address = 0x7f0000000000ull;
+    t.requested_bytes = 4000 + n;
+    t.stream = 5 + n;
+    t.sequence = n;
+    t.allocated_total = n == 1 ? 4096 : 0;
+    t.allocated_current = n == 1 ? 8192 : 0;
+    t.reserved_current = n == 1 ? 2u << 20 : 0;
+    t.pool_first = 10 + n;
+    t.pool_second = 20 + n;
+    if (!layout_1) {
+      memcpy(data + at, &t, sizeof(t));
+      at += sizeof(t);
+      continue;
+    }
+    ring::Record r{};
+    r.size = sizeof(r) + sizeof(ring::TorchPayload);
+    r.type = ring::kTorchAllocator;
+    r.thread_id = t.thread_id;
+    r.timestamp_ns = t.timestamp_ns;
+    r.device = t.device;
+    r.address = t.address;
+    r.bytes = t.requested_bytes;
+    r.payload_bytes = sizeof(ring::TorchPayload);
+    ring::TorchPayload p{};
+    p.stream = t.stream;
+    p.sequence = t.sequence;
+    p.allocated_total = t.allocated_total;
+    p.allocated_current = t.allocated_current;
+    p.reserved_current = t.reserved_current;
+    p.pool_first = t.pool_first;
+    p.pool_second = t.pool_second;
+    p.action = t.action;
+    memcpy(data + at, &r, sizeof(r));
+    memcpy(data + at + sizeof(r), &p, sizeof(p));
+    at += r.size;
+  }
+  *write_position = at;
+}
+
 // A descriptor of the kind --ring asks for; the ring announced is 64 KiB.
 constexpr uint64_t kRingCapacity = 64 << 10;
 int MakeRing(const std::string& kind) {
@@ -213,13 +267,17 @@ int MakeRing(const std::string& kind) {
   if (memory == MAP_FAILED) Fail("mmap");
   auto* header = static_cast<ring::Header*>(memory);
   header->magic = ring::kMagic;
-  header->layout_version = ring::kLayoutVersion;
+  header->layout_version = kind == "torch-v1" ? 1 : ring::kLayoutVersion;
   header->capacity = kRingCapacity;
+  auto* data = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
+  if (kind == "torch" || kind == "torch-v1") {
+    WriteTorchEvents(data, kind == "torch-v1", &header->write_position);
+    return fd;
+  }
   header->api_count = 1000000;  // beyond the table
   // Past a whole ring's worth of writes: the reader starts one ring back, at offset 0.
   header->write_position = 3 * kRingCapacity;
   header->dropped_total = 7;
-  auto* data = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
   // One readable record (an allocation naming an API index past the table), then records
   // with sizes past the end, zero sizes, and strings longer than themselves.
   for (uint64_t at = 0; at + sizeof(ring::Record) <= kRingCapacity; at += 4096) {
@@ -239,7 +297,7 @@ int MakeRing(const std::string& kind) {
 // Sends the handshake with the ring's descriptor(s) attached.
 void SendHandshakeWithRing(int fd, v1::StreamMessage message, const std::string& kind) {
   message.mutable_handshake()->mutable_shared_ring()->set_layout_version(
-      cumemtrace::v1::ring::kLayoutVersion);
+      kind == "torch-v1" ? 1 : cumemtrace::v1::ring::kLayoutVersion);
   message.mutable_handshake()->mutable_shared_ring()->set_capacity(kRingCapacity);
   std::string frame;
   cumemtrace::AppendFrame(message.SerializeAsString(), &frame);

@@ -168,10 +168,14 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   torch.type = HostRecord::Type::kTorchAllocator;
   EXPECT_FALSE(queue.Push(torch));
   std::vector<HostRecord> out;
-  const DropWindow drops = queue.TakeAll(&out);
+  std::vector<uint64_t> ends;
+  const DropWindow drops = queue.TakeAll(&out, &ends);
   EXPECT_EQ(drops.count, 0u);  // refused, not lost to a full ring
   ASSERT_EQ(out.size(), 2u);
   ExpectTorchRecord(out[0], 5, 42);
+  // The short record of its own (shared_ring.h's TorchRecord), not a Record with a payload.
+  EXPECT_EQ(ends[0], sizeof(v1::ring::TorchRecord));
+  EXPECT_LT(sizeof(v1::ring::TorchRecord), sizeof(v1::ring::Record));
   EXPECT_EQ(out[0].stack, nullptr);
   ASSERT_NE(out[1].torch_bridge_state, nullptr);
   EXPECT_NE(out[1].torch_bridge_state, &bridge);  // a copy, owned by whoever takes it

@@ -17,12 +17,16 @@
 // checks each offset and size against the mapping before using it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace cumemtrace::v1::ring {
 
 constexpr uint32_t kMagic = 0x47524d43;  // "CMRG" in memory order
-constexpr uint32_t kLayoutVersion = 1;
+// 2: PyTorch allocator events are TorchRecords (kTorchEvent). A collector reads rings of
+// every version from kOldestLayoutVersion on.
+constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kOldestLayoutVersion = 1;
 // The header page: the header, then the API name table.
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kApiTableOffset = 256;
@@ -71,11 +75,13 @@ enum RecordType : uint8_t {
   kProcessExit = 6,
   kTorchAllocator = 7,    // payload: TorchPayload
   kTorchBridgeState = 8,  // payload: a serialized v1::TorchBridgeState
-  kLaunch = 9,  // a kernel launch; text: its name (first launch on a thread); payload: uint64
-                // key of the name (the tracer's pointer to it: meaningful only as a key)
+  kLaunch = 9,       // a kernel launch; text: its name (first launch on a thread); payload: uint64
+                     // key of the name (the tracer's pointer to it: meaningful only as a key)
+  kTorchEvent = 10,  // a TorchRecord, not a Record (layout 2 on)
   kPadding = 255,
 };
-// The payload of a kTorchAllocator record (besides device, address and bytes).
+// The payload of a kTorchAllocator record (besides device, address and bytes): layout 1's
+// form of a PyTorch allocator event, read from older tracers' rings.
 struct TorchPayload {
   uint64_t stream;
   uint64_t sequence;
@@ -131,5 +137,31 @@ struct Record {
   uint32_t payload_bytes;
 };
 static_assert(sizeof(Record) == 112, "the ring record layout changed: bump kLayoutVersion");
+
+// A PyTorch allocator event (kTorchEvent): the program's threads write one for each tensor's
+// allocation and free, so it holds only what such an event has, 96 bytes instead of a
+// Record and TorchPayload's 176. `size` and `type` sit where a Record has them; a stack
+// (kFlagStack) follows it. The fields are as in the wire's TorchAllocatorEvent.
+struct TorchRecord {
+  uint32_t size;
+  uint8_t type;    // kTorchEvent
+  uint8_t action;  // v1::TorchAllocatorAction
+  uint8_t flags;   // kFlag*
+  uint8_t reserved;
+  uint32_t thread_id;
+  uint32_t device;
+  uint64_t timestamp_ns;
+  uint64_t address;
+  uint64_t requested_bytes;
+  uint64_t stream;
+  uint64_t sequence;
+  uint64_t allocated_total;
+  uint64_t allocated_current;
+  uint64_t reserved_current;
+  uint64_t pool_first;
+  uint64_t pool_second;
+};
+static_assert(sizeof(TorchRecord) == 96, "the torch record layout changed: bump kLayoutVersion");
+static_assert(offsetof(TorchRecord, type) == offsetof(Record, type), "type must stay in place");
 
 }  // namespace cumemtrace::v1::ring
