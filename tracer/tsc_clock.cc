@@ -111,25 +111,35 @@ void TscClock::Publish(const TscMap& map) {
   sequence_.fetch_add(1, std::memory_order_release);
 }
 
-uint64_t TscClock::Now() const {
-#if defined(__x86_64__)
+bool TscClock::Load(TscMap* map) const {
   // A writer stopped halfway (preempted, or in a forked child that copied it halfway) sends
   // the reader to clock_gettime after a few tries rather than keep it waiting.
   for (int tries = 0; tries < 64; ++tries) {
     const uint32_t sequence = sequence_.load(std::memory_order_acquire);
-    TscMap map;
-    map.base_tsc = base_tsc_.load(std::memory_order_relaxed);
-    map.base_ns = base_ns_.load(std::memory_order_relaxed);
-    map.slew_end_tsc = slew_end_tsc_.load(std::memory_order_relaxed);
-    map.slew_mult = slew_mult_.load(std::memory_order_relaxed);
-    map.mult = mult_.load(std::memory_order_relaxed);
+    map->base_tsc = base_tsc_.load(std::memory_order_relaxed);
+    map->base_ns = base_ns_.load(std::memory_order_relaxed);
+    map->slew_end_tsc = slew_end_tsc_.load(std::memory_order_relaxed);
+    map->slew_mult = slew_mult_.load(std::memory_order_relaxed);
+    map->mult = mult_.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if ((sequence & 1) == 0 && sequence == sequence_.load(std::memory_order_relaxed)) {
-      if (map.mult == 0) break;  // no map: the TSC is not used, or not yet
-      return map.ToMonotonic(__rdtsc());
+      return map->mult != 0;  // a zero rate: the TSC is not used, or not yet
     }
   }
+  return false;
+}
+
+uint64_t TscClock::Now() const {
+#if defined(__x86_64__)
+  TscMap map;
+  if (Load(&map)) return map.ToMonotonic(__rdtsc());
 #endif
+  return MonotonicNs();
+}
+
+uint64_t TscClock::FromTsc(uint64_t tsc) const {
+  TscMap map;
+  if (Load(&map)) return map.ToMonotonic(tsc);
   return MonotonicNs();
 }
 

@@ -65,11 +65,17 @@ class TscClock {
   // The sender thread, at each drain: a fresh pair for the line.
   void Refit();
   uint64_t Now() const;
+  // A TSC value read a moment ago by someone else (PyTorch reads it for each allocator
+  // event), mapped as Now() maps its own read: the hook saves its TSC read. Without a map,
+  // clock_gettime.
+  uint64_t FromTsc(uint64_t tsc) const;
   // A map is published (a zero rate is none).
   bool uses_tsc() const { return mult_.load(std::memory_order_relaxed) != 0; }
 
  private:
   void Publish(const TscMap& map);
+  // The map published last; false when there is none (or a writer is stuck halfway).
+  bool Load(TscMap* map) const;
 
   bool started_ = false;  // the sender's
   TscLine line_;          // the sender's

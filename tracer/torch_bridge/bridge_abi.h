@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /* Raised when a struct below changes in a way an older tracer cannot read. */
-#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION 1u
+#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION 2u /* 2: cumemtrace_torch_event.tsc */
 
 /* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
 enum {
@@ -44,6 +44,9 @@ typedef struct cumemtrace_torch_event {
   uint64_t reserved_bytes_current;
   uint64_t pool_id_first;
   uint64_t pool_id_second;
+  /* torch's own TSC read for the entry (TraceEntry's time, where torch reads the TSC for
+     it), or 0: the tracer then reads its clock. */
+  uint64_t tsc;
 } cumemtrace_torch_event;
 
 /* Called by the shim on the allocator's thread, under the allocator's device lock: it must

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "tracer/torch_bridge/bridge_abi.h"
@@ -79,10 +80,28 @@ bool ConvertEntry(const Entry& entry, cumemtrace_torch_event* out) {
   return true;
 }
 
+// The entry's own time as a TSC value when torch took it with the TSC (c10's
+// getApproximateTime under C10_RDTSC: the counter the tracer's clock maps), else 0. torch
+// reads the TSC for every entry anyway, so the hook need not read it again.
+template <typename Entry, typename = void>
+struct HasApproximateTime : std::false_type {};
+template <typename Entry>
+struct HasApproximateTime<Entry, std::void_t<decltype(std::declval<Entry>().time_.approx_t_)>>
+    : std::true_type {};
+template <bool kTimeIsTsc, typename Entry>
+uint64_t EntryTsc(const Entry& entry) {
+  if constexpr (kTimeIsTsc && HasApproximateTime<Entry>::value) {
+    return static_cast<uint64_t>(entry.time_.approx_t_);
+  } else {
+    return 0;
+  }
+}
+
 // The tracker's state. OnEntry runs on allocator threads under the device's lock (so one
 // device's entries never run concurrently); Probe runs on the tracer's sender thread.
-// `ReadCounters` is callable as bool(uint32_t device, DeviceCounters*).
-template <typename ReadCounters>
+// `ReadCounters` is callable as bool(uint32_t device, DeviceCounters*); `kTimeIsTsc` says
+// whether the entries' time is a TSC read (EntryTsc).
+template <typename ReadCounters, bool kTimeIsTsc = false>
 class BridgeCore {
  public:
   BridgeCore(cumemtrace_torch_emit_fn emit, void* context, ReadCounters read)
@@ -98,6 +117,7 @@ class BridgeCore {
     if (entry.action_ == Entry::FREE_COMPLETED) return;
     cumemtrace_torch_event event;
     if (!ConvertEntry(entry, &event)) return;
+    event.tsc = EntryTsc<kTimeIsTsc>(entry);
     Slot& slot = slots_[event.device];
     // A probe that reads the counters and then sees this number unchanged knows no event
     // ran in between. The device's lock orders it: this runs under the lock and the probe's

@@ -37,7 +37,13 @@ struct CounterReader {
   }
 };
 
-using Core = BridgeCore<CounterReader>;
+// Where torch times its entries with the TSC, the hook uses that time (bridge_core.h).
+#if defined(C10_RDTSC)
+constexpr bool kTorchTimeIsTsc = true;
+#else
+constexpr bool kTorchTimeIsTsc = false;
+#endif
+using Core = BridgeCore<CounterReader, kTorchTimeIsTsc>;
 Core* g_core = nullptr;  // leaked: torch keeps calling the tracker until the process ends
 
 void Copy(const std::string& text, char* out, size_t size) {

@@ -72,6 +72,41 @@ TEST(TorchBridgeConvert, SkipsSnapshotsUnknownActionsAndBadDevices) {
   EXPECT_FALSE(ConvertEntry(Entry(FabricatedEntry::ALLOC, -1, 0x1000, 1), &event));
 }
 
+// Where torch times its entries with the TSC, each event carries that time for the tracer
+// to map; otherwise none, and the tracer reads its own clock. Probes have no entry: none.
+TEST(TorchBridgeCore, CarriesTorchsTscTimeOnlyWhereItIsTheTsc) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader, /*kTimeIsTsc=*/true> tsc_core(Collect, &events, Reader{&counters});
+  tsc_core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000, /*tsc=*/123456789));
+  tsc_core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000, 123456999));
+  tsc_core.Probe();
+  BridgeCore<Reader> clock_core(Collect, &events, Reader{&counters});
+  clock_core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x2000, 1000, 123457000));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].tsc, 123456789u);
+  EXPECT_EQ(events[1].tsc, 123456999u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].tsc, 0u);
+  EXPECT_EQ(events[3].tsc, 0u);
+  // An entry type without torch's time field (an older torch): none either.
+  struct Plain {
+    enum Action {
+      ALLOC,
+      FREE_REQUESTED,
+      FREE_COMPLETED,
+      SEGMENT_ALLOC,
+      SEGMENT_FREE,
+      SEGMENT_MAP,
+      SEGMENT_UNMAP,
+      SNAPSHOT,
+      OOM
+    };
+  };
+  EXPECT_FALSE((HasApproximateTime<Plain>::value));
+  EXPECT_TRUE((HasApproximateTime<FabricatedEntry>::value));
+}
+
 TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
   std::vector<cumemtrace_torch_event> events;
   Counters counters;

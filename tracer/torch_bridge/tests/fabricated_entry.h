@@ -27,11 +27,17 @@ struct FabricatedEntry {
   void* stream_;
   size_t size_;
   std::pair<unsigned long long, unsigned long long> mempool_;
+  union {
+    int64_t t_;
+    uint64_t approx_t_;  // getApproximateTime(): the TSC where torch has C10_RDTSC
+  } time_;
 };
 
 inline FabricatedEntry Entry(FabricatedEntry::Action action, int8_t device, size_t address,
-                             size_t size) {
-  return FabricatedEntry{action, device, address, reinterpret_cast<void*>(0x5000), size, {0, 0}};
+                             size_t size, uint64_t tsc = 0) {
+  FabricatedEntry entry{action, device, address, reinterpret_cast<void*>(0x5000), size, {0, 0}, {}};
+  entry.time_.approx_t_ = tsc;
+  return entry;
 }
 
 }  // namespace cumemtrace::torch_bridge
