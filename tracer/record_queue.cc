@@ -36,6 +36,8 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                       ring::kTorchBridgeState &&
                   static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch,
               "HostRecord types and ring record types differ");
+static_assert(static_cast<uint8_t>(HostRecord::Type::kRingTorchEvent) == ring::kTorchEvent,
+              "a HostRecord type took the number of the ring's torch record");
 
 constexpr uint64_t kAlign = 8;
 // Kept free for PushPastCapacity (the exit record) and the padding before it.
@@ -52,7 +54,7 @@ void Store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); 
 // against 30 in the benchmark, where the ring stays cached. Asking ahead hides that behind
 // the program's own work between two records.
 void PrefetchForWrite(unsigned char* data, uint64_t ring_bytes, uint64_t next) {
-  constexpr uint64_t kAhead = 256;  // a tensor's record (176 bytes) and the start of the next
+  constexpr uint64_t kAhead = 256;  // a tensor's record (96 bytes) and the next one or two
   for (uint64_t line = 0; line < kAhead; line += 64) {
     const unsigned char* at = data + (next + line) % ring_bytes;
 #if defined(__x86_64__)

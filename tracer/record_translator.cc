@@ -142,6 +142,8 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
         delete record.torch_bridge_state;
       }
       return;
+    case HostRecord::Type::kRingTorchEvent:  // TakeAll returns it as kTorchAllocator
+      return;
   }
 }
 

@@ -137,10 +137,11 @@ uint64_t TscClock::Now() const {
   return MonotonicNs();
 }
 
-uint64_t TscClock::FromTsc(uint64_t tsc) const {
+bool TscClock::FromTsc(uint64_t tsc, uint64_t* ns) const {
   TscMap map;
-  if (Load(&map)) return map.ToMonotonic(tsc);
-  return MonotonicNs();
+  if (!Load(&map)) return false;
+  *ns = map.ToMonotonic(tsc);
+  return true;
 }
 
 }  // namespace cumemtrace::tracer

@@ -66,9 +66,9 @@ class TscClock {
   void Refit();
   uint64_t Now() const;
   // A TSC value read a moment ago by someone else (PyTorch reads it for each allocator
-  // event), mapped as Now() maps its own read: the hook saves its TSC read. Without a map,
-  // clock_gettime.
-  uint64_t FromTsc(uint64_t tsc) const;
+  // event), mapped as Now() maps its own read into *ns: the hook saves its TSC read. False
+  // without a map (then only the caller's own clock read will do).
+  bool FromTsc(uint64_t tsc, uint64_t* ns) const;
   // A map is published (a zero rate is none).
   bool uses_tsc() const { return mult_.load(std::memory_order_relaxed) != 0; }
 

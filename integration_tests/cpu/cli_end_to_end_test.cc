@@ -185,13 +185,14 @@ TEST_F(CliEndToEnd, TorchEventsLeftInTheSharedRingAreRecoveredInEitherLayout) {
     ASSERT_EQ(t.torch_events.size(), 2u) << kind;
     for (uint64_t n = 1; n <= 2; ++n) {
       const v1::TorchAllocatorEvent& e = t.torch_events[n - 1];
+      EXPECT_EQ(t.torch_event_times[n - 1], 1000 * n) << kind;
       EXPECT_EQ(e.action(), static_cast<v1::TorchAllocatorAction>(n)) << kind;
       EXPECT_EQ(e.thread_id(), 100 + n) << kind;
-      EXPECT_EQ(e.device(), n) << kind;
+      EXPECT_EQ(e.device(), 2 + n) << kind;
       EXPECT_EQ(e.address(), 0x7f0000000000ull) << kind;
       EXPECT_EQ(e.requested_bytes(), 4000 + n) << kind;
       EXPECT_EQ(e.stream(), 5 + n) << kind;
-      EXPECT_EQ(e.sequence(), n) << kind;
+      EXPECT_EQ(e.sequence(), 50 + n) << kind;
       EXPECT_EQ(e.allocated_bytes_total(), n == 1 ? 4096u : 0u) << kind;
       EXPECT_EQ(e.allocated_bytes_current(), n == 1 ? 8192u : 0u) << kind;
       EXPECT_EQ(e.reserved_bytes_current(), n == 1 ? 2u << 20 : 0u) << kind;

@@ -100,6 +100,7 @@ struct TraceContents {
   std::map<uint32_t, v1::StreamClosed> closed;
   std::vector<std::pair<uint32_t, v1::LauncherExit>> launcher_exits;
   std::vector<v1::TorchAllocatorEvent> torch_events;  // every stream's, in file order
+  std::vector<uint64_t> torch_event_times;            // their Event.timestamp_ns
 };
 
 inline TraceContents ReadTrace(const std::string& path) {
@@ -133,7 +134,9 @@ inline TraceContents ReadTrace(const std::string& path) {
         ++t.batches[id];
         t.events[id] += message.batch().events_size();
         for (const v1::Event& event : message.batch().events()) {
-          if (event.has_torch_allocator()) t.torch_events.push_back(event.torch_allocator());
+          if (!event.has_torch_allocator()) continue;
+          t.torch_events.push_back(event.torch_allocator());
+          t.torch_event_times.push_back(event.timestamp_ns());
         }
       }
     }

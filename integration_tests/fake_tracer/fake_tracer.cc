@@ -208,20 +208,28 @@ void WriteTorchEvents(unsigned char* data, bool layout_1, uint64_t* write_positi
     t.type = ring::kTorchEvent;
     t.action = static_cast<uint8_t>(n);  // ALLOC, FREE_REQUESTED
     t.thread_id = 100 + n;
-    t.device = static_cast<uint32_t>(n);
+    t.device = static_cast<uint32_t>(2 + n);
     t.timestamp_ns = 1000 * n;
     t.address = 0x7f0000000000ull;
     t.requested_bytes = 4000 + n;
     t.stream = 5 + n;
-    t.sequence = n;
+    t.sequence = 50 + n;
     t.allocated_total = n == 1 ? 4096 : 0;
     t.allocated_current = n == 1 ? 8192 : 0;
     t.reserved_current = n == 1 ? 2u << 20 : 0;
     t.pool_first = 10 + n;
     t.pool_second = 20 + n;
     if (!layout_1) {
+      // The ALLOC with a stack after it (a header and one word), as `run --stacks` writes
+      // it: the reader skips it by the record's size.
+      const uint64_t stack[2] = {1, 0x1234};
+      if (n == 1) {
+        t.size += sizeof(stack);
+        t.flags = ring::kFlagStack;
+      }
       memcpy(data + at, &t, sizeof(t));
-      at += sizeof(t);
+      if (n == 1) memcpy(data + at + sizeof(t), stack, sizeof(stack));
+      at += t.size;
       continue;
     }
     ring::Record r{};

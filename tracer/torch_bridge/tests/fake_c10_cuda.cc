@@ -39,6 +39,7 @@ class FakeAllocator : public cca::CUDAAllocator {
     entry.action_ = action;
     entry.addr_ = address;
     entry.size_ = size;
+    entry.time_.approx_t_ = ++time_;  // a count, so that each event's shows which it is
     for (const auto& tracker : trackers_) tracker(entry);
   }
   void Alloc(size_t address, size_t requested, size_t block) {
@@ -68,6 +69,7 @@ class FakeAllocator : public cca::CUDAAllocator {
   std::recursive_mutex mutex_;
   cca::DeviceStats stats_;
   std::vector<cca::AllocatorTraceTracker> trackers_;
+  uint64_t time_ = 1000;
 };
 
 FakeAllocator* Fake() { return static_cast<FakeAllocator*>(cca::allocator.load()); }

@@ -12,6 +12,11 @@
 #include <string>
 #include <utility>
 
+// As c10/util/ApproximateClock.h on x86-64: entries are timed with the TSC.
+#if defined(__x86_64__)
+#define C10_RDTSC
+#endif
+
 namespace c10 {
 using DeviceIndex = int8_t;
 
@@ -49,6 +54,10 @@ struct TraceEntry {
   void* stream_ = nullptr;
   size_t size_ = 0;
   std::pair<unsigned long long, unsigned long long> mempool_{0, 0};
+  union {
+    int64_t t_;
+    uint64_t approx_t_;
+  } time_{};
 };
 using AllocatorTraceTracker = std::function<void(const TraceEntry&)>;
 }  // namespace CachingDeviceAllocator
