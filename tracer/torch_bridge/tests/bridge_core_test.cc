@@ -91,17 +91,7 @@ TEST(TorchBridgeCore, CarriesTorchsTscTimeOnlyWhereItIsTheTsc) {
   EXPECT_EQ(events[3].tsc, 0u);
   // An entry type without torch's time field (an older torch): none either.
   struct Plain {
-    enum Action {
-      ALLOC,
-      FREE_REQUESTED,
-      FREE_COMPLETED,
-      SEGMENT_ALLOC,
-      SEGMENT_FREE,
-      SEGMENT_MAP,
-      SEGMENT_UNMAP,
-      SNAPSHOT,
-      OOM
-    };
+    int action_;
   };
   EXPECT_FALSE((HasApproximateTime<Plain>::value));
   EXPECT_TRUE((HasApproximateTime<FabricatedEntry>::value));
