@@ -145,7 +145,9 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
       header.layout_version <= ring::kLayoutVersion && header.capacity == capacity_) {
     const uint32_t count = std::min(header.api_count, ring::kMaxApis);
     apis.resize(count);
-    memcpy(apis.data(), base + ring::kApiTableOffset, count * sizeof(ring::ApiEntry));
+    if (count > 0) {  // an empty vector's data() may be null, which memcpy must not get
+      memcpy(apis.data(), base + ring::kApiTableOffset, count * sizeof(ring::ApiEntry));
+    }
     for (ring::ApiEntry& api : apis) api.name[sizeof(api.name) - 1] = '\0';
   } else {
     position = write;  // not a ring we understand: nothing to read
