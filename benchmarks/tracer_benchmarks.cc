@@ -13,6 +13,9 @@
 #include <cupti_activity.h>
 
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -154,7 +157,9 @@ BENCHMARK(BM_Hook_Memory)->Name("Hook/Memory")->Threads(1)->Threads(2)->UseRealT
 class TorchEntries {
  public:
   // `clock`: the hook's (tsc_clock.h), clock_gettime until started and refitted twice.
-  explicit TorchEntries(const TscClock* clock) {
+  // `torch_tsc`: each entry carries a TSC read of its own, as torch's do where it times them
+  // with the TSC, and the hook maps it (torch_bridge.cc's EventTime) instead of reading one.
+  explicit TorchEntries(const TscClock* clock, bool torch_tsc = false) : torch_tsc_(torch_tsc) {
     Reset(queue_);
     clock_ = clock;
   }
@@ -162,9 +167,9 @@ class TorchEntries {
   void Next() {
     ++n_;
     using torch_bridge::FabricatedEntry;
-    core_.OnEntry(
-        torch_bridge::Entry((n_ & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
-                            0x7f0000000000 + ((n_ >> 1 & 1023) << 9), 512));
+    core_.OnEntry(torch_bridge::Entry(
+        (n_ & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED, 0,
+        0x7f0000000000 + ((n_ >> 1 & 1023) << 9), 512, torch_tsc_ ? TorchTsc() : 0));
   }
 
  private:
@@ -174,14 +179,24 @@ class TorchEntries {
       return true;
     }
   };
+  static uint64_t TorchTsc() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return 0;
+#endif
+  }
   static void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-    benchmark::DoNotOptimize(
-        queue_.PushTorchEvent(*event, CurrentThreadId(), clock_->Now(), nullptr, 0));
+    uint64_t now = 0;
+    if (event->tsc == 0 || !clock_->FromTsc(event->tsc, &now)) now = clock_->Now();
+    benchmark::DoNotOptimize(queue_.PushTorchEvent(*event, CurrentThreadId(), now, nullptr, 0));
   }
   // Static: the hook's emit function is a plain function pointer, as in the shim.
   static inline RecordQueue queue_{kQueueCapacity};
   static inline const TscClock* clock_ = nullptr;
-  torch_bridge::BridgeCore<FixedCounters> core_{EmitToRing, nullptr, FixedCounters{}};
+  torch_bridge::BridgeCore<FixedCounters, /*kTimeIsTsc=*/true> core_{EmitToRing, nullptr,
+                                                                     FixedCounters{}};
+  bool torch_tsc_;
   uint64_t n_ = 0;
 };
 
@@ -215,12 +230,13 @@ BENCHMARK(BM_Hook_TorchEntry)->Name("Hook/TorchEntry");
 // locked instruction waits for. Each iteration is a slice of the program (64 stores spread
 // over a working set of range(0) KiB, as a settling loop's Python and torch objects) and,
 // with range(1) = 1, one entry, its time from the TSC as in the tracer where it can (2: from
-// clock_gettime); a sender thread drains the ring and refits the clock as the tracer's does.
+// clock_gettime; 3: from a TSC read the entry carries, as torch's do, which the hook maps); a
+// sender thread drains the ring and refits the clock as the tracer's does.
 // The entry's cost is the difference between the rows with and without it.
 void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
   TscClock clock;
-  if (state.range(1) == 1) clock.Start();
-  TorchEntries entries(&clock);
+  if (state.range(1) == 1 || state.range(1) == 3) clock.Start();
+  TorchEntries entries(&clock, /*torch_tsc=*/state.range(1) == 3);
   RecordQueue& queue = entries.queue();
   const bool hook = state.range(1) != 0;
   std::vector<uint64_t> program(static_cast<size_t>(state.range(0)) * 1024 / 8);
@@ -262,7 +278,7 @@ void BM_Hook_TorchEntryBesideWork(benchmark::State& state) {
 BENCHMARK(BM_Hook_TorchEntryBesideWork)
     ->Name("Hook/TorchEntryBesideWork")
     ->ArgNames({"program_kib", "entry"})
-    ->ArgsProduct({{64, 8192}, {0, 1, 2}})
+    ->ArgsProduct({{64, 8192}, {0, 1, 2, 3}})
     ->UseRealTime();
 
 // The sender's pipeline for one record type. Full batches are framed into an outbox that
