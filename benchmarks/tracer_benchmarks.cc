@@ -158,7 +158,7 @@ class TorchEntries {
  public:
   // `clock`: the hook's (tsc_clock.h), clock_gettime until started and refitted twice.
   // `torch_tsc`: each entry carries a TSC read of its own, as torch's do where it times them
-  // with the TSC, and the hook maps it (torch_bridge.cc's EventTime) instead of reading one.
+  // with the TSC, and the hook maps it (TscClock::TimeOf) instead of reading one.
   explicit TorchEntries(const TscClock* clock, bool torch_tsc = false) : torch_tsc_(torch_tsc) {
     Reset(queue_);
     clock_ = clock;
@@ -187,8 +187,8 @@ class TorchEntries {
 #endif
   }
   static void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
-    uint64_t now = 0;
-    if (event->tsc == 0 || !clock_->FromTsc(event->tsc, &now)) now = clock_->Now();
+    bool from_torch = false;
+    const uint64_t now = clock_->TimeOf(event->tsc, &from_torch);
     benchmark::DoNotOptimize(queue_.PushTorchEvent(*event, CurrentThreadId(), now, nullptr, 0));
   }
   // Static: the hook's emit function is a plain function pointer, as in the shim.

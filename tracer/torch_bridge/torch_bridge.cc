@@ -123,27 +123,20 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
   return event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
 }
 
-// torch's own TSC read where it made one (bridge_core.h's EntryTsc) and the clock maps the
-// TSC; else the clock's own read. *from_torch: which.
-uint64_t EventTime(const cumemtrace_torch_event& event, bool* from_torch) {
-  uint64_t ns = 0;
-  *from_torch = event.tsc != 0 && g_event_clock.FromTsc(event.tsc, &ns);
-  return *from_torch ? ns : g_event_clock.Now();
-}
-
 void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
+    // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
-    const uint64_t now = EventTime(*event, &from_torch);
+    const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
     const StackWords stack = TensorStack(*event);
     runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
     return;
   }
   const uint64_t start = Ticks();
   bool from_torch = false;
-  const uint64_t now = EventTime(*event, &from_torch);
+  const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
   const uint64_t clocked = Ticks();
   const StackWords stack = TensorStack(*event);
   const uint64_t stacked = Ticks();
