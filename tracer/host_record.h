@@ -30,8 +30,7 @@ struct HostRecord {
     kTorchAllocator,    // an event of PyTorch's caching allocator (torch_bridge/)
     kTorchBridgeState,  // the bridge attached, or why not (torch_bridge_state)
     kLaunch,            // a kernel launch call began (kernels recorded at their launch)
-    kRingTorchEvent,    // never a HostRecord: the ring's own record of a kTorchAllocator
-  };                    // numbered as v1::ring::RecordType: append only
+  };  // numbered as v1::ring::RecordType, below its own records (128 on): append only
 
   // kTorchAllocator, besides device, address and bytes (the entry's size).
   struct TorchFields {

@@ -36,8 +36,8 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                       ring::kTorchBridgeState &&
                   static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch,
               "HostRecord types and ring record types differ");
-static_assert(static_cast<uint8_t>(HostRecord::Type::kRingTorchEvent) == ring::kTorchEvent,
-              "a HostRecord type took the number of the ring's torch record");
+static_assert(static_cast<uint8_t>(HostRecord::Type::kLaunch) < ring::kTorchEvent,
+              "HostRecord types reach the numbers of the ring's own records");
 
 constexpr uint64_t kAlign = 8;
 // Kept free for PushPastCapacity (the exit record) and the padding before it.
@@ -340,11 +340,12 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     const unsigned char* at = data_ + read_position_ % ring_bytes_;
     uint32_t size = 0;
     memcpy(&size, at, sizeof(size));
-    if (at[offsetof(ring::Record, type)] == ring::kPadding) {  // may be all that is left
+    const uint8_t type = at[offsetof(ring::Record, type)];
+    if (type == ring::kPadding) {  // may be all that is left
       read_position_ += size;
       continue;
     }
-    if (at[offsetof(ring::Record, type)] == ring::kTorchEvent) {
+    if (type == ring::kTorchEvent) {
       read_position_ += size;
       ReadTorchRecord(at, size, out, &stacks);
       if (ends != nullptr) ends->push_back(read_position_);

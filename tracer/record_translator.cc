@@ -142,8 +142,6 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
         delete record.torch_bridge_state;
       }
       return;
-    case HostRecord::Type::kRingTorchEvent:  // TakeAll returns it as kTorchAllocator
-      return;
   }
 }
 
