@@ -7,11 +7,13 @@
 //
 // Built against the torch headers the program runs (tracker_costs.sh), like the shim; it
 // resolves torch's symbols from the libc10_cuda already loaded.
+#include <stdlib.h>
 #include <time.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -43,20 +45,47 @@ void EmitWithClock(const cumemtrace_torch_event* event, void*) {
   g_sink.fetch_add(event->sequence + static_cast<uint64_t>(ts.tv_nsec), std::memory_order_relaxed);
 }
 
+// "MODE@alt": the mode's work in the even windows of CUMEMTRACE_BENCH_ALTERNATE_MS of
+// CLOCK_MONOTONIC only; in the odd ones the tracker returns once it has read the clock (as
+// it does in the even ones). One process then times its work with the mode's work on and
+// off at the same CPU speed (workloads.py splits the settling iterations by window).
+uint64_t g_window_ns = 0;
+
+bool InOffWindow() {
+  if (g_window_ns == 0) return false;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  return (ns / g_window_ns) % 2 == 1;
+}
+
 }  // namespace
 
 // mode: "noop" (torch builds and hands over each entry; the tracker returns), "counters"
 // (the tracker reads the device's counters, as the shim does per entry), "core" (the shim's
 // code, bridge_core.h, handing each event to a function that drops it), "core+clock" (the
-// same, reading CLOCK_MONOTONIC per event as the tracer's record does). 0 when attached.
+// same, reading CLOCK_MONOTONIC per event as the tracer's record does); each of them with
+// "@alt" (above). 0 when attached.
 extern "C" __attribute__((visibility("default"))) int cumemtrace_tracker_probe_attach(
     const char* mode) {
   cca::CUDAAllocator* allocator = cca::allocator.load();
-  const std::string m = mode;
+  std::string m = mode;
+  if (const size_t at = m.rfind("@alt"); at != std::string::npos && at + 4 == m.size()) {
+    const char* window = getenv("CUMEMTRACE_BENCH_ALTERNATE_MS");
+    if (window == nullptr || atoi(window) <= 0) {
+      fprintf(stderr, "tracker_cost_probe: %s needs CUMEMTRACE_BENCH_ALTERNATE_MS\n", mode);
+      return 1;
+    }
+    g_window_ns = uint64_t(atoi(window)) * 1'000'000;
+    m.resize(at);
+  }
   if (m == "noop") {
-    allocator->attachAllocatorTraceTracker([](const cca::TraceEntry&) {});
+    allocator->attachAllocatorTraceTracker([](const cca::TraceEntry&) {
+      if (InOffWindow()) return;
+    });
   } else if (m == "counters") {
     allocator->attachAllocatorTraceTracker([](const cca::TraceEntry& entry) {
+      if (InOffWindow()) return;
       DeviceCounters counters;
       CounterReader{}(static_cast<uint32_t>(entry.device_), &counters);
       g_sink.fetch_add(counters.allocated_total, std::memory_order_relaxed);
@@ -64,8 +93,9 @@ extern "C" __attribute__((visibility("default"))) int cumemtrace_tracker_probe_a
   } else if (m == "core" || m == "core+clock") {
     auto* core = new BridgeCore<CounterReader>(m == "core" ? EmitNothing : EmitWithClock,
                                                nullptr, CounterReader{});  // leaked, as the shim's
-    allocator->attachAllocatorTraceTracker(
-        [core](const cca::TraceEntry& entry) { core->OnEntry(entry); });
+    allocator->attachAllocatorTraceTracker([core](const cca::TraceEntry& entry) {
+      if (!InOffWindow()) core->OnEntry(entry);
+    });
   } else {
     fprintf(stderr, "tracker_cost_probe: unknown mode %s\n", mode);
     return 1;

@@ -36,20 +36,20 @@ def ep_step(depth, settle_steps, settle_times=False):
     hidden layers of 128, batch 32): a free and a nudged phase of `settle_steps` settling
     iterations each, every one a handful of tiny ops per layer (integration_tests/gpu/
     ep_train.py's trainer). With settle_times, the step keeps each settling iteration's
-    duration on the CPU in step.settle_times (the function settle_times)."""
+    start and end on the CPU in step.settle_spans (the function settle_times)."""
     sys.path.insert(0, os.path.join(HERE, "..", "..", "integration_tests", "gpu"))
     import ep_train
 
     class SettleTimedTrainer(ep_train.EPTrainer):
         """Marks the time of each settling iteration's energy, the first thing it does, and
-        keeps the iterations' durations in settle_times (set by ep_step)."""
+        keeps the iterations' (start, end) in settle_spans (set by ep_step)."""
         marks = None
 
         def relax(self, x, states, target, beta):
             self.marks = []
             states = super().relax(x, states, target, beta)
             self.marks.append(time.perf_counter())
-            self.settle_times += [b - a for a, b in zip(self.marks, self.marks[1:])]
+            self.settle_spans += list(zip(self.marks, self.marks[1:]))
             self.marks = None
             return states
 
@@ -67,7 +67,7 @@ def ep_step(depth, settle_steps, settle_times=False):
     def step():
         trainer.train_step(x, target)
     if settle_times:
-        step.settle_times = trainer.settle_times = []
+        step.settle_spans = trainer.settle_spans = []
     return step
 
 
@@ -220,8 +220,29 @@ def settle_times(step):
     most of them run at one speed, and the lowest decile is the program at the CPU's full
     speed, in each configuration alike. Only the CPU side is timed (no synchronization inside
     the step): the EP steps are bound by it, and it is where tracing costs."""
-    times = step.settle_times
+    times = [end - start for start, end in step.settle_spans]
     return statistics.quantiles(times, n=10)[0], statistics.median(times)
+
+
+def alternating_settle_times(step, window_ms):
+    """Under CUMEMTRACE_BENCH_ALTERNATE_MS, where the tracer records tensors only in the even
+    windows of window_ms of CLOCK_MONOTONIC (time.perf_counter's clock): the lowest decile
+    and the median of the settling iterations that lie whole in an even window (recording
+    on) and in an odd one (off), and how many each. One process, both states, interleaved
+    every window: the CPU's changes of speed fall on both alike."""
+    window = window_ms / 1e3
+    on, off = [], []
+    for start, end in step.settle_spans:
+        first, last = int(start // window), int(end // window)
+        if first == last:
+            (off if first % 2 else on).append(end - start)
+    figures = {}
+    for state, times in (("on", on), ("off", off)):
+        if len(times) >= 10:
+            figures[state] = statistics.quantiles(times, n=10)[0]
+            figures[state + "@median"] = statistics.median(times)
+        figures[state + "@count"] = len(times)
+    return figures
 
 
 def timed(step, warmup, rounds, per_round):
@@ -229,8 +250,8 @@ def timed(step, warmup, rounds, per_round):
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
-    if hasattr(step, "settle_times"):
-        step.settle_times.clear()
+    if hasattr(step, "settle_spans"):
+        step.settle_spans.clear()
     samples = []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -275,17 +296,23 @@ def main():
         recorder = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                            profile_memory=True)
         recorder.__enter__()
+    # The tracer's alternation (torch_bridge.cc), read from the environment it is given in.
+    alternate_ms = int(os.environ.get("CUMEMTRACE_BENCH_ALTERNATE_MS", "0") or 0)
     result = {}
     for name, (make, warmup, per_round, scale) in workloads.items():
         step = make()
         seconds, spread = timed(step, warmup, args.rounds, per_round)
         result[name] = seconds * scale
         result[name + "@spread"] = spread
-        if hasattr(step, "settle_times"):
+        if hasattr(step, "settle_spans"):
             # The figure is the settling iteration's; the step's goes to @step.
             result[name + "@step"] = result[name]
             low, median = settle_times(step)
             result[name], result[name + "@median"] = low * scale, median * scale
+            if alternate_ms:
+                for figure, value in alternating_settle_times(step, alternate_ms).items():
+                    count = figure.endswith("@count")
+                    result[name + "@" + figure] = value if count else value * scale
         torch.cuda.empty_cache()
     if recorder is not None:
         recorder.__exit__(None, None, None)

@@ -80,6 +80,12 @@ SelfTime g_self_time;
 // The time of each event (tsc_clock.h): started at attach, refitted at each Poll.
 TscClock g_event_clock;
 
+// CUMEMTRACE_BENCH_ALTERNATE_MS=N, a benchmark (docs/benchmarks.md): the hook records the
+// program's tensors in the even windows of N ms of the clock only and drops them in the odd
+// ones, so that one process times its own work with the recording on and off at the same
+// CPU speed (benchmarks/gpu/workloads.py). The trace of such a run is partial. 0: off.
+uint64_t g_alternate_ns = 0;
+
 // The TSC where there is one (a few ns, for parts that take tens); elsewhere the clock.
 uint64_t Ticks() {
 #if defined(__x86_64__)
@@ -130,6 +136,7 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
     const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
+    if (g_alternate_ns != 0 && (now / g_alternate_ns) % 2 == 1) return;
     const StackWords stack = TensorStack(*event);
     runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
     return;
@@ -270,6 +277,14 @@ void TorchBridge::AttachOnce() {
         g_self_time.start_ns = MonotonicNs();
         g_self_time.on.store(true);
         atexit(PrintSelfTime);
+      }
+      if (const char* alternate = getenv("CUMEMTRACE_BENCH_ALTERNATE_MS");
+          alternate != nullptr && atoi(alternate) > 0) {
+        g_alternate_ns = uint64_t(atoi(alternate)) * 1'000'000;
+        fprintf(stderr,
+                "cumemtrace: CUMEMTRACE_BENCH_ALTERNATE_MS=%s: tensors are recorded in every "
+                "other %s ms only (a benchmark; the trace is partial)\n",
+                alternate, alternate);
       }
       char allocator[64];
       char message[512];
