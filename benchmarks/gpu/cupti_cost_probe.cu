@@ -14,6 +14,8 @@
 //     work    callbacks do what the tracer's do (clock, thread id, locked push)
 //     actrt   runtime API activity records for those calls only (cuptiActivityEnableRuntimeApi)
 //     actdrv  driver API activity records for those calls only
+//     alt     alone: the tracer's default subscription switched on and off in one process
+//             (AlternateDefaultSubscription; alt:cb and alt:pool switch one part of it)
 //     corr    count kernel records whose correlation id a launch callback saw (needs cbrt
 //             or cbdrv, and kern): which layer's id the kernel records carry
 //
@@ -171,6 +173,82 @@ double MedianNsPerOp(int ops, F&& body) {
   return reps[2];
 }
 
+// "alt": the tracer's default CUPTI state (driver callbacks for allocations and frees, the
+// resource callback for new contexts, MEMORY_POOL records) enabled and disabled every block
+// of calls in one process, 20 blocks each, so that both states run at the same CPU speed;
+// prints the median ns per call of each state for a launch (as launch_call_ns), a driver call
+// (cuCtxGetCurrent) and a runtime call (cudaGetDevice and cudaGetLastError, which PyTorch
+// makes around each op). What merely having the tracer's subscription costs each call.
+void AlternateDefaultSubscription(cudaStream_t stream, const std::string& features) {
+  // One subscription throughout (CUPTI refuses cuptiSubscribe once activity callbacks are
+  // registered): "off" enables nothing in it (what that costs beside no subscription at
+  // all: the processes "sub" and "none"). "alt:cb" and "alt:pool" switch only the callbacks
+  // or only the records, the other part staying on.
+  const bool switch_callbacks = features != "alt:pool";
+  const bool switch_records = features != "alt:cb";
+  CUpti_SubscriberHandle subscriber = nullptr;
+  CHECK_CUPTI(cuptiSubscribe(&subscriber, OnCallback, nullptr));
+  CHECK_CUPTI(cuptiActivityRegisterCallbacks(BufferRequested, BufferCompleted));
+  auto set = [&](bool on_now) {
+    bool on = on_now || !switch_callbacks;
+    for (CUpti_CallbackId id : kDriverIds) {
+      if (id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+          id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx) {
+        continue;
+      }
+      CHECK_CUPTI(cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+    }
+    CHECK_CUPTI(cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                    CUPTI_CBID_RESOURCE_CONTEXT_CREATED));
+    on = on_now || !switch_records;
+    if (on) {
+      CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL));
+    } else {
+      CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMORY_POOL));
+    }
+  };
+  auto per_call = [](int calls, auto&& body) {
+    const auto t0 = std::chrono::steady_clock::now();
+    body(calls);
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+           calls;
+  };
+  std::vector<double> launch[2], driver[2], runtime[2];
+  for (int block = 0; block < 40; ++block) {
+    const bool on = (block % 4 == 1) || (block % 4 == 2);  // off on on off: neither goes first
+    set(on);
+    std::chrono::steady_clock::duration in_calls{};
+    for (int i = 0; i < 64 * 100; i += 64) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int j = 0; j < 64; ++j) Empty<<<1, 1, 0, stream>>>();
+      in_calls += std::chrono::steady_clock::now() - t0;
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+    }
+    launch[on].push_back(std::chrono::duration<double, std::nano>(in_calls).count() / 6400);
+    driver[on].push_back(per_call(200000, [](int n) {
+      CUcontext context = nullptr;
+      for (int i = 0; i < n; ++i) cuCtxGetCurrent(&context);
+    }));
+    runtime[on].push_back(per_call(200000, [](int n) {
+      int device = 0;
+      for (int i = 0; i < n; ++i) {
+        cudaGetDevice(&device);
+        (void)cudaGetLastError();
+      }
+    }));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  printf(
+      "{\"features\": \"%s\", \"launch_call_ns_off\": %.1f, \"launch_call_ns_on\": %.1f, "
+      "\"driver_call_ns_off\": %.2f, \"driver_call_ns_on\": %.2f, "
+      "\"runtime_calls_ns_off\": %.2f, \"runtime_calls_ns_on\": %.2f, \"callbacks\": %llu}\n",
+      features.c_str(), median(launch[0]), median(launch[1]), median(driver[0]), median(driver[1]),
+      median(runtime[0]), median(runtime[1]), static_cast<unsigned long long>(g_callbacks.load()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,6 +296,11 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
   uint64_t keep = UINT64_MAX;  // like PyTorch's async backend: the pool keeps freed memory
   CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+
+  if (features.compare(0, 3, "alt") == 0) {
+    AlternateDefaultSubscription(stream, features);
+    return 0;
+  }
 
   const double async_pair = MedianNsPerOp(100000, [&](int n) {
     for (int i = 0; i < n; ++i) {

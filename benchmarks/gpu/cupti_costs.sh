@@ -12,7 +12,7 @@ if [ ${#sets[@]} -eq 0 ]; then
 fi
 cuda=${CUDA_HOME:-/usr/local/cuda}
 probe=$(mktemp -d)/cupti_cost_probe
-"$cuda/bin/nvcc" -O2 -std=c++17 -arch=native -o "$probe" "$here/cupti_cost_probe.cu" -L"$cuda/lib64" -lcupti
+"$cuda/bin/nvcc" -O2 -std=c++17 -arch=native -o "$probe" "$here/cupti_cost_probe.cu" -L"$cuda/lib64" -lcupti -lcuda
 : > "$out"
 n=${#sets[@]}
 for ((r = 0; r < rounds; r++)); do
