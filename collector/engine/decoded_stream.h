@@ -98,6 +98,10 @@ struct TorchPendingAlloc {
   uint64_t requested = 0;
   uint64_t sequence = 0;
   uint64_t allocated_total = 0;
+  // allocated_bytes.current before its increase, and the bytes of blocks freed since: the
+  // size when the program reset the cumulative counter in between (Settle).
+  uint64_t allocated_current = 0;
+  uint64_t released_since = 0;
   uint32_t thread_id = 0;
   uint32_t stack_id = 0;
   bool gap = false;  // an event of the device was lost since: the block size is estimated

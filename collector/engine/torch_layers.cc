@@ -43,24 +43,34 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
   if (it == d.live.end()) return false;
   s.events.push_back(
       TensorEvent(EventType::kRelease, timestamp_ns, device, address, it->second, thread_id));
+  if (d.pending.set) d.pending.released_since += it->second;
   d.allocated -= it->second;
   d.live.erase(it);
   return true;
 }
 
-// Gives the pending ALLOC its block and appends the allocation. `exact`: `allocated_total`
-// is the counter after the ALLOC's own increase.
+// Gives the pending ALLOC its block and appends the allocation. `exact`: the counters
+// (`allocated_total`, `allocated_current`) were read after the ALLOC's own increase and
+// before any other.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
-            uint64_t allocated_total) {
+            uint64_t allocated_total, uint64_t allocated_current) {
   if (!d.pending.set) return;
   const TorchPendingAlloc& a = d.pending;
   const uint64_t floor = std::max<uint64_t>(a.requested, 1);
+  // allocated_bytes.current moved by the block less the blocks freed since.
+  const uint64_t current_after = allocated_current + a.released_since;
   uint64_t bytes = 0;
   if (exact && allocated_total >= a.allocated_total &&
       allocated_total - a.allocated_total >= floor) {
     bytes = allocated_total - a.allocated_total;
+  } else if (exact && !a.freed && current_after >= a.allocated_current &&
+             current_after - a.allocated_current >= floor) {
+    // torch.cuda.reset_accumulated_memory_stats() zeroed the cumulative counter in
+    // between; the current one is never reset. A block freed since would cancel itself out
+    // of it, so that case stays an estimate.
+    bytes = current_after - a.allocated_current;
   } else {
-    // No later event, or the program reset the allocator's counters in between.
+    // No later event, or the program reset the cumulative counter and freed the block.
     bytes = floor > UINT64_MAX - kMinBlockBytes
                 ? floor
                 : (floor + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes;
@@ -111,7 +121,8 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
     // Counters read after event `sequence` and before the next: they settle the pending
     // ALLOC if it came at or before that event with none lost since.
     if (d.pending.set && d.pending.sequence <= t.sequence() && !d.pending.gap) {
-      Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total());
+      Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
+             t.allocated_bytes_current());
     }
     return;
   }
@@ -125,7 +136,12 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   if (d.pending.set && t.sequence() > d.pending.sequence) {
     d.pending.gap = d.pending.gap || lost;
     if (HasCounters(t)) {
-      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total());
+      // A free that read counters (older tracers) read them after its own decrease.
+      uint64_t current = t.allocated_bytes_current();
+      if (t.action() == v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED) {
+        if (auto it = d.live.find(t.address()); it != d.live.end()) current += it->second;
+      }
+      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total(), current);
     }
   }
 
@@ -142,6 +158,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.requested = t.requested_bytes();
       d.pending.sequence = t.sequence();
       d.pending.allocated_total = t.allocated_bytes_total();
+      d.pending.allocated_current = t.allocated_bytes_current();
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
       return;
@@ -192,7 +209,7 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
 }
 
 void FlushTorchAllocations(DecodedStream& s) {
-  for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0);
+  for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0, 0);
 }
 
 }  // namespace cumemtrace::internal

@@ -202,6 +202,37 @@ TEST(TorchLayers, FreesWithoutCountersWaitForTheNextCountedEvent) {
   EXPECT_EQ(d->live_at_exit_bytes, 1024u);
 }
 
+// torch.cuda.reset_accumulated_memory_stats() zeroes the cumulative counter that block sizes
+// are read from, never the current one: a block pending across it is sized from that,
+// counting the blocks freed in between, unless it was itself freed (then it is estimated).
+TEST(TorchLayers, AResetOfTheCumulativeCounterLeavesPendingBlocksExact) {
+  constexpr uint64_t kUnsplit = kBig + 1024;  // a whole free block, larger than asked for
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  s.Alloc(11, 0, 0x2000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(12, kAlloc, 1, 0x1000000, 1000, 0, 0);
+  t.Torch(13, kAlloc, 2, 0x2000000, 15000000, 1024, 1024);  // settles 1024
+  t.Torch(14, kFree, 3, 0x1000000, 1000, 0, 0);             // while the big one is pending
+  // reset_accumulated_memory_stats(): allocated_bytes.allocated is 0 again.
+  t.Torch(15, kAlloc, 4, 0x1000000, 1000, 0, kUnsplit);  // settles the big block
+  t.Torch(16, kFree, 5, 0x1000000, 1000, 0, 0);          // its own block, pending
+  // reset_accumulated_memory_stats() again.
+  t.Torch(17, kAlloc, 6, 0x1000400, 5000, 0, kUnsplit);  // the freed one: estimated
+  s.Flush();
+  t.Torch(18, kProbe, 6, 0, 0, 5120, kUnsplit + 5120);  // settles 5120
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.blocks, 4u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 1u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, kUnsplit + 5120);  // max_memory_allocated
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocated_bytes, 1024u + kUnsplit + 1024 + 5120);
+}
+
 // A random program's caching allocator (blocks rounded up, sometimes a whole free block;
 // tensors freed in any order; the sender's probe at random moments) through the bridge's own
 // code and back through the analysis: every block's size and the allocated peak are exact.
