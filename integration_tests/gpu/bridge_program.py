@@ -21,8 +21,19 @@ def main():
     parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--stats")
+    parser.add_argument("--reset-accumulated", action="store_true",
+                        help="first reset the allocator's cumulative counters right after a "
+                             "tensor that takes a whole segment (a block larger than asked)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.reset_accumulated:
+        # 15,800,000 bytes get a 16 MiB segment that is not split (less than 1 MiB would be
+        # left), so the block is 977,216 bytes larger than the tensor; the reset comes before
+        # the allocator's next event, which would otherwise give the block's size.
+        whole = torch.empty(15_800_000, dtype=torch.uint8, device="cuda")
+        torch.cuda.reset_accumulated_memory_stats()
+        after = torch.empty(1000, device="cuda")
+        del whole, after
     step = workloads.WORKLOADS[args.workload][0]()
     for _ in range(args.steps):
         step()

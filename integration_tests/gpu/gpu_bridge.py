@@ -35,7 +35,8 @@ def programs(programs_dir, results):
     libtorch = os.path.join(programs_dir, "libtorch_train")
     # name -> (argv without --stats, environment, suffix naming the process)
     return {
-        "resnet": (py + ["--workload", "resnet", "--steps", "3"], {}, "bridge_program.py"),
+        "resnet": (py + ["--workload", "resnet", "--steps", "3", "--reset-accumulated"], {},
+                   "bridge_program.py"),
         "gpt": (py + ["--workload", "gpt", "--steps", "3"], {}, "bridge_program.py"),
         "gpt_expandable": (py + ["--workload", "gpt", "--steps", "3"], EXPANDABLE,
                            "bridge_program.py"),
