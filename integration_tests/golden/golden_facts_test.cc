@@ -122,6 +122,22 @@ TEST(GoldenLibTorch, NativeSegmentsPeakEqualsMaxMemoryReserved) {
                                 "libtorch_train", false);
 }
 
+// The program reset the allocator's cumulative counters right after a tensor that took a
+// whole unsplit 16 MiB segment (bridge_program.py --reset-accumulated): the block's size
+// comes from the current counter, and the tensor peak is PyTorch's to the byte.
+TEST(GoldenTorch, ResetAccumulatedStatsKeepsTheTensorPeakExact) {
+  const nlohmann::json stats = Load("torch_reset_accumulated.stats.json");
+  auto report = Analyze("torch_reset_accumulated.cmtrace");
+  ASSERT_NE(report, nullptr);
+  const ProcessReport& p = Program(*report, "bridge_program.py");
+  EXPECT_TRUE(p.torch.attached);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 0u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  ASSERT_FALSE(p.devices.empty());
+  EXPECT_EQ(p.devices[0].torch.allocated_peak_bytes, stats["max_memory_allocated"].get<uint64_t>());
+  EXPECT_EQ(p.devices[0].torch.reserved_peak_bytes, stats["max_memory_reserved"].get<uint64_t>());
+}
+
 TEST(GoldenTorch, KilledBySignalIsReportedFromTheLauncher) {
   auto report = Analyze("torch_sigterm.cmtrace");
   ASSERT_NE(report, nullptr);

@@ -1,6 +1,6 @@
-// Rewrites a trace so it can be checked in: command-line arguments that are absolute paths
-// keep only their file name, and host names become "gpu-host". Everything else, wire frames
-// included, is copied unchanged.
+// Rewrites a trace so it can be checked in: command-line arguments that are absolute paths,
+// and the path of PyTorch's allocator library, keep only their file name, and host names
+// become "gpu-host". Everything else, wire frames included, is copied unchanged.
 //   golden_scrub_trace IN OUT
 #include <cstdio>
 #include <string>
@@ -43,6 +43,14 @@ int main(int argc, char** argv) {
         hello->set_hostname("gpu-host");
         for (std::string& arg : *hello->mutable_command_line()) arg = Scrub(arg);
         chunk.set_wire_frame(message.SerializeAsString());
+      } else if (message.has_batch()) {
+        bool changed = false;
+        for (v1::Event& event : *message.mutable_batch()->mutable_events()) {
+          if (!event.has_torch_bridge() || event.torch_bridge().library().empty()) continue;
+          event.mutable_torch_bridge()->set_library(Scrub(event.torch_bridge().library()));
+          changed = true;
+        }
+        if (changed) chunk.set_wire_frame(message.SerializeAsString());
       }
     }
     AppendChunk(chunk, &out);
