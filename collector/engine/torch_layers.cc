@@ -49,11 +49,11 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
   return true;
 }
 
-// Gives the pending ALLOC its block and appends the allocation. `exact`: the counters
-// (`allocated_total`, `allocated_current`) were read after the ALLOC's own increase and
-// before any other.
+// Gives the pending ALLOC its block and appends the allocation. `exact`: the counters were
+// read after the ALLOC's own increase and before any other; `current_usable`: and
+// `allocated_current` after every free the stream has shown since.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
-            uint64_t allocated_total, uint64_t allocated_current) {
+            uint64_t allocated_total, uint64_t allocated_current, bool current_usable) {
   if (!d.pending.set) return;
   const TorchPendingAlloc& a = d.pending;
   const uint64_t floor = std::max<uint64_t>(a.requested, 1);
@@ -63,8 +63,8 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   if (exact && allocated_total >= a.allocated_total &&
       allocated_total - a.allocated_total >= floor) {
     bytes = allocated_total - a.allocated_total;
-  } else if (exact && !a.freed && current_after >= a.allocated_current &&
-             current_after - a.allocated_current >= floor) {
+  } else if (exact && current_usable && a.current_agreed && !a.freed &&
+             current_after >= a.allocated_current && current_after - a.allocated_current >= floor) {
     // torch.cuda.reset_accumulated_memory_stats() zeroed the cumulative counter in
     // between; the current one is never reset. A block freed since would cancel itself out
     // of it, so that case stays an estimate.
@@ -119,10 +119,16 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   TorchDeviceDecode& d = s.torch.devices[t.device()];
   if (t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE) {
     // Counters read after event `sequence` and before the next: they settle the pending
-    // ALLOC if it came at or before that event with none lost since.
-    if (d.pending.set && d.pending.sequence <= t.sequence() && !d.pending.gap) {
-      Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
-             t.allocated_bytes_current());
+    // ALLOC if it came at or before that event with none lost since. Every event numbered
+    // up to the probe's is in the stream before it, unless it was lost.
+    if (d.pending.set && d.pending.sequence <= t.sequence()) {
+      if (t.sequence() > d.last_sequence) d.pending.gap = true;
+      // The probe is sent outside the device's lock, so a later event can come before it:
+      // its free is in released_since, not in the probe's current counter.
+      if (!d.pending.gap) {
+        Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
+               t.allocated_bytes_current(), t.sequence() == d.last_sequence);
+      }
     }
     return;
   }
@@ -141,14 +147,16 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       if (t.action() == v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED) {
         if (auto it = d.live.find(t.address()); it != d.live.end()) current += it->second;
       }
-      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total(), current);
+      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total(), current,
+             /*current_usable=*/true);
     }
   }
 
   switch (t.action()) {
-    case v1::TORCH_ALLOCATOR_ACTION_ALLOC:
+    case v1::TORCH_ALLOCATOR_ACTION_ALLOC: {
       // The allocator's counter before this ALLOC's increase.
-      if (t.allocated_bytes_current() != d.allocated) ++r.counter_mismatches;
+      const bool agreed = t.allocated_bytes_current() == d.allocated;
+      if (!agreed) ++r.counter_mismatches;
       // A fresh record (no event lost since, not freed), each field by name: most are
       // uint64_t, which a positional list would let a swap through.
       d.pending = TorchPendingAlloc{};
@@ -159,9 +167,11 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.sequence = t.sequence();
       d.pending.allocated_total = t.allocated_bytes_total();
       d.pending.allocated_current = t.allocated_bytes_current();
+      d.pending.current_agreed = agreed;
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
       return;
+    }
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {
       // The pending block itself, freed before an event with counters came: its release
       // waits for its size (the events are put in time order after decoding).
@@ -175,6 +185,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       // allocated_bytes shrinks here, not when the free completes (after other streams).
       if (!ReleaseBlock(s, d, t.device(), t.address(), timestamp_ns, t.thread_id())) {
         ++r.unknown_frees;
+        d.pending.current_agreed = false;  // the allocator's counter fell by bytes unknown
         return;
       }
       if (HasCounters(t) && t.allocated_bytes_current() != d.allocated) {
@@ -209,7 +220,9 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
 }
 
 void FlushTorchAllocations(DecodedStream& s) {
-  for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0, 0);
+  for (auto& [device, d] : s.torch.devices) {
+    Settle(s, device, d, /*exact=*/false, 0, 0, /*current_usable=*/false);
+  }
 }
 
 }  // namespace cumemtrace::internal

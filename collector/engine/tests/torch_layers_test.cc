@@ -233,6 +233,58 @@ TEST(TorchLayers, AResetOfTheCumulativeCounterLeavesPendingBlocksExact) {
   EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocated_bytes, 1024u + kUnsplit + 1024 + 5120);
 }
 
+// Where the counters a block would be sized from are stale or cannot be trusted, the block is
+// estimated, never given a wrong exact size: a probe that a later-numbered free overtook, a
+// probe after a lost event, an ALLOC whose counters disagreed. A free that read counters
+// (older tracers) read them after its decrease, which is added back.
+TEST(TorchLayers, StaleCountersEstimateABlockInsteadOfMisSizingIt) {
+  constexpr uint64_t kUnsplit = kBig + 1024;
+  struct Outcome {
+    uint64_t estimated, peak;
+  };
+  // A small tensor (1024) and the big one are live; the program resets the cumulative
+  // counter; `after` adds the events that follow, from sequence 3 on.
+  auto run = [](uint64_t first_current, auto after) {
+    TorchTrace t(/*attached=*/true);
+    StreamBuilder& s = t.s();
+    s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+    s.Alloc(11, 0, 0x2000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+    t.Torch(12, kAlloc, 1, 0x1000000, 1000, 0, first_current);
+    t.Torch(13, kAlloc, 2, 0x2000000, 15000000, 1024, first_current + 1024);
+    after(t);
+    s.Exit(30, 0).Flush();
+    auto report = Analyze(s.Chunks());
+    const ProcessReport& p = report->processes.at(0);
+    return Outcome{p.torch.estimated_block_sizes, FindDevice(p, 0)->torch.allocated_peak_bytes};
+  };
+  // The free (sequence 3) came before the probe that read the counters ahead of it.
+  Outcome o = run(0, [](TorchTrace& t) {
+    t.Torch(14, kFree, 3, 0x1000000, 1000, 0, 0);
+    t.s().Flush();
+    t.Torch(15, kProbe, 2, 0, 0, 0, 1024 + kUnsplit);
+  });
+  EXPECT_EQ(o.estimated, 1u);
+  EXPECT_EQ(o.peak, 1024 + kBig);  // the estimate, not 1024 + kUnsplit + 1024
+  // Event 3 (an ALLOC) was lost before the probe.
+  o = run(0, [](TorchTrace& t) {
+    t.s().Flush();
+    t.Torch(15, kProbe, 3, 0, 0, 0, 1024 + kUnsplit + 512);
+    t.Torch(16, kAlloc, 4, 0x1000600, 100, 0, 1024 + kUnsplit + 512);
+  });
+  EXPECT_EQ(o.estimated, 2u);  // the big one and the last one
+  // The first ALLOC's counters disagreed with the rebuilt blocks (4096 unseen bytes).
+  o = run(4096,
+          [](TorchTrace& t) { t.Torch(14, kAlloc, 3, 0x1000400, 100, 0, 4096 + 1024 + kUnsplit); });
+  EXPECT_EQ(o.estimated, 2u);
+  // An older tracer's free, with counters read after its decrease: exact.
+  o = run(0, [](TorchTrace& t) {
+    t.Torch(14, kFree, 3, 0x1000000, 1000, 0, kUnsplit);
+    t.Torch(15, kAlloc, 4, 0x1000000, 100, 0, kUnsplit);
+  });
+  EXPECT_EQ(o.estimated, 1u);  // the last one only
+  EXPECT_EQ(o.peak, 1024 + kUnsplit);
+}
+
 // A random program's caching allocator (blocks rounded up, sometimes a whole free block;
 // tensors freed in any order; the sender's probe at random moments) through the bridge's own
 // code and back through the analysis: every block's size and the allocated peak are exact.
