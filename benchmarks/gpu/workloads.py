@@ -228,15 +228,18 @@ def alternating_settle_times(step, window_ms):
     """Under CUMEMTRACE_BENCH_ALTERNATE_MS, where the tracer records tensors only in the even
     windows of window_ms of CLOCK_MONOTONIC (time.perf_counter's clock): the lowest decile
     and the median of the settling iterations that lie whole in an even window (recording
-    on) and in an odd one (off), and how many each. One process, both states, interleaved
-    every window: the CPU's changes of speed fall on both alike."""
+    on) and in an odd one (off), how many each, and how many crossed an edge. One process,
+    both states, interleaved every window: the CPU's changes of speed fall on both alike."""
     window = window_ms / 1e3
     on, off = [], []
     for start, end in step.settle_spans:
         first, last = int(start // window), int(end // window)
         if first == last:
             (off if first % 2 else on).append(end - start)
-    figures = {}
+    # Those across a window's edge are left out. A longer iteration crosses one more often,
+    # which favours the shorter ones of each state a little: keep the windows several times
+    # an iteration, and see how many were cut.
+    figures = {"cut@count": len(step.settle_spans) - len(on) - len(off)}
     for state, times in (("on", on), ("off", off)):
         if len(times) >= 10:
             figures[state] = statistics.quantiles(times, n=10)[0]

@@ -1,6 +1,7 @@
 // Rewrites a trace so it can be checked in: command-line arguments that are absolute paths,
 // and the path of PyTorch's allocator library, keep only their file name, and host names
-// become "gpu-host". Everything else, wire frames included, is copied unchanged.
+// become "gpu-host". The frames that hold them are encoded again; every other byte is copied
+// unchanged.
 //   golden_scrub_trace IN OUT
 #include <cstdio>
 #include <string>

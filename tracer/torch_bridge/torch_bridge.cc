@@ -83,7 +83,8 @@ TscClock g_event_clock;
 // CUMEMTRACE_BENCH_ALTERNATE_MS=N, a benchmark (docs/benchmarks.md): the hook records the
 // program's tensors in the even windows of N ms of the clock only and drops them in the odd
 // ones, so that one process times its own work with the recording on and off at the same
-// CPU speed (benchmarks/gpu/workloads.py). The trace of such a run is partial. 0: off.
+// CPU speed (benchmarks/gpu/workloads.py). The trace of such a run is partial. 0: off. Not
+// with CUMEMTRACE_SELF_TIME, whose path records every event.
 uint64_t g_alternate_ns = 0;
 
 // The TSC where there is one (a few ns, for parts that take tens); elsewhere the clock.
@@ -281,10 +282,11 @@ void TorchBridge::AttachOnce() {
       if (const char* alternate = getenv("CUMEMTRACE_BENCH_ALTERNATE_MS");
           alternate != nullptr && atoi(alternate) > 0) {
         g_alternate_ns = uint64_t(atoi(alternate)) * 1'000'000;
-        fprintf(stderr,
-                "cumemtrace: CUMEMTRACE_BENCH_ALTERNATE_MS=%s: tensors are recorded in every "
-                "other %s ms only (a benchmark; the trace is partial)\n",
-                alternate, alternate);
+        // In the trace too: its tensors' lost events and estimated sizes come from this.
+        runtime.Notice(v1::NOTICE_LEVEL_WARNING, "bench_alternate",
+                       std::string("CUMEMTRACE_BENCH_ALTERNATE_MS=") + alternate +
+                           ": tensors are recorded in every other " + alternate +
+                           " ms only (a benchmark; the trace is partial)");
       }
       char allocator[64];
       char message[512];
