@@ -130,18 +130,20 @@ bool TscClock::Load(TscMap* map) const {
 }
 
 uint64_t TscClock::Now() const {
-#if defined(__x86_64__)
-  TscMap map;
-  if (Load(&map)) return map.ToMonotonic(__rdtsc());
-#endif
-  return MonotonicNs();
+  bool from_tsc = false;
+  return TimeOf(0, &from_tsc);
 }
 
-bool TscClock::FromTsc(uint64_t tsc, uint64_t* ns) const {
+uint64_t TscClock::TimeOf(uint64_t tsc, bool* from_tsc) const {
+  *from_tsc = false;
+#if defined(__x86_64__)
   TscMap map;
-  if (!Load(&map)) return false;
-  *ns = map.ToMonotonic(tsc);
-  return true;
+  if (Load(&map)) {
+    *from_tsc = tsc != 0;
+    return map.ToMonotonic(tsc != 0 ? tsc : __rdtsc());
+  }
+#endif
+  return MonotonicNs();
 }
 
 }  // namespace cumemtrace::tracer

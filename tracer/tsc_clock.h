@@ -65,17 +65,10 @@ class TscClock {
   // The sender thread, at each drain: a fresh pair for the line.
   void Refit();
   uint64_t Now() const;
-  // A TSC value read a moment ago by someone else (PyTorch reads it for each allocator
-  // event), mapped as Now() maps its own read into *ns: the hook saves its TSC read. False
-  // without a map (then only the caller's own clock read will do).
-  bool FromTsc(uint64_t tsc, uint64_t* ns) const;
-  // An event's time: `tsc` mapped where it is given (not 0) and there is a map, else Now().
-  // *from_tsc says which.
-  uint64_t TimeOf(uint64_t tsc, bool* from_tsc) const {
-    uint64_t ns = 0;
-    *from_tsc = tsc != 0 && FromTsc(tsc, &ns);
-    return *from_tsc ? ns : Now();
-  }
+  // An event's time: `tsc`, a TSC value read a moment ago by someone else (PyTorch reads it
+  // for each allocator event), mapped as Now() maps its own read, where it is given (not 0)
+  // and there is a map; else Now(). The hook saves its TSC read. *from_tsc says which.
+  uint64_t TimeOf(uint64_t tsc, bool* from_tsc) const;
   // A map is published (a zero rate is none).
   bool uses_tsc() const { return mult_.load(std::memory_order_relaxed) != 0; }
 
