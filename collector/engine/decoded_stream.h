@@ -99,12 +99,12 @@ struct TorchPendingAlloc {
   uint64_t sequence = 0;
   uint64_t allocated_total = 0;
   // allocated_bytes.current before its increase, and the bytes of blocks freed since: the
-  // size when the program reset the cumulative counter in between (Settle). Used only when
-  // the rebuilt blocks agreed with that counter at the ALLOC and every free since was of one
-  // of them (current_agreed).
+  // size when the program reset the cumulative counter in between (Settle). Usable only
+  // while the rebuilt blocks agreed with that counter at the ALLOC, every free since was of
+  // one of them, and no probe that a later event overtook is settling it.
   uint64_t allocated_current = 0;
   uint64_t released_since = 0;
-  bool current_agreed = false;
+  bool current_usable = false;
   uint32_t thread_id = 0;
   uint32_t stack_id = 0;
   bool gap = false;  // an event of the device was lost since: the block size is estimated

@@ -50,10 +50,9 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
 }
 
 // Gives the pending ALLOC its block and appends the allocation. `exact`: the counters were
-// read after the ALLOC's own increase and before any other; `current_usable`: and
-// `allocated_current` after every free the stream has shown since.
+// read after the ALLOC's own increase and before any other.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
-            uint64_t allocated_total, uint64_t allocated_current, bool current_usable) {
+            uint64_t allocated_total, uint64_t allocated_current) {
   if (!d.pending.set) return;
   const TorchPendingAlloc& a = d.pending;
   const uint64_t floor = std::max<uint64_t>(a.requested, 1);
@@ -63,8 +62,8 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   if (exact && allocated_total >= a.allocated_total &&
       allocated_total - a.allocated_total >= floor) {
     bytes = allocated_total - a.allocated_total;
-  } else if (exact && current_usable && a.current_agreed && !a.freed &&
-             current_after >= a.allocated_current && current_after - a.allocated_current >= floor) {
+  } else if (exact && a.current_usable && !a.freed && current_after >= a.allocated_current &&
+             current_after - a.allocated_current >= floor) {
     // torch.cuda.reset_accumulated_memory_stats() zeroed the cumulative counter in
     // between; the current one is never reset. A block freed since would cancel itself out
     // of it, so that case stays an estimate.
@@ -125,9 +124,10 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       if (t.sequence() > d.last_sequence) d.pending.gap = true;
       // The probe is sent outside the device's lock, so a later event can come before it:
       // its free is in released_since, not in the probe's current counter.
+      if (t.sequence() < d.last_sequence) d.pending.current_usable = false;
       if (!d.pending.gap) {
         Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
-               t.allocated_bytes_current(), t.sequence() == d.last_sequence);
+               t.allocated_bytes_current());
       }
     }
     return;
@@ -147,8 +147,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       if (t.action() == v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED) {
         if (auto it = d.live.find(t.address()); it != d.live.end()) current += it->second;
       }
-      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total(), current,
-             /*current_usable=*/true);
+      Settle(s, t.device(), d, /*exact=*/!d.pending.gap, t.allocated_bytes_total(), current);
     }
   }
 
@@ -167,7 +166,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.sequence = t.sequence();
       d.pending.allocated_total = t.allocated_bytes_total();
       d.pending.allocated_current = t.allocated_bytes_current();
-      d.pending.current_agreed = agreed;
+      d.pending.current_usable = agreed;
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
       return;
@@ -185,7 +184,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       // allocated_bytes shrinks here, not when the free completes (after other streams).
       if (!ReleaseBlock(s, d, t.device(), t.address(), timestamp_ns, t.thread_id())) {
         ++r.unknown_frees;
-        d.pending.current_agreed = false;  // the allocator's counter fell by bytes unknown
+        d.pending.current_usable = false;  // the allocator's counter fell by bytes unknown
         return;
       }
       if (HasCounters(t) && t.allocated_bytes_current() != d.allocated) {
@@ -220,9 +219,7 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
 }
 
 void FlushTorchAllocations(DecodedStream& s) {
-  for (auto& [device, d] : s.torch.devices) {
-    Settle(s, device, d, /*exact=*/false, 0, 0, /*current_usable=*/false);
-  }
+  for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0, 0);
 }
 
 }  // namespace cumemtrace::internal
