@@ -7,6 +7,8 @@
 //
 // Built against the torch headers the program runs (tracker_costs.sh), like the shim; it
 // resolves torch's symbols from the libc10_cuda already loaded.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -14,8 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-
-#include <c10/cuda/CUDACachingAllocator.h>
 
 #include "tracer/torch_bridge/bridge_core.h"
 #include "tracer/torch_bridge/device_counters.h"
@@ -91,8 +91,12 @@ extern "C" __attribute__((visibility("default"))) int cumemtrace_tracker_probe_a
       g_sink.fetch_add(counters.allocated_total, std::memory_order_relaxed);
     });
   } else if (m == "core" || m == "core+clock") {
-    auto* core = new BridgeCore<CounterReader>(m == "core" ? EmitNothing : EmitWithClock,
-                                               nullptr, CounterReader{});  // leaked, as the shim's
+    // As the shim's (leaked as it is), rounded blocks included.
+    using cumemtrace::torch_bridge::SmallPoolBlock;
+    auto* core = new BridgeCore<CounterReader, false, SmallPoolBlock>(
+        m == "core" ? EmitNothing : EmitWithClock, nullptr, CounterReader{},
+        SmallPoolBlock{cumemtrace::torch_bridge::FindDivisions(
+            dlopen("libc10_cuda.so", RTLD_LAZY | RTLD_NOLOAD))});
     allocator->attachAllocatorTraceTracker([core](const cca::TraceEntry& entry) {
       if (!InOffWindow()) core->OnEntry(entry);
     });

@@ -105,6 +105,10 @@ struct TorchPendingAlloc {
   uint64_t allocated_current = 0;
   uint64_t released_since = 0;
   bool current_usable = false;
+  // Rounded blocks (ALLOC_ROUNDED) allocated since, which later counters include, and the
+  // sequence of the last of them.
+  uint64_t rounded_since = 0;
+  uint64_t rounded_last_sequence = 0;
   uint32_t thread_id = 0;
   uint32_t stack_id = 0;
   bool gap = false;  // an event of the device was lost since: the block size is estimated

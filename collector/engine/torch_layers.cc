@@ -20,6 +20,12 @@ void NameTensorOrigin(DecodedStream& s) {
   s.strings[kTorchCallerId] = library.empty() ? std::string("libc10_cuda.so") : library;
 }
 
+// The caching allocator's smallest rounding: `bytes` up to a multiple of 512, at least 512.
+uint64_t RoundedTo512(uint64_t bytes) {
+  if (bytes > UINT64_MAX - kMinBlockBytes) return bytes;
+  return std::max(kMinBlockBytes, (bytes + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes);
+}
+
 // A tensor allocation or release, as the sweep takes the driver's.
 Event TensorEvent(EventType type, uint64_t timestamp_ns, uint32_t device, uint64_t address,
                   uint64_t bytes, uint32_t thread_id) {
@@ -49,6 +55,22 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
   return true;
 }
 
+// Appends a tensor's allocation and makes its block live.
+void AppendBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint64_t timestamp_ns,
+                 uint64_t address, uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
+  NameTensorOrigin(s);
+  Event e = TensorEvent(EventType::kAllocate, timestamp_ns, device, address, bytes, thread_id);
+  e.caller_id = kTorchCallerId;
+  e.stack_id = stack_id;
+  s.events.push_back(e);
+  if (!d.live.emplace(address, bytes).second) {
+    ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
+  } else {
+    d.allocated += bytes;
+  }
+  ++s.torch.report.blocks;
+}
+
 // Gives the pending ALLOC its block and appends the allocation. `exact`: the counters were
 // read after the ALLOC's own increase and before any other.
 void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
@@ -56,46 +78,38 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   if (!d.pending.set) return;
   const TorchPendingAlloc& a = d.pending;
   const uint64_t floor = std::max<uint64_t>(a.requested, 1);
-  // allocated_bytes.current moved by the block less the blocks freed since.
+  // What each counter grew by since the ALLOC's reading, less the rounded blocks allocated
+  // since (in it too); 0 where it did not grow. The current counter also fell by the blocks
+  // freed since.
+  const uint64_t total_from = a.allocated_total + a.rounded_since;
+  const uint64_t total_grown = allocated_total >= total_from ? allocated_total - total_from : 0;
+  const uint64_t current_from = a.allocated_current + a.rounded_since;
   const uint64_t current_after = allocated_current + a.released_since;
+  const uint64_t current_grown = current_after >= current_from ? current_after - current_from : 0;
   uint64_t bytes = 0;
-  if (exact && allocated_total >= a.allocated_total &&
-      allocated_total - a.allocated_total >= floor) {
-    bytes = allocated_total - a.allocated_total;
-  } else if (exact && a.current_usable && !a.freed && current_after >= a.allocated_current &&
-             current_after - a.allocated_current >= floor) {
+  if (exact && total_grown >= floor) {
+    bytes = total_grown;
+  } else if (exact && a.current_usable && !a.freed && current_grown >= floor) {
     // torch.cuda.reset_accumulated_memory_stats() zeroed the cumulative counter in
     // between; the current one is never reset. A block freed since would cancel itself out
     // of it, so that case stays an estimate.
-    bytes = current_after - a.allocated_current;
+    bytes = current_grown;
   } else {
     // No later event, or the program reset the cumulative counter and freed the block.
-    bytes = floor > UINT64_MAX - kMinBlockBytes
-                ? floor
-                : (floor + kMinBlockBytes - 1) / kMinBlockBytes * kMinBlockBytes;
+    bytes = RoundedTo512(floor);
     ++s.torch.report.estimated_block_sizes;
   }
-  NameTensorOrigin(s);
-  Event e = TensorEvent(EventType::kAllocate, a.timestamp_ns, device, a.address, bytes,
-                        a.thread_id);
-  e.caller_id = kTorchCallerId;
-  e.stack_id = a.stack_id;
-  s.events.push_back(e);
-  if (!d.live.emplace(a.address, bytes).second) {
-    ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
-  } else {
-    d.allocated += bytes;
-  }
-  ++s.torch.report.blocks;
+  AppendBlock(s, d, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
   d.pending.set = false;
   // Freed before anything settled its size (AddTorchAllocatorEvent).
   if (a.freed) ReleaseBlock(s, d, device, a.address, a.free_timestamp_ns, a.free_thread_id);
 }
 
-// A free reads no counters since the tracer stopped reading them there (all zero then);
-// every other event has them. The cumulative counter is never 0 at a free that read it
-// unless the program reset the allocator's statistics: that free then goes unchecked.
+// A free reads no counters since the tracer stopped reading them there (all zero then), nor
+// does a rounded ALLOC; every other event has them. The cumulative counter is never 0 at a free
+// that read it unless the program reset the allocator's statistics: that free then goes unchecked.
 bool HasCounters(const v1::TorchAllocatorEvent& t) {
+  if (t.action() == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) return false;
   return t.action() != v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED || t.allocated_bytes_total() != 0;
 }
 
@@ -120,15 +134,21 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
     // Counters read after event `sequence` and before the next: they settle the pending
     // ALLOC if it came at or before that event with none lost since. Every event numbered
     // up to the probe's is in the stream before it, unless it was lost.
-    if (d.pending.set && d.pending.sequence <= t.sequence()) {
-      if (t.sequence() > d.last_sequence) d.pending.gap = true;
-      // The probe is sent outside the device's lock, so a later event can come before it:
-      // its free is in released_since, not in the probe's current counter.
-      if (t.sequence() < d.last_sequence) d.pending.current_usable = false;
-      if (!d.pending.gap) {
-        Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
-               t.allocated_bytes_current());
-      }
+    if (t.sequence() > d.last_sequence && d.pending.set) d.pending.gap = true;
+    // The probe is sent outside the device's lock, so a later event can come before it: a
+    // rounded block then counted in rounded_since is not in the probe's counters (it waits
+    // for the next counted event), nor is a free counted in released_since.
+    if (t.sequence() < d.last_sequence) d.pending.current_usable = false;
+    if (d.pending.set && d.pending.sequence <= t.sequence() && !d.pending.gap &&
+        d.pending.rounded_last_sequence <= t.sequence()) {
+      Settle(s, t.device(), d, /*exact=*/true, t.allocated_bytes_total(),
+             t.allocated_bytes_current());
+    }
+    // With nothing pending and no event since, the rebuilt blocks are the allocator's: the
+    // check of the rounded ones where no counted event comes.
+    if (!d.pending.set && t.sequence() == d.last_sequence &&
+        t.allocated_bytes_current() != d.allocated) {
+      ++r.counter_mismatches;
     }
     return;
   }
@@ -169,6 +189,16 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.current_usable = agreed;
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
+      return;
+    }
+    case v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED: {
+      // The block is known; later counters include it (allocated_bytes grows right after).
+      const uint64_t bytes = RoundedTo512(t.requested_bytes());
+      if (d.pending.set) {
+        d.pending.rounded_since += bytes;
+        d.pending.rounded_last_sequence = t.sequence();
+      }
+      AppendBlock(s, d, t.device(), timestamp_ns, t.address(), bytes, t.thread_id(), t.stack_id());
       return;
     }
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {

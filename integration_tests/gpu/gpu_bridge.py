@@ -27,6 +27,9 @@ from gpu_suite import (Table, device0, export_memory_viz, load, main_process, ph
 
 MiB = 1 << 20
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+# torch rounds small requests above 2 KiB to quarters of powers of 2: those tensors' blocks
+# are not the request in 512-byte steps, and the bridge must read their counters.
+DIVISIONS = {"PYTORCH_CUDA_ALLOC_CONF": "roundup_power2_divisions:4"}
 
 
 def programs(programs_dir, results):
@@ -41,6 +44,8 @@ def programs(programs_dir, results):
         "gpt_expandable": (py + ["--workload", "gpt", "--steps", "3"], EXPANDABLE,
                            "bridge_program.py"),
         "ep": (py + ["--workload", "ep50", "--steps", "1"], {}, "bridge_program.py"),
+        "ep_divisions": (py + ["--workload", "ep50", "--steps", "1"], DIVISIONS,
+                         "bridge_program.py"),
         "libtorch": ([libtorch, "--steps", "5"], {}, "libtorch_train"),
     }, stats
 

@@ -16,7 +16,9 @@ extern "C" {
 #endif
 
 /* Raised when a struct below changes in a way an older tracer cannot read. */
-#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION 2u /* 2: cumemtrace_torch_event.tsc */
+#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION \
+  3u /* 2: cumemtrace_torch_event.tsc;      \
+        3: CUMEMTRACE_TORCH_ALLOC_ROUNDED */
 
 /* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
 enum {
@@ -28,7 +30,11 @@ enum {
   CUMEMTRACE_TORCH_SEGMENT_MAP = 6,
   CUMEMTRACE_TORCH_SEGMENT_UNMAP = 7,
   CUMEMTRACE_TORCH_OOM = 8,
-  CUMEMTRACE_TORCH_STATS_PROBE = 9
+  CUMEMTRACE_TORCH_STATS_PROBE = 9,
+  /* An ALLOC whose block is the request rounded up to 512 bytes (at least 512), which the
+     shim knows without reading the counters: a block of the small pool that torch's
+     roundup_power2_divisions does not round (bridge_core.h). No counters. */
+  CUMEMTRACE_TORCH_ALLOC_ROUNDED = 10
 };
 
 /* One allocator event, as the wire's TorchAllocatorEvent (see trace.proto). */

@@ -12,6 +12,13 @@
 // next event that carries counters settles the ALLOC, as long as no event in between was
 // lost. Each event has a per-device sequence number; the collector does the subtraction, and
 // a probe from the sender thread settles an ALLOC that only frees follow.
+//
+// Most tensors of a loop of small ops need no read at all: a block of the small pool (at
+// most 1 MiB) is always split to the request rounded up to 512 bytes, unless torch's
+// roundup_power2_divisions rounds that size further. Where the shim's `SmallBlock` says so,
+// the ALLOC goes out as ALLOC_ROUNDED without counters; the collector sizes it, takes it out
+// of the next counted difference, and checks the whole against the current counter at every
+// event that carries one.
 #pragma once
 
 #include <atomic>
@@ -97,15 +104,36 @@ uint64_t EntryTsc(const Entry& entry) {
   }
 }
 
+// The block of a small-pool request when it is the request rounded up to 512 bytes (torch's
+// round_size without roundup_power2_divisions), else 0. `divisions` is what torch's
+// roundup_power2_divisions(requested) says now (it can change while the program runs).
+inline uint64_t RoundedSmallBlock(uint64_t requested, uint64_t divisions) {
+  constexpr uint64_t kMinBlockSize = 512;    // torch's kMinBlockSize
+  constexpr uint64_t kSmallSize = 1u << 20;  // torch's kSmallSize: the small pool's largest
+  if (requested == 0 || requested > kSmallSize) return 0;
+  if (divisions > 1 && requested > kMinBlockSize * divisions) return 0;
+  return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+// Never knows a block: every ALLOC reads the counters.
+struct NoRoundedBlocks {
+  uint64_t operator()(uint64_t /*requested*/) const noexcept { return 0; }
+};
+
 // The tracker's state. OnEntry runs on allocator threads under the device's lock (so one
 // device's entries never run concurrently); Probe runs on the tracer's sender thread.
 // `ReadCounters` is callable as bool(uint32_t device, DeviceCounters*); `kTimeIsTsc` says
-// whether the entries' time is a TSC read (EntryTsc).
-template <typename ReadCounters, bool kTimeIsTsc = false>
+// whether the entries' time is a TSC read (EntryTsc); `SmallBlock` is callable as
+// uint64_t(uint64_t requested): an ALLOC's block where it needs no counters, else 0.
+template <typename ReadCounters, bool kTimeIsTsc = false, typename SmallBlock = NoRoundedBlocks>
 class BridgeCore {
  public:
-  BridgeCore(cumemtrace_torch_emit_fn emit, void* context, ReadCounters read)
-      : emit_(emit), context_(context), read_(std::move(read)) {}
+  BridgeCore(cumemtrace_torch_emit_fn emit, void* context, ReadCounters read,
+             SmallBlock small_block = SmallBlock{})
+      : emit_(emit),
+        context_(context),
+        read_(std::move(read)),
+        small_block_(std::move(small_block)) {}
 
   template <typename Entry>
   void OnEntry(const Entry& entry) {
@@ -125,8 +153,13 @@ class BridgeCore {
     // locked instruction, which waits for every store the program has in flight).
     event.sequence = slot.sequence.load(std::memory_order_relaxed) + 1;
     slot.sequence.store(event.sequence, std::memory_order_relaxed);
-    // A free carries no counters (all zero): see the file comment.
-    if (event.action != CUMEMTRACE_TORCH_FREE_REQUESTED) {
+    if (event.action == CUMEMTRACE_TORCH_ALLOC && small_block_(event.requested_bytes) != 0) {
+      // Sized without counters (see the file comment). A counted ALLOC before it may still
+      // wait for a probe, which this asks for too: its counters check the rounded blocks.
+      event.action = CUMEMTRACE_TORCH_ALLOC_ROUNDED;
+      slot.unsettled_alloc.store(event.sequence, std::memory_order_release);
+    } else if (event.action != CUMEMTRACE_TORCH_FREE_REQUESTED) {
+      // A free carries no counters (all zero): see the file comment.
       DeviceCounters counters;
       if (read_(event.device, &counters)) {
         event.allocated_bytes_total = counters.allocated_total;
@@ -139,8 +172,8 @@ class BridgeCore {
     emit_(&event, context_);
   }
 
-  // Settles the size of each device's last ALLOC when no event with counters followed it
-  // (see the file comment).
+  // Settles the size of each device's last counted ALLOC when no event with counters
+  // followed it, and checks the rounded ones since (see the file comment).
   void Probe() {
     if (stopped_.load(std::memory_order_relaxed)) return;
     for (uint32_t device = 0; device < kMaxDevices; ++device) {
@@ -170,7 +203,8 @@ class BridgeCore {
  private:
   struct Slot {
     std::atomic<uint64_t> sequence{0};
-    // The sequence of the last ALLOC when only frees came after it, else 0.
+    // The sequence of the last ALLOC (counted or rounded) when no event with counters came
+    // after it, else 0.
     std::atomic<uint64_t> unsettled_alloc{0};
     uint64_t probed_alloc = 0;  // sender thread only: the ALLOC the last probe settled
   };
@@ -178,6 +212,7 @@ class BridgeCore {
   cumemtrace_torch_emit_fn emit_;
   void* context_;
   ReadCounters read_;
+  SmallBlock small_block_;
   std::atomic<bool> stopped_{false};
   Slot slots_[kMaxDevices];
 };

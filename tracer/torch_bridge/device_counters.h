@@ -1,11 +1,14 @@
-// The device's counters as the shim reads them for an event. Needs torch's headers: used by
-// the shim (torch_bridge_shim.cc) and by benchmarks/gpu/tracker_cost_probe.cc, which
-// measures what this very read costs in a program.
+// The device's counters as the shim reads them for an event, and the rounded blocks that
+// need no read. Needs torch's headers: used by the shim (torch_bridge_shim.cc) and by
+// benchmarks/gpu/tracker_cost_probe.cc, which measures what this very work costs in a
+// program.
 #pragma once
 
-#include <cstdint>
-
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstdint>
 
 #include "tracer/torch_bridge/bridge_core.h"
 
@@ -27,5 +30,35 @@ inline bool ReadDeviceCounters(c10::cuda::CUDACachingAllocator::CUDAAllocator* a
     return false;
   }
 }
+
+// torch's roundup_power2_divisions(size), the config its round_size reads for each request.
+using DivisionsFn = size_t (*)(size_t);
+
+// The CUDA allocator's own config where it exports one (older torch), else the config
+// shared by torch's device allocators, which the CUDA one defers to in later versions;
+// nullptr where `c10_cuda` (a dlopen handle) and its libraries export neither.
+inline DivisionsFn FindDivisions(void* c10_cuda) {
+  if (c10_cuda == nullptr) return nullptr;
+  constexpr const char* kNames[] = {
+      "_ZN3c104cuda20CUDACachingAllocator19CUDAAllocatorConfig24roundup_power2_divisionsEm",
+      "_ZN3c1015CachingAllocator26AcceleratorAllocatorConfig24roundup_power2_divisionsEm"};
+  for (const char* name : kNames) {
+    if (void* symbol = dlsym(c10_cuda, name)) return reinterpret_cast<DivisionsFn>(symbol);
+  }
+  return nullptr;
+}
+
+// A small-pool block that needs no counter read (bridge_core.h); none without `divisions`.
+struct SmallPoolBlock {
+  DivisionsFn divisions = nullptr;
+  uint64_t operator()(uint64_t requested) const noexcept {
+    if (divisions == nullptr) return 0;
+    try {
+      return RoundedSmallBlock(requested, divisions(requested));
+    } catch (...) {
+      return 0;
+    }
+  }
+};
 
 }  // namespace cumemtrace::torch_bridge

@@ -121,7 +121,10 @@ void PrintSelfTime() {
 // its lock, in the tensor's call).
 StackWords TensorStack(const cumemtrace_torch_event& event) {
   const uint8_t mode = CurrentStackMode();
-  if (mode == kStacksOff || event.action != CUMEMTRACE_TORCH_ALLOC) return {};
+  if (mode == kStacksOff ||
+      (event.action != CUMEMTRACE_TORCH_ALLOC && event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
+    return {};
+  }
   return CaptureStack(mode);
 }
 

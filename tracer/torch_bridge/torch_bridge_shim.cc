@@ -43,7 +43,7 @@ constexpr bool kTorchTimeIsTsc = true;
 #else
 constexpr bool kTorchTimeIsTsc = false;
 #endif
-using Core = BridgeCore<CounterReader, kTorchTimeIsTsc>;
+using Core = BridgeCore<CounterReader, kTorchTimeIsTsc, cumemtrace::torch_bridge::SmallPoolBlock>;
 Core* g_core = nullptr;  // leaked: torch keeps calling the tracker until the process ends
 
 void Copy(const std::string& text, char* out, size_t size) {
@@ -88,7 +88,9 @@ int Attach(const char* c10_cuda_path, cumemtrace_torch_emit_fn emit, void* conte
            message_size);
       return CUMEMTRACE_TORCH_NOT_NATIVE;
     }
-    g_core = new Core(emit, context, CounterReader{});
+    g_core = new Core(
+        emit, context, CounterReader{},
+        cumemtrace::torch_bridge::SmallPoolBlock{cumemtrace::torch_bridge::FindDivisions(library)});
     Core* core = g_core;
     allocator->attachAllocatorTraceTracker(
         [core](const cca::TraceEntry& entry) { core->OnEntry(entry); });

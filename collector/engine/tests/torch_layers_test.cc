@@ -285,9 +285,51 @@ TEST(TorchLayers, StaleCountersEstimateABlockInsteadOfMisSizingIt) {
   EXPECT_EQ(o.peak, 1024 + kUnsplit);
 }
 
-// A random program's caching allocator (blocks rounded up, sometimes a whole free block;
-// tensors freed in any order; the sender's probe at random moments) through the bridge's own
-// code and back through the analysis: every block's size and the allocated peak are exact.
+constexpr auto kRounded = v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED;
+
+// Rounded ALLOCs (small-pool blocks, no counters) are sized from the request; a counted
+// ALLOC pending across them is sized from the next counted difference less them; a probe a
+// rounded ALLOC overtook does not settle it; and a probe with nothing pending checks the
+// rounded blocks against the allocator's current counter.
+TEST(TorchLayers, RoundedBlocksAreSizedAndCheckedWithoutTheirOwnCounters) {
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  s.Alloc(11, 0, 0x2000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(12, kRounded, 1, 0x1000000, 1000, 0, 0);          // 1024
+  t.Torch(13, kAlloc, 2, 0x2000000, 15000000, 1024, 1024);  // kBig + 1024, pending
+  t.Torch(14, kRounded, 3, 0x1000400, 3000, 0, 0);          // 3072
+  t.Torch(15, kRounded, 4, 0x1001000, 1, 0, 0);             // 512
+  s.Flush();
+  t.Torch(16, kProbe, 3, 0, 0, 1024 + kBig + 1024 + 3072,  // overtaken by event 4:
+          1024 + kBig + 1024 + 3072);                      // does not settle
+  t.Torch(17, kFree, 5, 0x1000400, 3000, 0, 0);
+  t.Torch(18, kAlloc, 6, 0x2f00000, 2000000, 1024 + kBig + 1024 + 3072 + 512,
+          1024 + kBig + 1024 + 512);  // settles kBig + 1024
+  s.Flush();
+  t.Torch(19, kProbe, 6, 0, 0, 1024 + kBig + 1024 + 3072 + 512 + 2000384,
+          1024 + kBig + 1024 + 512 + 2000384);     // settles, checks: equal
+  t.Torch(20, kRounded, 7, 0x1000400, 100, 0, 0);  // 512
+  s.Flush();
+  t.Torch(21, kProbe, 7, 0, 0, 0, 1024 + kBig + 1024 + 512 + 2000384 + 1024);  // 512 short
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.blocks, 6u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 0u);
+  EXPECT_EQ(p.torch.lost_events, 0u);
+  EXPECT_EQ(p.torch.counter_mismatches, 1u);  // the last probe: torch had 512 bytes more
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 1024 + kBig + 1024 + 512 + 2000384 + 512);
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocated_bytes,
+            1024 + kBig + 1024 + 3072 + 512 + 2000384 + 512);
+}
+
+// A random program's caching allocator (small-pool blocks in 512-byte steps, sent rounded;
+// large ones rounded up, sometimes a whole free block; tensors freed in any order; the
+// sender's probe at random moments) through the bridge's own code and back through the
+// analysis: every block's size and the allocated peak are exact.
 TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
   using torch_bridge::BridgeCore;
   using torch_bridge::DeviceCounters;
@@ -314,7 +356,8 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
     *out = allocator.counters;
     return true;
   };
-  BridgeCore<decltype(read)> core(emit, &sink, read);
+  auto small = [](uint64_t requested) { return torch_bridge::RoundedSmallBlock(requested, 0); };
+  BridgeCore<decltype(read), false, decltype(small)> core(emit, &sink, read, small);
   std::mt19937_64 random(7);
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // address -> (requested, block)
   uint64_t next_address = 0x10000000;
@@ -322,9 +365,12 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
   for (int step = 0; step < 5000; ++step) {
     const uint64_t dice = random() % 100;
     if (dice < 50 || live.empty()) {
-      const uint64_t requested = 1 + random() % 100000;
+      // Mostly the small pool (at most 1 MiB: split to the request in 512-byte steps, sent
+      // rounded), sometimes the large one (counted; the block may be a whole free one).
+      const uint64_t requested =
+          random() % 4 == 0 ? (1u << 20) + random() % (4u << 20) : 1 + random() % 100000;
       uint64_t block = (requested + 511) / 512 * 512;
-      if (random() % 4 == 0) block += 512 * (1 + random() % 8);  // an unsplit free block
+      if (requested > (1u << 20) && random() % 2 == 0) block += 512 * (1 + random() % 8);
       const uint64_t address = next_address;
       next_address += block;
       // The ALLOC is recorded before allocated_bytes grows, under the same lock.

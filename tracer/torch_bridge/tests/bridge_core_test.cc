@@ -205,6 +205,60 @@ TEST(TorchBridgeCore, DropsAProbeWhenAnEventSlipsInDuringTheRead) {
   EXPECT_EQ(events[2].allocated_bytes_total, 1024u);
 }
 
+// torch's round_size for the small pool: 512-byte steps up to 1 MiB, unless the divisions
+// of roundup_power2_divisions apply to the size (above 512 bytes times the divisions).
+TEST(TorchBridgeRounding, KnowsOnlySmallPoolBlocksThatAre512ByteSteps) {
+  EXPECT_EQ(RoundedSmallBlock(1, 0), 512u);
+  EXPECT_EQ(RoundedSmallBlock(1000, 0), 1024u);
+  EXPECT_EQ(RoundedSmallBlock(1024, 1), 1024u);  // 1 division is no division
+  EXPECT_EQ(RoundedSmallBlock(1u << 20, 0), 1u << 20);
+  EXPECT_EQ(RoundedSmallBlock((1u << 20) + 1, 0), 0u);  // the large pool: split or not
+  EXPECT_EQ(RoundedSmallBlock(2048, 4), 2048u);
+  EXPECT_EQ(RoundedSmallBlock(2049, 4), 0u);  // torch rounds it to a quarter of 4096
+  EXPECT_EQ(RoundedSmallBlock(0, 0), 0u);     // no tensor allocates nothing
+}
+
+// A rounded ALLOC reads no counters and carries none; the next counted event includes its
+// block, and a probe follows it as it follows a counted ALLOC, to check it.
+TEST(TorchBridgeCore, ARoundedAllocationReadsNoCountersAndIsProbed) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  int reads = 0;
+  auto read = [&](uint32_t device, DeviceCounters* out) {
+    ++reads;
+    return Reader{&counters}(device, out);
+  };
+  auto small = [](uint64_t requested) { return RoundedSmallBlock(requested, 0); };
+  BridgeCore<decltype(read), false, decltype(small)> core(Collect, &events, read, small);
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  EXPECT_EQ(reads, 0);
+  counters.device[0] = {5120, 3072, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x200000, 3u << 20));  // counted
+  EXPECT_EQ(reads, 1);
+  counters.device[0] = {5120 + (3u << 20), 3072 + (3u << 20), 20971520};
+  core.Probe();
+  EXPECT_EQ(reads, 2);
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1400, 100));  // rounded: probed again
+  counters.device[0] = {5632 + (3u << 20), 3584 + (3u << 20), 20971520};
+  core.Probe();
+  core.Probe();  // nothing since
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC_ROUNDED));
+  EXPECT_EQ(events[0].requested_bytes, 1000u);
+  EXPECT_EQ(events[0].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[0].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  EXPECT_EQ(events[1].allocated_bytes_total, 5120u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].sequence, 2u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC_ROUNDED));
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[4].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[4].sequence, 3u);
+  EXPECT_EQ(events[4].allocated_bytes_current, 3584u + (3u << 20));
+}
+
 TEST(TorchBridgeCore, StopsEmitting) {
   std::vector<cumemtrace_torch_event> events;
   Counters counters;

@@ -45,11 +45,12 @@ TEST(TorchBridgeCopyRelocation, AttachesToTheAllocatorTheLibraryUses) {
                            sizeof(message)),
             CUMEMTRACE_TORCH_ATTACHED)
       << message;
-  fake_torch_alloc(0x7f0000000000, 1000, 1024);
+  // Larger than the small pool, so it reads the counters (of the allocator it attached to).
+  fake_torch_alloc(0x7f0000000000, 2000000, 2097152);
   bridge->probe();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
-  EXPECT_EQ(events[1].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  EXPECT_EQ(events[1].allocated_bytes_total - events[0].allocated_bytes_total, 2097152u);
   bridge->stop();
 }
 

@@ -10,7 +10,17 @@
 
 namespace c10::cuda::CUDACachingAllocator {
 std::atomic<CUDAAllocator*> allocator{nullptr};
+
+// As torch's (exported under its name): the divisions its round_size applies to a request.
+size_t g_divisions = 0;
+struct CUDAAllocatorConfig {
+  static size_t roundup_power2_divisions(size_t size);
+};
+__attribute__((visibility("default"))) size_t CUDAAllocatorConfig::roundup_power2_divisions(
+    size_t /*size*/) {
+  return g_divisions;
 }
+}  // namespace c10::cuda::CUDACachingAllocator
 
 namespace {
 
@@ -93,4 +103,7 @@ extern "C" __attribute__((visibility("default"))) void fake_torch_free(size_t ad
 extern "C" __attribute__((visibility("default"))) void fake_torch_segment(size_t address,
                                                                            size_t bytes) {
   Fake()->Segment(address, bytes);
+}
+extern "C" __attribute__((visibility("default"))) void fake_torch_set_divisions(size_t divisions) {
+  cca::g_divisions = divisions;
 }

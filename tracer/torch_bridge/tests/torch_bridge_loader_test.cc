@@ -123,7 +123,8 @@ TEST(TorchBridgeAttach, AttachesToTheNativeAllocatorOnly) {
   auto alloc = reinterpret_cast<void (*)(size_t, size_t, size_t)>(dlsym(c10, "fake_torch_alloc"));
   auto free_block = reinterpret_cast<void (*)(size_t, size_t, size_t)>(dlsym(c10, "fake_torch_free"));
   auto segment = reinterpret_cast<void (*)(size_t, size_t)>(dlsym(c10, "fake_torch_segment"));
-  ASSERT_TRUE(install && alloc && free_block && segment);
+  auto set_divisions = reinterpret_cast<void (*)(size_t)>(dlsym(c10, "fake_torch_set_divisions"));
+  ASSERT_TRUE(install && alloc && free_block && segment && set_divisions);
 
   const TorchBridgeLookup lookup = LoadTorchBridge(lib, ShimDir());
   ASSERT_NE(lookup.bridge, nullptr) << lookup.reason;
@@ -149,22 +150,30 @@ TEST(TorchBridgeAttach, AttachesToTheNativeAllocatorOnly) {
   ASSERT_EQ(attach(), CUMEMTRACE_TORCH_ATTACHED) << message;
   EXPECT_STREQ(name, "native");
   segment(0x7f0000000000, 2097152);
-  alloc(0x7f0000000000, 1000, 1024);  // a 1000-byte tensor in a 1024-byte block
-  alloc(0x7f0000000400, 3000, 3072);
+  alloc(0x7f0000000000, 1000, 1024);        // a 1000-byte tensor in a 1024-byte block: rounded
+  alloc(0x7f0000200000, 3000000, 3145728);  // larger than the small pool: counted
   lookup.bridge->probe();
+  set_divisions(4);  // torch rounds requests above 2048 bytes to quarters of a power of 2
+  alloc(0x7f0000000400, 3000, 3072);       // so this one is counted,
+  alloc(0x7f0000001000, 2000, 2048);       // and this one still rounded
   free_block(0x7f0000000000, 1000, 1024);  // FREE_REQUESTED sent, FREE_COMPLETED not
-  ASSERT_EQ(events.size(), 5u);
-  EXPECT_EQ(events[0].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_SEGMENT_ALLOC));
+  ASSERT_EQ(events.size(), 7u);
+  const uint32_t expected[] = {CUMEMTRACE_TORCH_SEGMENT_ALLOC, CUMEMTRACE_TORCH_ALLOC_ROUNDED,
+                               CUMEMTRACE_TORCH_ALLOC,         CUMEMTRACE_TORCH_STATS_PROBE,
+                               CUMEMTRACE_TORCH_ALLOC,         CUMEMTRACE_TORCH_ALLOC_ROUNDED,
+                               CUMEMTRACE_TORCH_FREE_REQUESTED};
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].action, expected[i]) << i;
   EXPECT_EQ(events[0].reserved_bytes_current, 2097152u);
-  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
   EXPECT_EQ(events[1].requested_bytes, 1000u);
-  EXPECT_EQ(events[2].allocated_bytes_total - events[1].allocated_bytes_total, 1024u);
-  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[1].allocated_bytes_total, 0u);  // a rounded ALLOC reads no counters
+  EXPECT_EQ(events[1].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[2].allocated_bytes_total, 1024u);  // the rounded block is in it
   EXPECT_EQ(events[3].sequence, events[2].sequence);
-  EXPECT_EQ(events[3].allocated_bytes_total - events[2].allocated_bytes_total, 3072u);
-  EXPECT_EQ(events[4].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_FREE_REQUESTED));
-  EXPECT_EQ(events[4].allocated_bytes_total, 0u);  // a free reads no counters
-  EXPECT_EQ(events[4].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[3].allocated_bytes_total - events[2].allocated_bytes_total, 3145728u);
+  EXPECT_EQ(events[4].allocated_bytes_current, 1024u + 3145728u);
+  EXPECT_EQ(events[5].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[6].allocated_bytes_total, 0u);  // a free reads no counters
+  EXPECT_EQ(events[6].allocated_bytes_current, 0u);
   for (size_t i = 0; i < events.size(); ++i) {
     if (events[i].action != CUMEMTRACE_TORCH_STATS_PROBE) {
       EXPECT_EQ(events[i].sequence, i < 3 ? i + 1 : i) << i;
@@ -173,17 +182,14 @@ TEST(TorchBridgeAttach, AttachesToTheNativeAllocatorOnly) {
   // Each entry's own time, where torch takes it with the TSC (the stand-in headers say so on
   // x86-64, as torch's do): the fake counts its entries 1001, 1002, ...; a probe has none.
 #if defined(__x86_64__)
-  EXPECT_EQ(events[0].tsc, 1001u);
-  EXPECT_EQ(events[1].tsc, 1002u);
-  EXPECT_EQ(events[2].tsc, 1003u);
-  EXPECT_EQ(events[3].tsc, 0u);
-  EXPECT_EQ(events[4].tsc, 1004u);  // FREE_REQUESTED; its FREE_COMPLETED (1005) is not sent
+  const uint64_t times[] = {1001, 1002, 1003, 0, 1004, 1005, 1006};
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].tsc, times[i]) << i;
 #else
   for (const cumemtrace_torch_event& event : events) EXPECT_EQ(event.tsc, 0u);
 #endif
   lookup.bridge->stop();
-  alloc(0x7f0000001000, 10, 512);
-  EXPECT_EQ(events.size(), 5u);
+  alloc(0x7f0000002000, 10, 512);
+  EXPECT_EQ(events.size(), 7u);
 }
 
 }  // namespace
