@@ -305,6 +305,8 @@ struct TorchBridgeReport {
   std::string reason;     // why not attached
   uint64_t events = 0;    // allocator events received
   uint64_t blocks = 0;    // tensor allocations made of them
+  // Of those, the small-pool blocks the bridge sent rounded, without reading counters.
+  uint64_t rounded_blocks = 0;
   // Blocks whose size could not be read from the allocator's counters (no later event
   // before the process ended): rounded up to 512 bytes from the size asked for.
   uint64_t estimated_block_sizes = 0;

@@ -55,20 +55,26 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
   return true;
 }
 
-// Appends a tensor's allocation and makes its block live.
-void AppendBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint64_t timestamp_ns,
-                 uint64_t address, uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
+// Appends a tensor's allocation to the sweep.
+void PushAllocation(DecodedStream& s, uint32_t device, uint64_t timestamp_ns, uint64_t address,
+                    uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
   NameTensorOrigin(s);
   Event e = TensorEvent(EventType::kAllocate, timestamp_ns, device, address, bytes, thread_id);
   e.caller_id = kTorchCallerId;
   e.stack_id = stack_id;
   s.events.push_back(e);
+  ++s.torch.report.blocks;
+}
+
+// Appends a tensor's allocation and makes its block live.
+void AppendBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint64_t timestamp_ns,
+                 uint64_t address, uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
+  PushAllocation(s, device, timestamp_ns, address, bytes, thread_id, stack_id);
   if (!d.live.emplace(address, bytes).second) {
     ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
   } else {
     d.allocated += bytes;
   }
-  ++s.torch.report.blocks;
 }
 
 // Gives the pending ALLOC its block and appends the allocation. `exact`: the counters were
@@ -99,10 +105,16 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
     bytes = RoundedTo512(floor);
     ++s.torch.report.estimated_block_sizes;
   }
-  AppendBlock(s, d, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
+  if (!a.freed) {
+    AppendBlock(s, d, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
+  } else {
+    // Freed before anything settled its size (AddTorchAllocatorEvent): a rounded ALLOC may
+    // hold its address already, so the pair goes to the sweep without the live blocks.
+    PushAllocation(s, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
+    s.events.push_back(TensorEvent(EventType::kRelease, a.free_timestamp_ns, device, a.address,
+                                   bytes, a.free_thread_id));
+  }
   d.pending.set = false;
-  // Freed before anything settled its size (AddTorchAllocatorEvent).
-  if (a.freed) ReleaseBlock(s, d, device, a.address, a.free_timestamp_ns, a.free_thread_id);
 }
 
 // A free reads no counters since the tracer stopped reading them there (all zero then), nor
@@ -199,6 +211,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
         d.pending.rounded_last_sequence = t.sequence();
       }
       AppendBlock(s, d, t.device(), timestamp_ns, t.address(), bytes, t.thread_id(), t.stack_id());
+      ++r.rounded_blocks;
       return;
     }
     case v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED: {

@@ -215,6 +215,7 @@ Json ProcessJson(const ProcessReport& p) {
                          {"reason", t.reason},
                          {"events", t.events},
                          {"blocks", t.blocks},
+                         {"rounded_blocks", t.rounded_blocks},
                          {"estimated_block_sizes", t.estimated_block_sizes},
                          {"counter_mismatches", t.counter_mismatches},
                          {"lost_events", t.lost_events},

@@ -125,6 +125,9 @@ def check_program(t, runs, results, name, suffix):
     t.check(case, "allocator counters agree at every event", 0, bridge.get("counter_mismatches"))
     t.check(case, "allocator events lost", 0, bridge.get("lost_events"))
     t.check(case, "block sizes estimated (info)", "any", bridge.get("estimated_block_sizes"), True)
+    # The shim found torch's rounding config: small-pool tensors came without a counter read.
+    t.check(case, "small-pool blocks sent rounded", "> 0", bridge.get("rounded_blocks"),
+            (bridge.get("rounded_blocks") or 0) > 0)
     dev = device0(process)
     if not t.check(case, "device 0 in report", True, dev is not None):
         return

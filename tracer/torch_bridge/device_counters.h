@@ -34,14 +34,15 @@ inline bool ReadDeviceCounters(c10::cuda::CUDACachingAllocator::CUDAAllocator* a
 // torch's roundup_power2_divisions(size), the config its round_size reads for each request.
 using DivisionsFn = size_t (*)(size_t);
 
-// The CUDA allocator's own config where it exports one (older torch), else the config
-// shared by torch's device allocators, which the CUDA one defers to in later versions;
-// nullptr where `c10_cuda` (a dlopen handle) and its libraries export neither.
+// The CUDA allocator's own config where libc10_cuda exports it (torch up to 2.8), else the
+// config shared by torch's device allocators in libc10 (2.9 on, where the CUDA one is an
+// inline that defers to it); nullptr where `c10_cuda` (a dlopen handle) and its libraries
+// export neither. Looked up, not linked: the shim links no torch library.
 inline DivisionsFn FindDivisions(void* c10_cuda) {
   if (c10_cuda == nullptr) return nullptr;
   constexpr const char* kNames[] = {
       "_ZN3c104cuda20CUDACachingAllocator19CUDAAllocatorConfig24roundup_power2_divisionsEm",
-      "_ZN3c1015CachingAllocator26AcceleratorAllocatorConfig24roundup_power2_divisionsEm"};
+      "_ZN3c1016CachingAllocator26AcceleratorAllocatorConfig24roundup_power2_divisionsEm"};
   for (const char* name : kNames) {
     if (void* symbol = dlsym(c10_cuda, name)) return reinterpret_cast<DivisionsFn>(symbol);
   }
@@ -52,7 +53,9 @@ inline DivisionsFn FindDivisions(void* c10_cuda) {
 struct SmallPoolBlock {
   DivisionsFn divisions = nullptr;
   uint64_t operator()(uint64_t requested) const noexcept {
-    if (divisions == nullptr) return 0;
+    if (divisions == nullptr || requested > (1u << 20)) return 0;
+    // Divisions apply above 512 bytes times their number (at least 2): not up to 1024.
+    if (requested <= 1024) return RoundedSmallBlock(requested, 0);
     try {
       return RoundedSmallBlock(requested, divisions(requested));
     } catch (...) {

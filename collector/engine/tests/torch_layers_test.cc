@@ -326,10 +326,40 @@ TEST(TorchLayers, RoundedBlocksAreSizedAndCheckedWithoutTheirOwnCounters) {
             1024 + kBig + 1024 + 3072 + 512 + 2000384 + 512);
 }
 
-// A random program's caching allocator (small-pool blocks in 512-byte steps, sent rounded;
-// large ones rounded up, sometimes a whole free block; tensors freed in any order; the
-// sender's probe at random moments) through the bridge's own code and back through the
-// analysis: every block's size and the allocated peak are exact.
+// A counted ALLOC freed before its size is known, whose address a rounded ALLOC takes at
+// once (the small pool hands a freed block straight out again): the pending block never
+// joins the live ones, so neither block disturbs the other.
+TEST(TorchLayers, ARoundedBlockAtAPendingFreedBlocksAddressKeepsBoth) {
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 2 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(12, kAlloc, 1, 0x1000000, 3000, 0, 0);               // counted (divisions apply): 3072
+  t.Torch(13, kFree, 2, 0x1000000, 3000, 0, 0);                // freed, its size not known yet
+  t.Torch(14, kRounded, 3, 0x1000000, 2000, 0, 0);             // the same address: 2048
+  t.Torch(15, kAlloc, 4, 0x1000800, 5000, 3072 + 2048, 2048);  // settles 3072
+  t.Torch(16, kFree, 5, 0x1000000, 2000, 0, 0);                // the rounded one
+  s.Flush();
+  t.Torch(17, kProbe, 5, 0, 0, 3072 + 2048 + 5120, 5120);  // settles 5120, checks: equal
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.blocks, 3u);
+  EXPECT_EQ(p.torch.rounded_blocks, 1u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  EXPECT_EQ(p.torch.unknown_frees, 0u);
+  EXPECT_EQ(p.torch.estimated_block_sizes, 0u);
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 5120u + 2048);  // max_memory_allocated
+  EXPECT_EQ(d->by_kind.at("TORCH_ALLOCATED").allocated_bytes, 3072u + 2048 + 5120);
+  EXPECT_EQ(d->live_at_exit_bytes, 5120u);
+}
+
+// A random program's caching allocator (roundup_power2_divisions:4; small-pool blocks in
+// 512-byte steps sent rounded, the others counted, large ones sometimes a whole free block;
+// tensors freed in any order, their addresses handed out again; the sender's probe at random
+// moments) through the bridge's own code and back through the analysis: every block's size
+// and the allocated peak are exact.
 TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
   using torch_bridge::BridgeCore;
   using torch_bridge::DeviceCounters;
@@ -356,7 +386,22 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
     *out = allocator.counters;
     return true;
   };
-  auto small = [](uint64_t requested) { return torch_bridge::RoundedSmallBlock(requested, 0); };
+  // roundup_power2_divisions:4, as torch's round_size applies it (above 2048 bytes).
+  constexpr uint64_t kDivisions = 4;
+  auto small = [](uint64_t requested) {
+    return torch_bridge::RoundedSmallBlock(requested, kDivisions);
+  };
+  auto round_size = [](uint64_t requested) {
+    uint64_t block = std::max<uint64_t>(512, (requested + 511) / 512 * 512);
+    if (requested > 512 * kDivisions) {
+      uint64_t floor = 1;
+      while (floor * 2 <= requested) floor *= 2;
+      const uint64_t step = floor / kDivisions;
+      block = (requested + step - 1) / step * step;
+    }
+    return block;
+  };
+  std::vector<std::pair<uint64_t, uint64_t>> freed;  // (address, block) a new tensor may reuse
   BridgeCore<decltype(read), false, decltype(small)> core(emit, &sink, read, small);
   std::mt19937_64 random(7);
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // address -> (requested, block)
@@ -365,14 +410,23 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
   for (int step = 0; step < 5000; ++step) {
     const uint64_t dice = random() % 100;
     if (dice < 50 || live.empty()) {
-      // Mostly the small pool (at most 1 MiB: split to the request in 512-byte steps, sent
-      // rounded), sometimes the large one (counted; the block may be a whole free one).
-      const uint64_t requested =
-          random() % 4 == 0 ? (1u << 20) + random() % (4u << 20) : 1 + random() % 100000;
-      uint64_t block = (requested + 511) / 512 * 512;
+      // Mostly the small pool (at most 1 MiB: split to the request rounded; sent rounded
+      // where the divisions do not apply, up to 2048 bytes), sometimes the large one
+      // (counted; the block may be a whole free one).
+      const uint64_t kind = random() % 4;
+      const uint64_t requested = kind == 0   ? (1u << 20) + random() % (4u << 20)
+                                 : kind == 1 ? 1 + random() % 100000
+                                             : 1 + random() % 2048;
+      uint64_t block = round_size(requested);
       if (requested > (1u << 20) && random() % 2 == 0) block += 512 * (1 + random() % 8);
-      const uint64_t address = next_address;
-      next_address += block;
+      // The allocator hands a freed block's address out again, at once or later.
+      uint64_t address = next_address;
+      if (!freed.empty() && freed.back().second >= block && random() % 2 == 0) {
+        address = freed.back().first;
+        freed.pop_back();
+      } else {
+        next_address += block;
+      }
       // The ALLOC is recorded before allocated_bytes grows, under the same lock.
       core.OnEntry(torch_bridge::Entry(FabricatedEntry::ALLOC, 0, address, requested));
       allocator.counters.allocated_total += block;
@@ -389,6 +443,7 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
                                        it->second.first));
       core.OnEntry(torch_bridge::Entry(FabricatedEntry::FREE_COMPLETED, 0, it->first,
                                        it->second.first));
+      freed.emplace_back(it->first, it->second.second);
       live.erase(it);
     } else {
       core.Probe();  // the sender's drain
@@ -400,6 +455,8 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
   auto report = Analyze(s.Chunks());
   const ProcessReport& p = report->processes.at(0);
   EXPECT_EQ(p.torch.blocks, allocations);
+  EXPECT_GT(p.torch.rounded_blocks, allocations / 4);  // both kinds, many of each
+  EXPECT_LT(p.torch.rounded_blocks, allocations * 3 / 4);
   EXPECT_EQ(p.torch.estimated_block_sizes, 0u);
   EXPECT_EQ(p.torch.counter_mismatches, 0u);
   EXPECT_EQ(p.torch.unknown_frees, 0u);

@@ -214,7 +214,8 @@ TEST(TorchBridgeRounding, KnowsOnlySmallPoolBlocksThatAre512ByteSteps) {
   EXPECT_EQ(RoundedSmallBlock(1u << 20, 0), 1u << 20);
   EXPECT_EQ(RoundedSmallBlock((1u << 20) + 1, 0), 0u);  // the large pool: split or not
   EXPECT_EQ(RoundedSmallBlock(2048, 4), 2048u);
-  EXPECT_EQ(RoundedSmallBlock(2049, 4), 0u);  // torch rounds it to a quarter of 4096
+  EXPECT_EQ(RoundedSmallBlock(4200, 4), 0u);  // torch: 5120 (quarters of 4096), not 4608
+  EXPECT_EQ(RoundedSmallBlock(2049, 4), 0u);  // torch: 2560, as 512-byte steps; not relied on
   EXPECT_EQ(RoundedSmallBlock(0, 0), 0u);     // no tensor allocates nothing
 }
 

@@ -11,16 +11,20 @@
 namespace c10::cuda::CUDACachingAllocator {
 std::atomic<CUDAAllocator*> allocator{nullptr};
 
-// As torch's (exported under its name): the divisions its round_size applies to a request.
 size_t g_divisions = 0;
-struct CUDAAllocatorConfig {
+}  // namespace c10::cuda::CUDACachingAllocator
+
+// As torch 2.9-2.11's, exported from libc10 under its name: the divisions its round_size
+// applies to a request (the CUDA allocator's own config no longer exports one).
+namespace c10::CachingAllocator {
+struct AcceleratorAllocatorConfig {
   static size_t roundup_power2_divisions(size_t size);
 };
-__attribute__((visibility("default"))) size_t CUDAAllocatorConfig::roundup_power2_divisions(
+__attribute__((visibility("default"))) size_t AcceleratorAllocatorConfig::roundup_power2_divisions(
     size_t /*size*/) {
-  return g_divisions;
+  return c10::cuda::CUDACachingAllocator::g_divisions;
 }
-}  // namespace c10::cuda::CUDACachingAllocator
+}  // namespace c10::CachingAllocator
 
 namespace {
 
