@@ -343,12 +343,25 @@ int main(int argc, char** argv) {
     }
     return in_calls;
   });
+  // Calls with no callback of their own: what a subscription costs every other call.
+  const double driver_call = MedianNsPerOp(1000000, [](int n) {
+    CUcontext context = nullptr;
+    for (int i = 0; i < n; ++i) cuCtxGetCurrent(&context);
+  });
+  const double runtime_calls = MedianNsPerOp(1000000, [](int n) {
+    int device = 0;
+    for (int i = 0; i < n; ++i) {
+      cudaGetDevice(&device);
+      (void)cudaGetLastError();
+    }
+  });
   if (activity) CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   printf(
       "{\"features\": \"%s\", \"async_pair_ns\": %.1f, \"sync_pair_ns\": %.1f, "
-      "\"launch_ns\": %.1f, \"launch_call_ns\": %.1f, \"records\": %llu, "
+      "\"launch_ns\": %.1f, \"launch_call_ns\": %.1f, \"driver_call_ns\": %.2f, "
+      "\"runtime_calls_ns\": %.2f, \"records\": %llu, "
       "\"callbacks\": %llu, \"kernels\": %llu, \"kernels_matched\": %llu}\n",
-      features.c_str(), async_pair, sync_pair, launch, launch_call,
+      features.c_str(), async_pair, sync_pair, launch, launch_call, driver_call, runtime_calls,
       static_cast<unsigned long long>(g_records.load()),
       static_cast<unsigned long long>(g_callbacks.load()),
       static_cast<unsigned long long>(g_kernels),
