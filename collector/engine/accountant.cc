@@ -311,7 +311,11 @@ void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
   a.death_phase = death_phase;
   DeviceCounters& d = devices_[a.slot];
   d.kind_live[a.kind] -= a.bytes;
-  if (IsDeviceMemory(a.kind)) d.in_use -= a.bytes;
+  if (IsDeviceMemory(a.kind)) {
+    // Here, not in Release: an allocation of another kind at a live address ends one too.
+    d.in_use -= a.bytes;
+    in_use_[a.slot] = d.in_use;
+  }
   a.death_step = TimelineStep(a, ts);
   if (!IsDeviceMemory(a.kind)) return;
   if (d.peak_pos != kNever && a.birth_pos <= d.peak_pos) {
@@ -433,7 +437,6 @@ void Accountant::Release(const Event& e, uint32_t slot) {
   if (device) phases_.Attribute(e.thread_id, &attribution_);
   Die(index, e.timestamp_ns, device ? attribution_.innermost : -1);
   if (device) {
-    in_use_[slot] = d.in_use;
     for (int32_t phase : attribution_.names) {
       PhaseCounters& c = phases_.counters(phase, slot);
       ++c.frees;

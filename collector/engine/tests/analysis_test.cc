@@ -372,6 +372,19 @@ TEST(FailedAllocations, CarryPhaseSizeErrorAndMemoryInUse) {
   EXPECT_EQ(PhaseDevice(*FindPhase(p, "forward"), 0).failed_allocations, 1u);
 }
 
+TEST(FailedAllocations, MemoryInUseDropsWhenAnotherKindTakesALiveAddress) {
+  // The DEVICE block's release was lost; a MANAGED allocation at its address ends it, and
+  // the failure after that must not count the dead block as in use.
+  StreamBuilder s = WithStrings();
+  s.Alloc(105, 0, 0x1000, 1ull << 30, testing::kDevice, 1);
+  s.Alloc(106, 0, 0x1000, 4096, v1::MEMORY_KIND_MANAGED, 1);
+  s.Failed(110, 0, 1, 2ull << 30, 2, kCudaMalloc, kOom, 123456, 85899345920ull);
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = OnlyProcess(report);
+  ASSERT_EQ(p.failed_allocations.size(), 1u);
+  EXPECT_EQ(p.failed_allocations[0].device_in_use_bytes, 0u);
+}
+
 TEST(FailedAllocations, DriverRetriesAreNotFailuresTheProgramSaw) {
   // Under cudaMallocAsync, one cuMemAllocAsync per autograd thread fails with
   // CUDA_ERROR_INVALID_CONTEXT and the runtime retries at once (GPT-2 showed "failed
