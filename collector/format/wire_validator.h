@@ -25,7 +25,6 @@ class WireStreamValidator {
   Verdict Check(std::string_view frame, std::string* error);
   // The last frame checked, parsed (valid until the next Check).
   const v1::StreamMessage& message() const { return message_; }
-  bool handshake_done() const { return handshake_done_; }
 
  private:
   v1::StreamMessage message_;  // reused: the collector's hot path allocates nothing per frame
