@@ -16,6 +16,39 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks", "gpu"))
 import workloads  # noqa: E402
 
 
+def graph_step(replays):
+    """Whole-step capture as in PyTorch's CUDA graphs guide: warm-up on a side stream, capture
+    forward, backward and the optimizer step, replay with new inputs copied in."""
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    static_input = torch.randn(256, 512, device="cuda")
+    static_target = torch.randint(0, 10, (256,), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model(static_input), static_target).backward()
+            optimizer.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = loss_fn(model(static_input), static_target)
+        static_loss.backward()
+        optimizer.step()
+    for _ in range(replays):
+        static_input.copy_(torch.randn(256, 512, device="cuda"))
+        static_target.copy_(torch.randint(0, 10, (256,), device="cuda"))
+        graph.replay()
+    torch.cuda.synchronize()
+    del graph, static_loss, static_input, static_target, optimizer, model
+    torch.cuda.empty_cache()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
@@ -24,6 +57,10 @@ def main():
     parser.add_argument("--reset-accumulated", action="store_true",
                         help="first reset the allocator's cumulative counters right after a "
                              "tensor that takes a whole segment (a block larger than asked)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="after the steps, capture one training step of a small MLP in a "
+                             "CUDA graph (its tensors come from a private pool), replay it, "
+                             "then free the graph and empty the cache")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.reset_accumulated:
@@ -37,6 +74,8 @@ def main():
     step = workloads.WORKLOADS[args.workload][0]()
     for _ in range(args.steps):
         step()
+    if args.cuda_graph:
+        graph_step(replays=3)
     torch.cuda.synchronize()
     print(f"{args.workload}: {args.steps} steps done")
     if args.stats:

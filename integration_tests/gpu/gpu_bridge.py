@@ -4,7 +4,8 @@
   gpu_bridge.py run   --cumemtrace BIN --programs DIR --results DIR   (needs the GPU)
   gpu_bridge.py check --results DIR                                   (reads results only)
 
-Each program (ResNet-like, GPT-like, GPT-like with expandable segments, one EP training step,
+Each program (ResNet-like, the same with a step captured in a CUDA graph, GPT-like, GPT-like
+with expandable segments, one EP training step, with and without roundup_power2_divisions,
 the LibTorch program) runs untraced, under `cumemtrace run` (the default: PyTorch's allocator
 left as it is, tensors from the bridge) and under `--allocator=async`. `check` asks, per
 program: tensor peak == torch.cuda.max_memory_allocated() and segment peak ==
@@ -41,6 +42,9 @@ def programs(programs_dir, results):
         "resnet": (py + ["--workload", "resnet", "--steps", "3", "--reset-accumulated"], {},
                    "bridge_program.py"),
         "gpt": (py + ["--workload", "gpt", "--steps", "3"], {}, "bridge_program.py"),
+        # A step captured in a CUDA graph after the others: a private pool's tensors.
+        "resnet_graph": (py + ["--workload", "resnet", "--steps", "2", "--cuda-graph"], {},
+                         "bridge_program.py"),
         "gpt_expandable": (py + ["--workload", "gpt", "--steps", "3"], EXPANDABLE,
                            "bridge_program.py"),
         "ep": (py + ["--workload", "ep50", "--steps", "1"], {}, "bridge_program.py"),
