@@ -2,12 +2,13 @@
 
 The caching allocator builds a TraceEntry for each event only once some tracker is attached,
 and it has no call to detach one, so no on/off window can switch that cost. This times a
-loop of small tensors (torch.empty + del: one ALLOC and one FREE_REQUESTED, small pool) in
-blocks before and after attaching tracker_cost_probe.cc in MODE, in the same process, so
-both halves run at the same CPU speed. `--mode none` attaches nothing: the drift between the
+loop of small tensors (torch.empty + del: torch hands over an ALLOC, a FREE_REQUESTED and a
+FREE_COMPLETED; small pool) in blocks before and after attaching tracker_cost_probe.cc in
+MODE, in the same process, pinned to one CPU, so both halves run at the same CPU speed as
+far as the machine allows. `--mode none` attaches nothing: the drift between the
 halves, i.e. the noise.
 
-    python3 attach_cost.py --probe libtracker_cost_probe.so --mode noop [--blocks 200]
+    python3 attach_cost.py --probe libtracker_cost_probe.so --mode noop [--cpu 8] [--blocks 200]
 
 Prints one JSON line: us per pair before and after (lowest decile and median of the
 blocks) and their differences in ns. The machine's CPU changes speed within seconds, so
@@ -16,6 +17,7 @@ the halves are compared by their lowest decile: many short blocks each catch the
 import argparse
 import ctypes
 import json
+import os
 import statistics
 import time
 
@@ -41,9 +43,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", required=True, help="libtracker_cost_probe.so")
     parser.add_argument("--mode", default="noop", help="the probe's mode, or none")
+    parser.add_argument("--cpu", type=int, default=8, help="the one CPU to run on")
     parser.add_argument("--blocks", type=int, default=200, help="timed blocks per half")
     parser.add_argument("--pairs", type=int, default=1000, help="alloc+free pairs per block")
     args = parser.parse_args()
+    os.sched_setaffinity(0, {args.cpu})
     torch.empty(1, device="cuda")  # the caching allocator exists from here
     time_blocks(3, args.pairs)  # warm-up
     before = time_blocks(args.blocks, args.pairs)

@@ -22,8 +22,10 @@
 // Prints one JSON line: ns per async alloc+free pair, per sync cudaMalloc+cudaFree pair and per
 // launch (median of 5 timed repetitions after a warm-up), the calling thread's own time per
 // launch (launch_call_ns: batches of 64 launches, each followed by an untimed sync, so the
-// queue never fills and the figure is the launch call's CPU cost, not the GPU's rate), and the
-// records CUPTI delivered.
+// queue never fills and the figure is the launch call's CPU cost, not the GPU's rate), the
+// time of calls with no callback in any feature set (driver_call_ns: cuCtxGetCurrent;
+// runtime_calls_ns: cudaGetDevice and cudaGetLastError, per pair), and the records CUPTI
+// delivered.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cupti.h>

@@ -4,7 +4,7 @@
   gpu_bridge.py run   --cumemtrace BIN --programs DIR --results DIR   (needs the GPU)
   gpu_bridge.py check --results DIR                                   (reads results only)
 
-Each program (ResNet-like, the same with a step captured in a CUDA graph, GPT-like, GPT-like
+Each program (ResNet-like, the same then an MLP step captured in a CUDA graph, GPT-like, GPT-like
 with expandable segments, one EP training step, with and without roundup_power2_divisions,
 the LibTorch program) runs untraced, under `cumemtrace run` (the default: PyTorch's allocator
 left as it is, tensors from the bridge) and under `--allocator=async`. `check` asks, per
@@ -13,6 +13,7 @@ max_memory_reserved() by the byte, the allocator's counters agree with the rebui
 every event, lifetime classes at the peak match the async run within allocator rounding,
 exit status and stdout are those of the untraced run, and the memory_viz export holds real
 segments with real blocks. Prints a pass/fail table; logs and outputs stay in --results.
+GPU_BRIDGE_CASES=NAME[,NAME] runs and checks only those programs.
 """
 import json
 import os
@@ -38,11 +39,11 @@ def programs(programs_dir, results):
     stats = lambda name: ["--stats", os.path.join(results, name + ".stats.json")]
     libtorch = os.path.join(programs_dir, "libtorch_train")
     # name -> (argv without --stats, environment, suffix naming the process)
-    return {
+    table = {
         "resnet": (py + ["--workload", "resnet", "--steps", "3", "--reset-accumulated"], {},
                    "bridge_program.py"),
         "gpt": (py + ["--workload", "gpt", "--steps", "3"], {}, "bridge_program.py"),
-        # A step captured in a CUDA graph after the others: a private pool's tensors.
+        # Then an MLP step captured in a CUDA graph, the run's peak: a private pool's tensors.
         "resnet_graph": (py + ["--workload", "resnet", "--steps", "2", "--cuda-graph"], {},
                          "bridge_program.py"),
         "gpt_expandable": (py + ["--workload", "gpt", "--steps", "3"], EXPANDABLE,
@@ -51,7 +52,12 @@ def programs(programs_dir, results):
         "ep_divisions": (py + ["--workload", "ep50", "--steps", "1"], DIVISIONS,
                          "bridge_program.py"),
         "libtorch": ([libtorch, "--steps", "5"], {}, "libtorch_train"),
-    }, stats
+    }
+    only = [n for n in os.environ.get("GPU_BRIDGE_CASES", "").split(",") if n]
+    unknown = sorted(set(only) - set(table))
+    if unknown:
+        sys.exit(f"GPU_BRIDGE_CASES: no program named {', '.join(unknown)}")
+    return {n: v for n, v in table.items() if not only or n in only}, stats
 
 
 def run(args):
