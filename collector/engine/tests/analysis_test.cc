@@ -378,11 +378,14 @@ TEST(FailedAllocations, MemoryInUseDropsWhenAnotherKindTakesALiveAddress) {
   StreamBuilder s = WithStrings();
   s.Alloc(105, 0, 0x1000, 1ull << 30, testing::kDevice, 1);
   s.Alloc(106, 0, 0x1000, 4096, v1::MEMORY_KIND_MANAGED, 1);
-  s.Failed(110, 0, 1, 2ull << 30, 2, kCudaMalloc, kOom, 123456, 85899345920ull);
+  s.Push(108, 1, kForward);
+  s.Failed(110, 0, 1, 2ull << 30, 2, kCudaMalloc, kOom, 123456, 85899345920ull).Pop(120, 1);
   auto report = Analyze(s.Chunks());
   const ProcessReport& p = OnlyProcess(report);
   ASSERT_EQ(p.failed_allocations.size(), 1u);
   EXPECT_EQ(p.failed_allocations[0].device_in_use_bytes, 0u);
+  // A phase opened after it starts from nothing in use, too.
+  EXPECT_EQ(PhaseDevice(*FindPhase(p, "forward"), 0).bytes_at_entry, 0u);
 }
 
 TEST(FailedAllocations, DriverRetriesAreNotFailuresTheProgramSaw) {
