@@ -8,7 +8,7 @@ MODE, in the same process, pinned to one CPU, so both halves run at the same CPU
 far as the machine allows. `--mode none` attaches nothing: the drift between the
 halves, i.e. the noise.
 
-    python3 attach_cost.py --probe libtracker_cost_probe.so --mode noop [--cpu 8] [--blocks 200]
+    python3 attach_cost.py --probe libtracker_cost_probe.so --mode noop [--cpu N] [--blocks 200]
 
 Prints one JSON line: us per pair before and after (lowest decile and median of the
 blocks) and their differences in ns. The machine's CPU changes speed within seconds, so
@@ -43,11 +43,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", required=True, help="libtracker_cost_probe.so")
     parser.add_argument("--mode", default="noop", help="the probe's mode, or none")
-    parser.add_argument("--cpu", type=int, default=8, help="the one CPU to run on")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="the one CPU to run on (default: the highest this process may use)")
     parser.add_argument("--blocks", type=int, default=200, help="timed blocks per half")
     parser.add_argument("--pairs", type=int, default=1000, help="alloc+free pairs per block")
     args = parser.parse_args()
-    os.sched_setaffinity(0, {args.cpu})
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     torch.empty(1, device="cuda")  # the caching allocator exists from here
     time_blocks(3, args.pairs)  # warm-up
     before = time_blocks(args.blocks, args.pairs)
