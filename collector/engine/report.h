@@ -128,6 +128,9 @@ struct LifetimeAtPeak {
   std::map<std::string, uint64_t> bytes_by_class;  // temporary, activation, gradient, ...
   uint64_t activation_memory_bytes = 0;  // peak - persistent: what the EP plan measures
 };
+// The classes in the order every output lists them, the longest-lived first.
+inline constexpr const char* kLifetimeClassOrder[] = {"persistent", "activation", "gradient",
+                                                      "temporary", "other"};
 
 // PyTorch's two layers on one device, when the bridge to its caching allocator is attached
 // (design.md "Tensors"): tensors (the allocator's blocks, TORCH_ALLOCATED) and the segments

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "collector/output/report_json.h"
 #include "collector/output/tables.h"
@@ -11,6 +12,7 @@ namespace cumemtrace {
 namespace {
 
 using internal::CellIf;
+using internal::LifetimeClassLabel;
 using internal::Row;
 
 std::string Mib(int64_t bytes) {
@@ -32,15 +34,14 @@ std::vector<std::pair<std::string, int64_t>> Metrics(const RunFigures& r,
                                                      const std::vector<std::string>& phases) {
   std::vector<std::pair<std::string, int64_t>> m;
   m.emplace_back("peak", r.found ? static_cast<int64_t>(r.peak_bytes) : -1);
-  // Lifetime figures only for a run with training phases; the class "activation" is named by
-  // what it is, so that the one figure called activation is activation memory.
+  // Lifetime figures only for a run with training phases.
   const bool classes = r.found && r.lifetimes;
-  m.emplace_back("persistent at peak", classes ? ClassBytes(r, "persistent") : -1);
-  m.emplace_back("activation memory (peak - persistent)",
-                 classes ? static_cast<int64_t>(r.activation_memory_bytes) : -1);
-  for (const char* c : {"activation", "gradient", "temporary", "other"}) {
-    const std::string name = std::string(c) == "activation" ? "forward-to-backward" : c;
-    m.emplace_back(name + " at peak", classes ? ClassBytes(r, c) : -1);
+  for (const char* c : kLifetimeClassOrder) {
+    m.emplace_back(LifetimeClassLabel(c) + " at peak", classes ? ClassBytes(r, c) : -1);
+    if (std::string_view(c) == "persistent") {  // then what the rest of the peak is
+      m.emplace_back("activation memory (peak - persistent)",
+                     classes ? static_cast<int64_t>(r.activation_memory_bytes) : -1);
+    }
   }
   for (const std::string& phase : phases) {
     auto it = r.phases.find(phase);

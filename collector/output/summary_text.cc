@@ -13,6 +13,7 @@ namespace {
 
 using internal::BaseName;
 using internal::Format;
+using internal::LifetimeClassLabel;
 using internal::PhaseName;
 using internal::PrintTable;
 using internal::Row;
@@ -162,15 +163,13 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
   }
   PrintOrigins(out, "by API", d.by_api);
   PrintOrigins(out, "by library", d.by_library);
-  // Only with training phases (report.h). One figure is called activation: activation memory;
-  // the class summary.json calls "activation" is named by what it is.
+  // Only with training phases (report.h).
   if (d.lifetime_at_peak.given && !d.lifetime_at_peak.bytes_by_class.empty()) {
     std::vector<std::string> classes;
-    for (const char* c : {"persistent", "activation", "gradient", "temporary", "other"}) {
+    for (const char* c : kLifetimeClassOrder) {
       auto it = d.lifetime_at_peak.bytes_by_class.find(c);
-      const std::string name = std::string(c) == "activation" ? "forward-to-backward" : c;
       if (it != d.lifetime_at_peak.bytes_by_class.end())
-        classes.push_back(name + " " + Bytes(it->second));
+        classes.push_back(LifetimeClassLabel(c) + " " + Bytes(it->second));
     }
     out << "    at peak by lifetime " << Join(classes, ", ") << '\n';
     out << "    activation memory   " << Bytes(d.lifetime_at_peak.activation_memory_bytes)

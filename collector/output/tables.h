@@ -25,6 +25,12 @@ inline std::string PhaseName(const std::string& phase) {
   return phase.empty() ? "(no phase)" : phase;
 }
 
+// A lifetime class as tables name it: the class summary.json calls "activation" by what it
+// is, so that the one figure called activation is activation memory (peak - persistent).
+inline std::string LifetimeClassLabel(const std::string& lifetime_class) {
+  return lifetime_class == "activation" ? "forward-to-backward" : lifetime_class;
+}
+
 // `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers. The first
 // row sets the number of columns; trailing blanks are cut.
 inline void PrintTable(std::ostream& out, const std::string& indent, const std::vector<Row>& rows,

@@ -54,10 +54,8 @@ json OrNull(bool known, const T& value) {
   return known ? json(value) : json(nullptr);
 }
 
-// Lifetime classes as the viewer indexes them (lifetimes.h; the names LifetimeClassName gives).
-// An allocation whose class is unknown gets kUnknownLifetimeClass.
-const std::vector<std::string> kLifetimeClassNames = {"persistent", "activation", "gradient",
-                                                      "temporary", "other"};
+// The viewer indexes lifetime classes in kLifetimeClassOrder (report.h); an allocation whose
+// class is unknown gets kUnknownLifetimeClass.
 constexpr uint8_t kUnknownLifetimeClass = 0xFF;
 
 // A device's memory series and peak, which the report and compare pages both show.
@@ -89,11 +87,12 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
     if (a.device_slot != slot || !IsDeviceMemory(a.kind)) continue;
     if (!t.stacks.empty()) stack.push_back(a.stack);
     if (a.lifetime_class != nullptr) {
-      const auto it =
-          std::find(kLifetimeClassNames.begin(), kLifetimeClassNames.end(), a.lifetime_class);
-      lifetime_class.push_back(it == kLifetimeClassNames.end()
-                                   ? kUnknownLifetimeClass
-                                   : static_cast<uint8_t>(it - kLifetimeClassNames.begin()));
+      const auto* end = std::end(kLifetimeClassOrder);
+      const auto* it = std::find_if(std::begin(kLifetimeClassOrder), end, [&](const char* c) {
+        return std::string_view(c) == a.lifetime_class;
+      });
+      lifetime_class.push_back(it == end ? kUnknownLifetimeClass
+                                         : static_cast<uint8_t>(it - kLifetimeClassOrder));
     }
     birth.push_back(a.birth_step);
     death.push_back(a.death_step);
@@ -220,7 +219,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
           {"phases", phases},
           {"failed_allocations", failed},
           {"iterations", internal::IterationsJson(p.iterations, true)},
-          {"lifetime_classes", kLifetimeClassNames},
+          {"lifetime_classes", kLifetimeClassOrder},
           {"ranges",
            {{"n", start.size()}, {"start_ns", Column(start)}, {"end_ns", Column(end)},
             {"phase", Column(phase)}, {"thread", Column(thread)}, {"depth", Column(depth)}}},
