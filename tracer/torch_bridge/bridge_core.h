@@ -104,15 +104,17 @@ uint64_t EntryTsc(const Entry& entry) {
   }
 }
 
+// torch's kMinBlockSize, and its kSmallSize: the small pool's largest block.
+constexpr uint64_t kTorchMinBlockSize = 512;
+constexpr uint64_t kTorchSmallSize = 1u << 20;
+
 // The block of a small-pool request when it is the request rounded up to 512 bytes (torch's
 // round_size without roundup_power2_divisions), else 0. `divisions` is what torch's
 // roundup_power2_divisions(requested) says now (it can change while the program runs).
 inline uint64_t RoundedSmallBlock(uint64_t requested, uint64_t divisions) {
-  constexpr uint64_t kMinBlockSize = 512;    // torch's kMinBlockSize
-  constexpr uint64_t kSmallSize = 1u << 20;  // torch's kSmallSize: the small pool's largest
-  if (requested == 0 || requested > kSmallSize) return 0;
-  if (divisions > 1 && requested > kMinBlockSize * divisions) return 0;
-  return (requested + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+  if (requested == 0 || requested > kTorchSmallSize) return 0;
+  if (divisions > 1 && requested > kTorchMinBlockSize * divisions) return 0;
+  return (requested + kTorchMinBlockSize - 1) / kTorchMinBlockSize * kTorchMinBlockSize;
 }
 
 // Never knows a block: every ALLOC reads the counters.

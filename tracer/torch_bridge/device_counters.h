@@ -53,9 +53,11 @@ inline DivisionsFn FindDivisions(void* c10_cuda) {
 struct SmallPoolBlock {
   DivisionsFn divisions = nullptr;
   uint64_t operator()(uint64_t requested) const noexcept {
-    if (divisions == nullptr || requested > (1u << 20)) return 0;
-    // Divisions apply above 512 bytes times their number (at least 2): not up to 1024.
-    if (requested <= 1024) return RoundedSmallBlock(requested, 0);
+    if (divisions == nullptr) return 0;
+    const uint64_t block = RoundedSmallBlock(requested, 0);
+    // Divisions (2 or more) round only above kTorchMinBlockSize times their number: torch is
+    // not asked up to twice that, nor for a request the small pool does not hold.
+    if (block == 0 || requested <= 2 * kTorchMinBlockSize) return block;
     try {
       return RoundedSmallBlock(requested, divisions(requested));
     } catch (...) {
