@@ -155,6 +155,33 @@ bool Has(const std::string& features, const char* name) {
   return list.find(std::string(",") + name + ",") != std::string::npos;
 }
 
+// `n` launch calls in batches of 64, each followed by an untimed sync so that the queue never
+// fills: the time in the calls themselves, not the GPU's rate.
+std::chrono::steady_clock::duration LaunchCalls(cudaStream_t stream, int n) {
+  std::chrono::steady_clock::duration in_calls{};
+  for (int i = 0; i < n; i += 64) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < 64; ++j) Empty<<<1, 1, 0, stream>>>();
+    in_calls += std::chrono::steady_clock::now() - t0;
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  }
+  return in_calls;
+}
+
+// Calls with no callback of their own in any feature set: a driver call, and the runtime pair
+// PyTorch makes around each op.
+void DriverCalls(int n) {
+  CUcontext context = nullptr;
+  for (int i = 0; i < n; ++i) cuCtxGetCurrent(&context);
+}
+void RuntimeCalls(int n) {
+  int device = 0;
+  for (int i = 0; i < n; ++i) {
+    cudaGetDevice(&device);
+    (void)cudaGetLastError();
+  }
+}
+
 // A body that returns a duration has timed its own part; otherwise the whole body counts.
 template <typename F>
 double MedianNsPerOp(int ops, F&& body) {
@@ -227,25 +254,10 @@ void AlternateDefaultSubscription(cudaStream_t stream, const std::string& featur
   for (int block = 0; block < 40; ++block) {
     const bool on = (block % 4 == 1) || (block % 4 == 2);  // off on on off: neither goes first
     set(on);
-    std::chrono::steady_clock::duration in_calls{};
-    for (int i = 0; i < 64 * 100; i += 64) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int j = 0; j < 64; ++j) Empty<<<1, 1, 0, stream>>>();
-      in_calls += std::chrono::steady_clock::now() - t0;
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-    }
+    const auto in_calls = LaunchCalls(stream, 64 * 100);
     launch[on].push_back(std::chrono::duration<double, std::nano>(in_calls).count() / 6400);
-    driver[on].push_back(per_call(200000, [](int n) {
-      CUcontext context = nullptr;
-      for (int i = 0; i < n; ++i) cuCtxGetCurrent(&context);
-    }));
-    runtime[on].push_back(per_call(200000, [](int n) {
-      int device = 0;
-      for (int i = 0; i < n; ++i) {
-        cudaGetDevice(&device);
-        (void)cudaGetLastError();
-      }
-    }));
+    driver[on].push_back(per_call(200000, DriverCalls));
+    runtime[on].push_back(per_call(200000, RuntimeCalls));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -334,29 +346,10 @@ int main(int argc, char** argv) {
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
   });
-  const double launch_call = MedianNsPerOp(64 * 1000, [&](int n) {
-    // Times only the launch calls: the sync after each batch keeps the queue short.
-    std::chrono::steady_clock::duration in_calls{};
-    for (int i = 0; i < n; i += 64) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int j = 0; j < 64; ++j) Empty<<<1, 1, 0, stream>>>();
-      in_calls += std::chrono::steady_clock::now() - t0;
-      CHECK_CUDA(cudaStreamSynchronize(stream));
-    }
-    return in_calls;
-  });
-  // Calls with no callback of their own: what a subscription costs every other call.
-  const double driver_call = MedianNsPerOp(1000000, [](int n) {
-    CUcontext context = nullptr;
-    for (int i = 0; i < n; ++i) cuCtxGetCurrent(&context);
-  });
-  const double runtime_calls = MedianNsPerOp(1000000, [](int n) {
-    int device = 0;
-    for (int i = 0; i < n; ++i) {
-      cudaGetDevice(&device);
-      (void)cudaGetLastError();
-    }
-  });
+  const double launch_call =
+      MedianNsPerOp(64 * 1000, [&](int n) { return LaunchCalls(stream, n); });
+  const double driver_call = MedianNsPerOp(1000000, DriverCalls);
+  const double runtime_calls = MedianNsPerOp(1000000, RuntimeCalls);
   if (activity) CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
   printf(
       "{\"features\": \"%s\", \"async_pair_ns\": %.1f, \"sync_pair_ns\": %.1f, "
