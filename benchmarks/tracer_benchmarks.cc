@@ -186,10 +186,10 @@ class TorchEntries {
     return 0;
 #endif
   }
-  static void EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
+  static int EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
     bool from_torch = false;
     const uint64_t now = clock_->TimeOf(event->tsc, &from_torch);
-    benchmark::DoNotOptimize(queue_.PushTorchEvent(*event, CurrentThreadId(), now, nullptr, 0));
+    return queue_.PushTorchEvent(*event, CurrentThreadId(), now, nullptr, 0);
   }
   // Static: the hook's emit function is a plain function pointer, as in the shim.
   static inline RecordQueue queue_{kQueueCapacity};

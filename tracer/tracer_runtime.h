@@ -59,11 +59,12 @@ class TracerRuntime {
     // The ring holds a copy of the bridge's state (sent once per process).
     delete record.torch_bridge_state;
   }
-  // The PyTorch bridge's events (RecordQueue::PushTorchEvent), from its hook.
-  void RecordTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
+  // The PyTorch bridge's events (RecordQueue::PushTorchEvent), from its hook: false when
+  // the ring had no room.
+  bool RecordTorchEvent(const cumemtrace_torch_event& event, uint32_t thread_id,
                         uint64_t timestamp_ns, const uint64_t* stack, uint32_t stack_words) {
     if (start_pending_.load(std::memory_order_acquire)) StartPending(timestamp_ns);
-    queue_.PushTorchEvent(event, thread_id, timestamp_ns, stack, stack_words);
+    return queue_.PushTorchEvent(event, thread_id, timestamp_ns, stack, stack_words);
   }
   // The program made its first CUPTI call that reaches the tracer (cupti_mux.h). Starts the
   // tracer's CUPTI session if it has not started yet; returns whether the program's calls

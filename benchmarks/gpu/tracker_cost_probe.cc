@@ -35,14 +35,16 @@ struct CounterReader {
   }
 };
 
-void EmitNothing(const cumemtrace_torch_event* event, void*) {
+int EmitNothing(const cumemtrace_torch_event* event, void*) {
   g_sink.fetch_add(event->sequence, std::memory_order_relaxed);
+  return 1;
 }
 
-void EmitWithClock(const cumemtrace_torch_event* event, void*) {
+int EmitWithClock(const cumemtrace_torch_event* event, void*) {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   g_sink.fetch_add(event->sequence + static_cast<uint64_t>(ts.tv_nsec), std::memory_order_relaxed);
+  return 1;
 }
 
 // "MODE@alt": the mode's work in the even windows of CUMEMTRACE_BENCH_ALTERNATE_MS of

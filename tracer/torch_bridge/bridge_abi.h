@@ -17,8 +17,9 @@ extern "C" {
 
 /* Raised when a struct below changes in a way an older tracer cannot read. */
 #define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION \
-  3u /* 2: cumemtrace_torch_event.tsc;      \
-        3: CUMEMTRACE_TORCH_ALLOC_ROUNDED */
+  4u /* 2: cumemtrace_torch_event.tsc;      \
+        3: CUMEMTRACE_TORCH_ALLOC_ROUNDED;  \
+        4: the emit function's result */
 
 /* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
 enum {
@@ -56,8 +57,10 @@ typedef struct cumemtrace_torch_event {
 } cumemtrace_torch_event;
 
 /* Called by the shim on the allocator's thread, under the allocator's device lock: it must
-   only copy the event and return (no torch call, no lock the allocator might want). */
-typedef void (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);
+   only copy the event and return (no torch call, no lock the allocator might want). Returns
+   0 when the tracer had no room for the event (its ring full), else 1: the shim sends a
+   STATS_PROBE that found no room again at the next probe call. */
+typedef int (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);
 
 /* Result of attach. */
 enum {
@@ -84,7 +87,8 @@ typedef struct cumemtrace_torch_bridge {
                 size_t message_size);
   /* From the tracer's sender thread: for each device whose last event was an allocation
      not yet followed by another event, reads the allocator's counters and emits a
-     CUMEMTRACE_TORCH_STATS_PROBE (dropped when an event slipped in meanwhile). Takes the
+     CUMEMTRACE_TORCH_STATS_PROBE (dropped when an event slipped in meanwhile; sent again
+     when the emit function had no room for it). Takes the
      allocator's device lock briefly; never call it with a lock the allocator may wait on. */
   void (*probe)(void);
   /* Stops emitting (process exit, forked child). */

@@ -188,7 +188,6 @@ class BridgeCore {
       // every event that finished before the read is seen by the load after it.
       if (!read_(device, &counters)) continue;
       if (slot.sequence.load(std::memory_order_relaxed) != before) continue;  // one slipped in
-      slot.probed_alloc = alloc;
       cumemtrace_torch_event event{};
       event.action = CUMEMTRACE_TORCH_STATS_PROBE;
       event.device = device;
@@ -196,7 +195,9 @@ class BridgeCore {
       event.allocated_bytes_total = counters.allocated_total;
       event.allocated_bytes_current = counters.allocated_current;
       event.reserved_bytes_current = counters.reserved_current;
-      emit_(&event, context_);
+      // A probe the tracer had no room for is read and sent again at the next call: it is
+      // what settles this ALLOC when only frees follow.
+      if (emit_(&event, context_) != 0) slot.probed_alloc = alloc;
     }
   }
 

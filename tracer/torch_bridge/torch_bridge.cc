@@ -133,17 +133,18 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
   return event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
 }
 
-void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
+// 0 only when the ring had no room (bridge_abi.h): a probe is then sent again. An event
+// not recorded on purpose (not recording, a benchmark's window) is no reason to retry.
+int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
-  if (!runtime.recording()) return;
+  if (!runtime.recording()) return 1;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
     const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
-    if (g_alternate_ns != 0 && (now / g_alternate_ns) % 2 == 1) return;
+    if (g_alternate_ns != 0 && (now / g_alternate_ns) % 2 == 1) return 1;
     const StackWords stack = TensorStack(*event);
-    runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
-    return;
+    return runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
   }
   const uint64_t start = Ticks();
   bool from_torch = false;
@@ -151,7 +152,8 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   const uint64_t clocked = Ticks();
   const StackWords stack = TensorStack(*event);
   const uint64_t stacked = Ticks();
-  runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
+  const bool recorded =
+      runtime.RecordTorchEvent(*event, ThreadOf(*event), now, stack.words, stack.count);
   const uint64_t pushed = Ticks();
   g_self_time.events.fetch_add(1, std::memory_order_relaxed);
   if (from_torch) g_self_time.torch_times.fetch_add(1, std::memory_order_relaxed);
@@ -164,6 +166,7 @@ void EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     g_self_time.stack_ticks.fetch_add(stacked - clocked, std::memory_order_relaxed);
     g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
   }
+  return recorded;
 }
 
 int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {

@@ -381,6 +381,7 @@ TEST(TorchLayers, ARandomAllocatorThroughTheBridgeIsRebuiltByTheByte) {
     out->trace->Torch(++out->ts, static_cast<v1::TorchAllocatorAction>(e->action), e->sequence,
                       e->address, e->requested_bytes, e->allocated_bytes_total,
                       e->allocated_bytes_current);
+    return 1;
   };
   auto read = [&allocator](uint32_t, DeviceCounters* out) {
     *out = allocator.counters;

@@ -13,8 +13,9 @@
 namespace cumemtrace::torch_bridge {
 namespace {
 
-void Collect(const cumemtrace_torch_event* event, void* context) {
+int Collect(const cumemtrace_torch_event* event, void* context) {
   static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
+  return 1;
 }
 
 // Counters of a fake device 0 and 1, as the allocator would report them.
@@ -203,6 +204,41 @@ TEST(TorchBridgeCore, DropsAProbeWhenAnEventSlipsInDuringTheRead) {
   EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
   EXPECT_EQ(events[2].sequence, 2u);
   EXPECT_EQ(events[2].allocated_bytes_total, 1024u);
+}
+
+// A probe the tracer had no room for (its ring full) is read and sent again at the next
+// call; one it took is not.
+TEST(TorchBridgeCore, SendsAProbeAgainWhenTheTracerHadNoRoomForIt) {
+  struct Sink {
+    std::vector<cumemtrace_torch_event> events;
+    int refusals = 0;  // probes to refuse
+  } sink;
+  auto emit = [](const cumemtrace_torch_event* event, void* context) {
+    auto* s = static_cast<Sink*>(context);
+    if (event->action == CUMEMTRACE_TORCH_STATS_PROBE && s->refusals > 0) {
+      --s->refusals;
+      return 0;
+    }
+    s->events.push_back(*event);
+    return 1;
+  };
+  Counters counters;
+  BridgeCore<Reader> core(emit, &sink, Reader{&counters});
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 2097152};
+  sink.refusals = 2;
+  core.Probe();
+  core.Probe();
+  ASSERT_EQ(sink.events.size(), 1u);  // the ALLOC; both probes refused
+  // Read again, not kept: the probe that goes out carries the counters of its own call.
+  counters.device[0] = {512, 512, 4194304};
+  core.Probe();
+  ASSERT_EQ(sink.events.size(), 2u);
+  EXPECT_EQ(sink.events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(sink.events[1].sequence, 1u);
+  EXPECT_EQ(sink.events[1].reserved_bytes_current, 4194304u);
+  core.Probe();  // taken: not sent again
+  EXPECT_EQ(sink.events.size(), 2u);
 }
 
 // torch's round_size for the small pool: 512-byte steps up to 1 MiB, unless the divisions

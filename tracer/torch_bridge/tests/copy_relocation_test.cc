@@ -19,8 +19,9 @@ namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
 
-void Collect(const cumemtrace_torch_event* event, void* context) {
+int Collect(const cumemtrace_torch_event* event, void* context) {
   static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
+  return 1;
 }
 
 TEST(TorchBridgeCopyRelocation, AttachesToTheAllocatorTheLibraryUses) {

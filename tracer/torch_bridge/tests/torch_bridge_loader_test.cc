@@ -110,8 +110,9 @@ TEST(TorchBridgeFallback, ShimBuiltForAnotherVersion) {
       << lookup.reason;
 }
 
-void Collect(const cumemtrace_torch_event* event, void* context) {
+int Collect(const cumemtrace_torch_event* event, void* context) {
   static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
+  return 1;
 }
 
 TEST(TorchBridgeAttach, AttachesToTheNativeAllocatorOnly) {
