@@ -5,9 +5,11 @@
 
 Runs COMMAND, reads /proc/<pid>/task/<tid>/stat of it and of every process below it each
 interval, and prints, once it has exited, each thread's user and system seconds as last
-seen (a thread that ends between two reads loses its last interval). It says how much CPU
-the tracer's threads (cumemtrace-tx in the program, the collector process) take beside the
-program's own, on a machine without a profiler.
+seen (a thread that ends between two reads loses its last interval), the CPUs it may run
+on, and its voluntary and involuntary context switches. It says how much CPU the tracer's
+threads (cumemtrace-tx in the program, the collector process) take beside the program's
+own, on a machine without a profiler, and whether a thread shares a pinned program's CPU
+(the program's involuntary switches: another thread took its CPU).
 """
 import argparse
 import os
@@ -38,8 +40,20 @@ def tree(root):
     return pids
 
 
+def status_fields(path):
+    """CPUs allowed and context switches (voluntary, involuntary) from a task's status."""
+    fields = {}
+    with open(path) as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return (fields.get("Cpus_allowed_list", "?"), int(fields.get("voluntary_ctxt_switches", 0)),
+            int(fields.get("nonvoluntary_ctxt_switches", 0)))
+
+
 def read_threads(pid, seen):
-    """Updates seen[(pid, tid)] = (process name, thread name, user s, system s)."""
+    """Updates seen[(pid, tid)] = (process name, thread name, user s, system s, CPUs allowed,
+    voluntary switches, involuntary switches)."""
     try:
         with open(f"/proc/{pid}/comm") as f:
             process = f.read().strip()
@@ -50,12 +64,14 @@ def read_threads(pid, seen):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 stat = f.read()
+            cpus, voluntary, involuntary = status_fields(f"/proc/{pid}/task/{tid}/status")
         except OSError:
             continue
         # The name may hold spaces and parentheses: it ends at the last ')'.
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        seen[(pid, int(tid))] = (process, name, int(fields[11]) / TICKS, int(fields[12]) / TICKS)
+        seen[(pid, int(tid))] = (process, name, int(fields[11]) / TICKS, int(fields[12]) / TICKS,
+                                 cpus, voluntary, involuntary)
 
 
 def main():
@@ -72,13 +88,13 @@ def main():
         for pid in tree(child.pid):
             read_threads(pid, seen)
         time.sleep(args.interval)
-    print(f"{'pid':>8} {'tid':>8}  {'process':16} {'thread':16} {'user s':>8} {'system s':>8}",
-          file=sys.stderr)
-    for (pid, tid), (process, name, user, system) in sorted(
+    print(f"{'pid':>8} {'tid':>8}  {'process':16} {'thread':16} {'user s':>8} {'system s':>8}"
+          f"  {'CPUs':12} {'switches':>9} {'involuntary':>11}", file=sys.stderr)
+    for (pid, tid), (process, name, user, system, cpus, voluntary, involuntary) in sorted(
             seen.items(), key=lambda item: -(item[1][2] + item[1][3])):
-        if user + system > 0:
-            print(f"{pid:>8} {tid:>8}  {process:16} {name:16} {user:8.2f} {system:8.2f}",
-                  file=sys.stderr)
+        if user + system > 0 or voluntary + involuntary > 0:
+            print(f"{pid:>8} {tid:>8}  {process:16} {name:16} {user:8.2f} {system:8.2f}"
+                  f"  {cpus:12} {voluntary:9d} {involuntary:11d}", file=sys.stderr)
     return child.returncode
 
 
