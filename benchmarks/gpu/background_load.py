@@ -8,9 +8,9 @@ other CPUs. If that company lowered the speed of the program's CPU (a shared fre
 power budget), the tracer would cost the program time that no measure inside the program
 switches. This times a fixed Python loop (100,000 additions) over and over on one pinned
 CPU, alone and beside loads on other CPUs: one CPU busy 10% of the time (1 ms every 10 ms,
-about what the collector takes) or all the time, and the same on eight CPUs. The conditions
-take turns round by round; each line gives the loop's time in ms (lowest, 10th percentile,
-median, 90th percentile) for one round.
+about what the collector takes) or all the time, and the same on eight CPUs. The
+conditions run in a fixed order each round; each line gives the loop's time in ms (lowest,
+10th percentile, median, 90th percentile) for one condition in one round.
 """
 import argparse
 import os
@@ -19,12 +19,13 @@ import subprocess
 import sys
 import time
 
-# One load: spins `on` seconds of every `period` on its CPU.
+# One load: spins `on` seconds of every `period` (its CPU is set by the parent), and ends
+# with its parent.
 LOAD = r"""
 import os, sys, time
-os.sched_setaffinity(0, {int(sys.argv[1])})
-on, period = float(sys.argv[2]), float(sys.argv[3])
-while True:
+on, period = float(sys.argv[1]), float(sys.argv[2])
+parent = os.getppid()
+while os.getppid() == parent:
     start = time.perf_counter()
     while time.perf_counter() - start < on:
         pass
@@ -65,10 +66,12 @@ def main():
     medians = {name: [] for name in conditions}
     for round_index in range(args.rounds):
         for name, loads in conditions.items():
-            procs = [subprocess.Popen([sys.executable, "-c", LOAD, str(cpu), str(on), str(period)])
-                     for cpu, on, period in loads]
-            time.sleep(0.5)  # the loads running before the loop starts
+            procs = []
             try:
+                for cpu, on, period in loads:
+                    procs.append(subprocess.Popen([sys.executable, "-c", LOAD, str(on), str(period)]))
+                    os.sched_setaffinity(procs[-1].pid, {cpu})  # not the measured CPU
+                time.sleep(0.5)  # the loads running before the loop starts
                 times = loop_times_ms(args.seconds)
             finally:
                 for proc in procs:
