@@ -56,10 +56,11 @@ typedef struct cumemtrace_torch_event {
   uint64_t tsc;
 } cumemtrace_torch_event;
 
-/* Called by the shim on the allocator's thread, under the allocator's device lock: it must
-   only copy the event and return (no torch call, no lock the allocator might want). Returns
-   0 when the tracer had no room for the event (its ring full), else 1: the shim sends a
-   STATS_PROBE that found no room again at the next probe call. */
+/* Called by the shim on the allocator's thread under the allocator's device lock, and for a
+   STATS_PROBE on the thread that called probe: it must only copy the event and return (no
+   torch call, no lock the allocator might want). Returns 0 when the event was not written
+   into the tracer's ring (no room, or no ring), else 1: the shim sends a STATS_PROBE that
+   was not written again at the next probe call. */
 typedef int (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);
 
 /* Result of attach. */

@@ -209,7 +209,7 @@ class BridgeCore {
     // The sequence of the last ALLOC (counted or rounded) when no event with counters came
     // after it, else 0.
     std::atomic<uint64_t> unsettled_alloc{0};
-    uint64_t probed_alloc = 0;  // sender thread only: the ALLOC the last probe settled
+    uint64_t probed_alloc = 0;  // sender thread only: the ALLOC whose probe the tracer took
   };
 
   cumemtrace_torch_emit_fn emit_;

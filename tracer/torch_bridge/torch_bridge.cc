@@ -133,8 +133,10 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
   return event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
 }
 
-// 0 only when the ring had no room (bridge_abi.h): a probe is then sent again. An event
-// not recorded on purpose (not recording, a benchmark's window) is no reason to retry.
+// 0 only when the event was not written into the ring (bridge_abi.h): a probe is then sent
+// again. An event not recorded on purpose (not recording, a benchmark's window) is no
+// reason to retry. A refused probe counts as a dropped record, as any record the ring
+// refuses; the collector reads sizes from sequence numbers, not from that count.
 int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   TracerRuntime& runtime = TracerRuntime::Get();
   if (!runtime.recording()) return 1;
