@@ -88,9 +88,9 @@ typedef struct cumemtrace_torch_bridge {
                 size_t message_size);
   /* From the tracer's sender thread: for each device whose last event was an allocation
      not yet followed by another event, reads the allocator's counters and emits a
-     CUMEMTRACE_TORCH_STATS_PROBE (dropped when an event slipped in meanwhile; sent again
-     when the emit function had no room for it). Takes the
-     allocator's device lock briefly; never call it with a lock the allocator may wait on. */
+     CUMEMTRACE_TORCH_STATS_PROBE (dropped when an event slipped in meanwhile; read and
+     sent again at the next call when the emit function returned 0). Takes the allocator's
+     device lock briefly; never call it with a lock the allocator may wait on. */
   void (*probe)(void);
   /* Stops emitting (process exit, forked child). */
   void (*stop)(void);
