@@ -593,7 +593,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   const OccurrenceLists by_phase = phases_.OccurrencesByPhase();
   FillPhaseReports(phases_, by_phase, sorted, s, first, &p);
   const std::vector<IterationWindow> iterations =
-      AddIterations(phases_, sorted, first, options_, &p);
+      AddIterations(phases_, by_phase, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
   const bool exited = p.complete && p.exit.signal == 0;

@@ -5,32 +5,28 @@
 namespace cumemtrace::internal {
 namespace {
 
-// The occurrences of `phase` are the iterations.
-std::vector<IterationWindow> FromRange(const std::vector<OccurrenceRecord>& occurrences,
-                                       size_t phase, const std::string& name, IterationReport* r) {
+// A phase's occurrences (by start) are the iterations.
+std::vector<IterationWindow> FromRange(const std::vector<const OccurrenceRecord*>& occurrences,
+                                       const std::string& name, IterationReport* r) {
   r->source = "range";
   r->range = name;
   std::vector<IterationWindow> windows;
-  for (const OccurrenceRecord& o : occurrences) {
-    if (o.phase == static_cast<int32_t>(phase)) windows.push_back({o.start_ns, o.end_ns});
-  }
-  std::stable_sort(windows.begin(), windows.end(),
-                   [](const IterationWindow& x, const IterationWindow& y) {
-                     return x.start_ns < y.start_ns;
-                   });
+  for (const OccurrenceRecord* o : occurrences) windows.push_back({o->start_ns, o->end_ns});
   return windows;
 }
 
 // Sets r's source and range, or its note when none are found.
-std::vector<IterationWindow> DetectIterations(const std::vector<PhaseName>& names,
-                                              const std::vector<OccurrenceRecord>& occurrences,
+std::vector<IterationWindow> DetectIterations(const PhaseTracker& phases,
+                                              const OccurrenceLists& by_phase,
                                               const std::string& requested, IterationReport* r) {
+  const std::vector<PhaseName>& names = phases.names();
+  const std::vector<OccurrenceRecord>& occurrences = phases.occurrences();
   // 1. A range the user named (by its phase or by one of its range names).
   if (!requested.empty()) {
     for (size_t i = 0; i < names.size(); ++i) {
       const PhaseName& n = names[i];
       if ((n.name == requested || Contains(n.range_names, requested)) && !n.rollup)
-        return FromRange(occurrences, i, requested, r);
+        return FromRange(by_phase[i], requested, r);
     }
     r->note = "no range named '" + requested + "'";
     return {};
@@ -41,7 +37,7 @@ std::vector<IterationWindow> DetectIterations(const std::vector<PhaseName>& name
     return count(x) < count(y);
   });
   if (best != names.end() && count(*best) >= 2) {
-    return FromRange(occurrences, static_cast<size_t>(best - names.begin()), best->name, r);
+    return FromRange(by_phase[static_cast<size_t>(best - names.begin())], best->name, r);
   }
 
   // 3. The top-level phase sequence repeats: [forward, backward, optimizer] x N.
@@ -114,12 +110,13 @@ int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts) {
 }
 
 std::vector<IterationWindow> AddIterations(const PhaseTracker& phases,
+                                           const OccurrenceLists& by_phase,
                                            const std::vector<uint32_t>& slot_device,
                                            uint64_t first_ns, const AnalysisOptions& options,
                                            ProcessReport* p) {
   IterationReport* r = &p->iterations;
   std::vector<IterationWindow> windows =
-      DetectIterations(phases.names(), phases.occurrences(), options.iteration_range, r);
+      DetectIterations(phases, by_phase, options.iteration_range, r);
   r->count = windows.size();
   if (windows.empty()) return {};
   std::vector<int64_t> durations;

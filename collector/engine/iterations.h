@@ -23,8 +23,9 @@ int64_t IterationOf(const std::vector<IterationWindow>& windows, uint64_t ts);
 // The iterations pass, after the sweep: finds the iterations in the phases' occurrences (from
 // the range options.iteration_range names, if any) and fills p->iterations with per-phase
 // statistics over iterations 2..N (the first, warm-up, is reported apart). Returns the
-// iterations' windows, by start.
+// iterations' windows, by start. `by_phase`: phases.OccurrencesByPhase().
 std::vector<IterationWindow> AddIterations(const PhaseTracker& phases,
+                                           const OccurrenceLists& by_phase,
                                            const std::vector<uint32_t>& slot_device,
                                            uint64_t first_ns, const AnalysisOptions& options,
                                            ProcessReport* p);
