@@ -39,7 +39,7 @@ class ChromeWriter {
 
 void WriteProcess(ChromeWriter& w, const ProcessReport& p, const ProcessTimeline& t,
                   uint64_t origin, uint64_t* next_tid) {
-  const uint64_t offset = internal::ProcessOffset(p, origin);
+  const uint64_t offset = internal::Since(origin, p.first_timestamp_abs_ns);  // time 0's place
   auto at = [offset](uint64_t time_ns) { return Micros(offset + time_ns); };
   auto event = [&](uint64_t tid, json e) {
     e["pid"] = p.pid;

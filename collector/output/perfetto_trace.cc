@@ -118,7 +118,7 @@ class PerfettoWriter {
 
 void WriteProcess(PerfettoWriter& w, const ProcessReport& p, const ProcessTimeline& t,
                   uint64_t origin) {
-  const uint64_t offset = internal::ProcessOffset(p, origin);
+  const uint64_t offset = internal::Since(origin, p.first_timestamp_abs_ns);  // time 0's place
   const uint64_t process_track = w.Track(0, [&](pp::TrackDescriptor* d) {
     d->set_name(internal::ProcessLabel(p));
     pp::ProcessDescriptor* process = d->mutable_process();

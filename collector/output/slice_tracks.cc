@@ -154,8 +154,4 @@ uint64_t TraceOrigin(const Report& report) {
   return origin;
 }
 
-uint64_t ProcessOffset(const ProcessReport& report, uint64_t origin) {
-  return Since(origin, report.first_timestamp_abs_ns);
-}
-
 }  // namespace cumemtrace::internal

@@ -59,7 +59,5 @@ std::string PhaseLabel(const ProcessTimeline& timeline, int32_t phase,
 // The earliest first timestamp over the processes: time 0 of the exports, so that processes
 // keep their relative placement.
 uint64_t TraceOrigin(const Report& report);
-// Where the process' time 0 lies on that axis.
-uint64_t ProcessOffset(const ProcessReport& report, uint64_t origin);
 
 }  // namespace cumemtrace::internal
