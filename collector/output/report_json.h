@@ -10,6 +10,16 @@
 
 namespace cumemtrace::internal {
 
+// `value` where it is given, else null.
+template <typename T>
+nlohmann::ordered_json OrNull(bool given, const T& value) {
+  return given ? nlohmann::ordered_json(value) : nlohmann::ordered_json();
+}
+// `text`, or null where it is empty.
+inline nlohmann::ordered_json OrNull(const std::string& text) {
+  return OrNull(!text.empty(), text);
+}
+
 // summary.json's "iterations" (docs/summary.md). A spread of no iterations is null there;
 // with `empty_spreads`, an object of zeros (what the page reads).
 nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_spreads = false);

@@ -13,6 +13,7 @@ namespace {
 
 using internal::CellIf;
 using internal::LifetimeClassLabel;
+using internal::OrNull;
 using internal::Row;
 
 std::string Mib(int64_t bytes) {
@@ -77,21 +78,19 @@ json FiguresData(const RunFigures& f) {
   json phases = json::object();
   for (const auto& [name, p] : f.phases) {  // json sorts the keys
     phases[name] = {{"peak_bytes", p.peak_bytes},
-                    {"peak_above_entry_median_bytes", p.peak_above_entry_median_bytes < 0
-                                                          ? json(nullptr)
-                                                          : json(p.peak_above_entry_median_bytes)},
+                    {"peak_above_entry_median_bytes",
+                     OrNull(p.peak_above_entry_median_bytes >= 0, p.peak_above_entry_median_bytes)},
                     {"allocated_bytes", p.allocated_bytes}};
   }
-  d.update(
-      {{"pid", f.pid},
-       {"device", f.device},
-       {"peak_bytes", f.peak_bytes},
-       {"iterations", f.iterations},
-       // Lifetime classes exist only for runs with training phases.
-       {"lifetime_bytes", f.lifetimes ? json(f.lifetime_bytes) : json(nullptr)},
-       {"persistent_bytes", f.lifetimes ? json(ClassBytes(f, "persistent")) : json(nullptr)},
-       {"activation_memory_bytes", f.lifetimes ? json(f.activation_memory_bytes) : json(nullptr)},
-       {"phases", phases}});
+  d.update({{"pid", f.pid},
+            {"device", f.device},
+            {"peak_bytes", f.peak_bytes},
+            {"iterations", f.iterations},
+            // Lifetime classes exist only for runs with training phases.
+            {"lifetime_bytes", OrNull(f.lifetimes, f.lifetime_bytes)},
+            {"persistent_bytes", OrNull(f.lifetimes, ClassBytes(f, "persistent"))},
+            {"activation_memory_bytes", OrNull(f.lifetimes, f.activation_memory_bytes)},
+            {"phases", phases}});
   return d;
 }
 
@@ -290,7 +289,7 @@ json internal::SweepPointJson(const SweepPoint& point) {
   d["label"] = point.label;
   d["value"] = point.value;
   d["exit_status"] = point.exit_status;
-  d["page"] = point.page.empty() ? json(nullptr) : json(point.page);
+  d["page"] = OrNull(point.page);
   return d;
 }
 

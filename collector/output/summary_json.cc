@@ -8,14 +8,7 @@ namespace cumemtrace {
 namespace {
 
 using Json = nlohmann::ordered_json;  // keys in the documented order
-
-// `value` where it is given, else null.
-template <typename T>
-Json If(bool given, const T& value) {
-  return given ? Json(value) : Json();
-}
-
-Json OrNull(const std::string& text) { return If(!text.empty(), text); }
+using internal::OrNull;
 
 // A JSON array of `to_json` of each item.
 template <typename List, typename F>
@@ -37,10 +30,11 @@ Json ExitJson(const ExitStatus& exit) {
   const char* source = exit.source == ExitStatus::Source::kLauncher ? "launcher"
                        : exit.source == ExitStatus::Source::kTracer ? "tracer"
                                                                     : "unknown";
-  return {{"source", source},
-          {"code", If(exit.source != ExitStatus::Source::kUnknown && exit.signal == 0, exit.code)},
-          {"signal", If(exit.signal != 0, exit.signal)},
-          {"core_dumped", exit.core_dumped}};
+  return {
+      {"source", source},
+      {"code", OrNull(exit.source != ExitStatus::Source::kUnknown && exit.signal == 0, exit.code)},
+      {"signal", OrNull(exit.signal != 0, exit.signal)},
+      {"core_dumped", exit.core_dumped}};
 }
 
 Json OriginsJson(const std::map<std::string, OriginStats>& by_origin) {
@@ -55,8 +49,8 @@ Json OriginsJson(const std::map<std::string, OriginStats>& by_origin) {
 
 Json DeviceJson(const DeviceReport& d) {
   Json peak = {{"bytes", d.peak.bytes},
-               {"time_ns", If(d.peak.seen, d.peak.time_ns)},
-               {"time_abs_ns", If(d.peak.seen, d.peak.time_abs_ns)},
+               {"time_ns", OrNull(d.peak.seen, d.peak.time_ns)},
+               {"time_abs_ns", OrNull(d.peak.seen, d.peak.time_abs_ns)},
                {"live_allocations", d.peak.live_count},
                {"live_by_phase_and_kind", Array(d.peak.live_by_phase_and_kind,
                                                 [](const LiveGroup& g) -> Json {
@@ -79,9 +73,9 @@ Json DeviceJson(const DeviceReport& d) {
   }
   const NotProgramMemory& n = d.not_program;
   Json j = {{"index", d.index},
-            {"name", If(d.has_info, d.name)},
-            {"uuid", If(d.has_info, d.uuid)},
-            {"total_memory_bytes", If(d.has_info, d.total_memory_bytes)},
+            {"name", OrNull(d.has_info, d.name)},
+            {"uuid", OrNull(d.has_info, d.uuid)},
+            {"total_memory_bytes", OrNull(d.has_info, d.total_memory_bytes)},
             {"peak", std::move(peak)},
             {"by_kind",
              Object(d.by_kind,
@@ -193,9 +187,9 @@ Json ProcessJson(const ProcessReport& p) {
   // Written only when true, so summaries of traces from before this field read the same.
   if (p.kernel_launches_enabled) j["kernel_launches_enabled"] = true;
   j.update(
-      {{"rank", If(p.rank >= 0, p.rank)},
-       {"local_rank", If(p.local_rank >= 0, p.local_rank)},
-       {"world_size", If(p.world_size > 0, p.world_size)},
+      {{"rank", OrNull(p.rank >= 0, p.rank)},
+       {"local_rank", OrNull(p.local_rank >= 0, p.local_rank)},
+       {"world_size", OrNull(p.world_size > 0, p.world_size)},
        {"allocator", {{"mode", p.allocator_mode}, {"pytorch_alloc_conf", p.pytorch_alloc_conf}}},
        {"exit", ExitJson(p.exit)},
        {"complete", p.complete},
@@ -227,13 +221,13 @@ Json ProcessJson(const ProcessReport& p) {
             {"count", d.total},
             {"windows", Array(d.windows, [](const DropWindow& w) -> Json {
                return {{"count", w.count},
-                       {"first_ns", If(w.has_window, w.first_ns)},
-                       {"last_ns", If(w.has_window, w.last_ns)}};
+                       {"first_ns", OrNull(w.has_window, w.first_ns)},
+                       {"last_ns", OrNull(w.has_window, w.last_ns)}};
              })}};
   });
   j["lost_batches"] = {{"count", p.lost_batches},
                        {"gaps", Array(p.sequence_gaps, [](const SequenceGap& g) -> Json {
-                          return {{"after_sequence", If(!g.at_start, g.after_sequence)},
+                          return {{"after_sequence", OrNull(!g.at_start, g.after_sequence)},
                                   {"next_sequence", g.next_sequence},
                                   {"missing", g.missing}};
                         })}};
@@ -274,8 +268,8 @@ namespace internal {
 Json IterationsJson(const IterationReport& r, bool empty_spreads) {
   auto device = [&](bool in_warmup, const IterationPhaseDevice& d) -> Json {
     return {{"index", d.index},
-            {"warmup_peak_above_entry_bytes", If(in_warmup, d.warmup_peak_above_entry_bytes)},
-            {"warmup_net_change_bytes", If(in_warmup, d.warmup_net_change_bytes)},
+            {"warmup_peak_above_entry_bytes", OrNull(in_warmup, d.warmup_peak_above_entry_bytes)},
+            {"warmup_net_change_bytes", OrNull(in_warmup, d.warmup_net_change_bytes)},
             {"peak_above_entry_bytes", SpreadJson(d.peak_above_entry_bytes, empty_spreads)},
             {"net_change_bytes", SpreadJson(d.net_change_bytes, empty_spreads)}};
   };
@@ -284,13 +278,13 @@ Json IterationsJson(const IterationReport& r, bool empty_spreads) {
           {"note", OrNull(r.note)},
           {"count", r.count},
           {"windows_ns", r.windows_ns},
-          {"warmup_ns", If(r.count > 0, r.warmup_ns)},
+          {"warmup_ns", OrNull(r.count > 0, r.warmup_ns)},
           {"duration_ns", SpreadJson(r.duration_ns, empty_spreads)},
           {"phases", Array(r.phases, [&](const IterationPhaseStats& s) -> Json {
              return {{"phase", s.phase},
                      {"inferred", s.inferred},
                      {"iterations_with_phase", s.iterations_with_phase},
-                     {"warmup_ns", If(s.in_warmup, s.warmup_ns)},
+                     {"warmup_ns", OrNull(s.in_warmup, s.warmup_ns)},
                      {"time_ns", SpreadJson(s.time_ns, empty_spreads)},
                      {"devices", Array(s.devices, [&](const IterationPhaseDevice& d) {
                         return device(s.in_warmup, d);
@@ -312,12 +306,12 @@ std::string SummaryJson(const Report& report) {
   Json j = {{"schema", "cumemtrace.summary/1"},
             {"trace_file", report.trace_file},
             {"truncated", report.truncated},
-            {"truncation_reason", If(report.truncated, report.truncation_reason)},
+            {"truncation_reason", OrNull(report.truncated, report.truncation_reason)},
             {"processes", Array(report.processes, ProcessJson)},
             {"job", nullptr}};
   auto rank = [](const RankFigures& r) -> Json {
     return {{"rank", r.rank},
-            {"local_rank", If(r.local_rank >= 0, r.local_rank)},
+            {"local_rank", OrNull(r.local_rank >= 0, r.local_rank)},
             {"pid", r.pid},
             {"hostname", r.hostname},
             {"device", r.device},
@@ -328,7 +322,7 @@ std::string SummaryJson(const Report& report) {
             {"phase_peak_bytes", r.phase_peak_bytes}};
   };
   if (!job.ranks.empty()) {
-    j["job"] = {{"world_size", If(job.world_size > 0, job.world_size)},
+    j["job"] = {{"world_size", OrNull(job.world_size > 0, job.world_size)},
                 {"hosts", job.hosts},
                 {"ranks", Array(job.ranks, rank)},
                 {"highest_rank", job.highest_rank},

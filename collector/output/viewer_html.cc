@@ -24,6 +24,7 @@ extern const size_t kViewerHtmlSize;
 
 namespace {
 
+using internal::OrNull;
 using nlohmann::json;
 
 // Kernel activity is drawn as busy time per bin over the whole run: ten million kernels
@@ -46,12 +47,6 @@ std::string Column(const std::vector<T>& values) {
     for (size_t k = 0; k < 4; ++k) out += k <= n ? kAlphabet[(group >> (18 - 6 * k)) & 63] : '=';
   }
   return out;
-}
-
-// `value` where it is known, else null.
-template <typename T>
-json OrNull(bool known, const T& value) {
-  return known ? json(value) : json(nullptr);
 }
 
 // The viewer indexes lifetime classes in kLifetimeClassOrder (report.h); an allocation whose
