@@ -79,6 +79,7 @@ void FillTorchLayers(const DeviceCounters& c, TorchLayers* t) {
 void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t index,
                       uint64_t first, DeviceReport* out) {
   DeviceReport& d = *out;
+  d = c.report;
   d.index = index;
   auto info = s.device_info.find(d.index);
   if (info != s.device_info.end()) {
@@ -100,19 +101,13 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
     d.live_at_exit_bytes += c.kinds[k].live_at_exit_bytes;
   }
   FillTorchLayers(c, &d.torch);
-  d.not_program.static_peak_bytes = c.static_peak;
   d.not_program.static_allocations = c.kinds[6].allocations + c.kinds[7].allocations;
   d.not_program.static_releases = c.kinds[6].releases + c.kinds[7].releases;
-  d.not_program.released_unknown_count = c.released_unknown_count;
-  d.not_program.released_unknown_bytes = c.released_unknown_bytes;
   auto tracer = s.tracer_memory.find(d.index);
   if (tracer != s.tracer_memory.end()) {
     d.not_program.tracer_bytes = tracer->second.bytes;
     d.not_program.tracer_description = tracer->second.description;
   }
-  d.kernel_count = c.kernel_count;
-  d.kernel_busy_ns = c.kernel_busy_ns;
-  d.reallocated_live_address = c.reallocated_live_address;
 }
 
 // Bytes live at the peak by allocating stack, the largest `top` (ties: the lower wire id).
@@ -357,7 +352,7 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
   if (found != AddressMap::kNotFound) {
     // The release was lost (dropped records) or never reported: the old allocation ends
     // here, so that the address is not counted twice.
-    ++d.reallocated_live_address;
+    ++d.report.reallocated_live_address;
     killed = live_.ValueAt(found);
     live_.EraseAt(found);
     Die(killed, e.timestamp_ns, -1);
@@ -382,7 +377,8 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
     }
   }
   if (IsStaticMemory(kind)) {
-    d.static_peak = std::max(d.static_peak, d.kind_live[6] + d.kind_live[7]);
+    uint64_t& static_peak = d.report.not_program.static_peak_bytes;
+    static_peak = std::max(static_peak, d.kind_live[6] + d.kind_live[7]);
   }
   if (IsDeviceMemory(kind)) d.in_use += e.b;
   pool_[index].birth_step = TimelineStep(pool_[index], e.timestamp_ns);
@@ -422,8 +418,8 @@ void Accountant::Release(const Event& e, uint32_t slot) {
   const size_t found = live_.Find(Key(slot, e.a, e.kind));
   DeviceCounters& d = devices_[slot];
   if (found == AddressMap::kNotFound) {
-    ++d.released_unknown_count;
-    d.released_unknown_bytes += e.b;
+    ++d.report.not_program.released_unknown_count;
+    d.report.not_program.released_unknown_bytes += e.b;
     return;
   }
   const uint32_t index = live_.ValueAt(found);
@@ -482,8 +478,8 @@ void Accountant::SweepOne(const Event& e) {
       last_ = std::max(last_, e.a);
       const uint32_t slot = SlotOf(e.device);
       DeviceCounters& d = devices_[slot];
-      ++d.kernel_count;
-      d.kernel_busy_ns += e.a > e.timestamp_ns ? e.a - e.timestamp_ns : 0;
+      ++d.report.kernel_count;
+      d.report.kernel_busy_ns += e.a > e.timestamp_ns ? e.a - e.timestamp_ns : 0;
       phases_.Attribute(e.thread_id, &attribution_);
       for (int32_t phase : attribution_.names) ++phases_.counters(phase, slot).kernels;
       break;

@@ -71,14 +71,11 @@ struct DeviceCounters {
   uint64_t peak = 0;
   uint64_t peak_pos = kNever;
   uint64_t peak_ns = 0;
-  uint64_t static_peak = 0;  // DEVICE_STATIC + MANAGED_STATIC
   std::array<uint64_t, kMemoryKinds> kind_live{};
   std::array<KindStats, kMemoryKinds> kinds{};
-  uint64_t released_unknown_count = 0;
-  uint64_t released_unknown_bytes = 0;
-  uint64_t reallocated_live_address = 0;
-  uint64_t kernel_count = 0;
-  uint64_t kernel_busy_ns = 0;
+  // The figures counted as the report gives them: kernels, reallocated live addresses and
+  // not_program's static peak and unknown releases.
+  DeviceReport report;
   // TORCH_RESERVED live when TORCH_ALLOCATED last reached its peak.
   uint64_t torch_reserved_at_allocated_peak = 0;
   // kKeepAll: the device's counter series, a step at each birth and death as swept (absolute
