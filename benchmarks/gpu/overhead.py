@@ -24,11 +24,13 @@ for --allocator=async, to the untraced run with the async allocator too. Where p
 spread more than the effect, three more columns tell drift from noise: "paired", the median
 over rounds of each round's ratio to the untraced process of the same round (processes next
 to each other in time), "best", the ratio of the lowest processes (noise only ever adds), and
-"within", the median spread of the rounds inside one process, (max - min) / median.
+"within", the median spread of the rounds inside one process, (max - min) / median. With
+them, "paired mean": the geometric mean of the rounds' paired ratios and its 95% interval,
+which says whether the rounds resolve a target (1.03x) at all.
 """
 import argparse
 import json
-from math import nan
+from math import exp, log, nan, sqrt
 import os
 import shutil
 import statistics
@@ -164,6 +166,25 @@ def paired_ratio(samples, workload, name):
     return statistics.median(ratios) if ratios else nan
 
 
+# Student's t at 97.5% for 1..30 degrees of freedom; the normal's 1.96 beyond.
+T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
+        2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05,
+        2.05, 2.04]
+
+
+def paired_interval(samples, workload, name):
+    """The geometric mean of the rounds' paired ratios and its 95% interval (t over the
+    logarithms): how far the rounds pin the ratio down, which the median does not say."""
+    base = samples.get((workload, "untraced"), [])
+    logs = [log(value / b) for value, b in zip(samples[(workload, name)], base) if b and value]
+    if len(logs) < 2:
+        return nan, nan, nan
+    mean = statistics.fmean(logs)
+    t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else 1.96
+    half = t * statistics.stdev(logs) / sqrt(len(logs))
+    return exp(mean), exp(mean - half), exp(mean + half)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -236,14 +257,19 @@ def main():
             within = samples.get((workload.split("@")[0] + "@spread", name))
             base_samples = samples.get((workload, "untraced"))
             best = min(samples[(workload, name)]) / min(base_samples) if base_samples else nan
+            mean, low, high = paired_interval(samples, workload, name)
             if within:
                 extra += (f"   paired {paired:.3f}x, best {best:.3f}x, within "
                           f"{statistics.median(within):.1%}")
+                if name != "untraced" and mean == mean:
+                    extra += f", paired mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
                             "unit": unit(workload), "ratio_to_untraced": ratio,
                             "ratio_to_untraced_async": value / base_async if base_async else None,
                             "paired_ratio_to_untraced": paired,
+                            "paired_mean_ratio_to_untraced": mean,
+                            "paired_mean_95_interval": [low, high],
                             "samples": samples[(workload, name)]})
     if args.out:
         with open(args.out, "w") as f:
