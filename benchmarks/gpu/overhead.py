@@ -7,7 +7,7 @@ falls on all of them alike.
 
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
-              [--baseline-cumemtrace BIN] [--tracker-probe LIB]
+              [--baseline-cumemtrace BIN] [--tracker-probe LIB] [--seconds N]
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
 the same runs with another build (the one before a change), interleaved with the rest, so
@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ASYNC = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
@@ -200,7 +201,12 @@ def main():
     parser.add_argument("--baseline-cumemtrace", help="another build's cumemtrace, run beside")
     parser.add_argument("--tracker-probe",
                         help="tracker_cost_probe.cc's library: adds its configurations")
+    parser.add_argument("--seconds", type=float,
+                        help="start no round that would end past this many seconds at the "
+                             "pace of the rounds so far, and report the rounds done (for a "
+                             "command with a time limit)")
     args = parser.parse_args()
+    started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
     wanted = (args.workloads or "ep50,ep200,launch,resnet,gpt,libtorch").split(",")
@@ -221,7 +227,13 @@ def main():
     for configs in suites:
         for name, (argv, env) in configs.items():
             run_once(argv, env, scratch)
+    rounds_done = 0
     for round_index in range(args.rounds):
+        elapsed = time.monotonic() - started
+        if args.seconds and rounds_done and elapsed * (rounds_done + 1) / rounds_done > args.seconds:
+            print(f"stopped after {rounds_done} rounds: another would end past {args.seconds:g} s",
+                  flush=True)
+            break
         for configs in suites:
             names = list(configs)
             # Rotate the order every round: no configuration always runs first or last.
@@ -232,6 +244,7 @@ def main():
                 for workload, value in figures.items():
                     samples.setdefault((workload, name), []).append(value)
                 print(f"round {round_index + 1}: {name}: {figures}", flush=True)
+        rounds_done += 1
     shutil.rmtree(scratch, ignore_errors=True)
 
     sys.path.insert(0, HERE)
@@ -247,7 +260,7 @@ def main():
         base = rows.get("untraced")
         base_async = rows.get("untraced, async allocator")
         title = titles.get(workload.split("@")[0], workload)
-        print(f"\n{title} ({unit(workload)}, median of {args.rounds} processes)")
+        print(f"\n{title} ({unit(workload)}, median of {rounds_done} processes)")
         for name, value in rows.items():
             ratio = value / base if base else nan
             extra = ""
