@@ -167,7 +167,8 @@ def paired_ratio(samples, workload, name):
     return statistics.median(ratios) if ratios else nan
 
 
-# Student's t at 97.5% for 1..30 degrees of freedom; the normal's 1.96 beyond.
+# Student's t at 97.5% for 1..30 degrees of freedom; beyond, 2.0 up to 60 and then the
+# normal's 1.96 (a little wide, never narrow).
 T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
         2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05,
         2.05, 2.04]
@@ -181,7 +182,8 @@ def paired_interval(samples, workload, name):
     if len(logs) < 2:
         return nan, nan, nan
     mean = statistics.fmean(logs)
-    t = T975[len(logs) - 2] if len(logs) - 1 <= len(T975) else 1.96
+    freedom = len(logs) - 1
+    t = T975[freedom - 1] if freedom <= len(T975) else 2.0 if freedom <= 60 else 1.96
     half = t * statistics.stdev(logs) / sqrt(len(logs))
     return exp(mean), exp(mean - half), exp(mean + half)
 
