@@ -30,7 +30,7 @@ which says whether the rounds resolve a target (1.03x) at all.
 """
 import argparse
 import json
-from math import exp, log, nan, sqrt
+from math import exp, isnan, log, nan, sqrt
 import os
 import shutil
 import statistics
@@ -160,10 +160,16 @@ def run_once(argv, env_extra, scratch):
     raise RuntimeError(f"{argv}: no JSON line in {proc.stdout[-500:]}")
 
 
-def paired_ratio(samples, workload, name):
-    """The median over rounds of the ratio to the untraced process of the same round."""
+def paired_ratios(samples, workload, name):
+    """Each round's ratio to the untraced process of the same round (processes next to each
+    other in time)."""
     base = samples.get((workload, "untraced"), [])
-    ratios = [value / b for value, b in zip(samples[(workload, name)], base) if b]
+    return [value / b for value, b in zip(samples[(workload, name)], base) if b]
+
+
+def paired_ratio(samples, workload, name):
+    """The median over rounds of the paired ratios."""
+    ratios = paired_ratios(samples, workload, name)
     return statistics.median(ratios) if ratios else nan
 
 
@@ -177,8 +183,7 @@ T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18,
 def paired_interval(samples, workload, name):
     """The geometric mean of the rounds' paired ratios and its 95% interval (t over the
     logarithms): how far the rounds pin the ratio down, which the median does not say."""
-    base = samples.get((workload, "untraced"), [])
-    logs = [log(value / b) for value, b in zip(samples[(workload, name)], base) if b and value]
+    logs = [log(ratio) for ratio in paired_ratios(samples, workload, name) if ratio > 0]
     if len(logs) < 2:
         return nan, nan, nan
     mean = statistics.fmean(logs)
@@ -276,7 +281,7 @@ def main():
             if within:
                 extra += (f"   paired {paired:.3f}x, best {best:.3f}x, within "
                           f"{statistics.median(within):.1%}")
-                if name != "untraced" and mean == mean:
+                if name != "untraced" and not isnan(mean):
                     extra += f", paired mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})"
             print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
             results.append({"workload": workload, "config": name, "median": value,
