@@ -8,6 +8,7 @@ falls on all of them alike.
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
               [--baseline-cumemtrace BIN] [--tracker-probe LIB] [--seconds N]
+  overhead.py --pool RESULTS.json... [--configs 'NAME|NAME...'] [--out pooled.json]
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
 the same runs with another build (the one before a change), interleaved with the rest, so
@@ -20,13 +21,18 @@ ring (records kept when the program dies) costs.
 
 Prints, per workload, the median over processes of each configuration's per-process median,
 and its ratio to the untraced run (native allocator: what the program does by itself) and,
-for --allocator=async, to the untraced run with the async allocator too. Where processes
-spread more than the effect, three more columns tell drift from noise: "paired", the median
+for --allocator=async, to the untraced run with the async allocator too. Processes can
+spread more than the effect, so with more than one round three more columns tell drift from
+noise: "paired", the median
 over rounds of each round's ratio to the untraced process of the same round (processes next
 to each other in time), "best", the ratio of the lowest processes (noise only ever adds), and
 "within", the median spread of the rounds inside one process, (max - min) / median. With
 them, "paired mean": the geometric mean of the rounds' paired ratios and its 95% interval,
 which says whether the rounds resolve a target (1.03x) at all.
+
+--pool runs nothing: it reads the --out files of earlier runs and prints their rounds
+together, each round still paired with its own untraced process. Pool the configurations
+that every file has (--configs); a file of one run holds whole rounds only.
 """
 import argparse
 import json
@@ -193,11 +199,87 @@ def paired_interval(samples, workload, name):
     return exp(mean), exp(mean - half), exp(mean + half)
 
 
+def summarize(samples, wanted, rounds, out, units=None):
+    """Prints each workload's table and writes the results (with every sample) to `out`.
+    `units` (workload -> unit) comes with pooled files, which may be read without torch."""
+    sys.path.insert(0, HERE)
+    try:
+        from workloads import TITLES as titles, UNITS  # noqa: E402
+    except ImportError:  # --pool where torch is not installed: the workloads' own names
+        titles, UNITS = {}, {}
+    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step"}
+    unit = lambda w: (units or {}).get(w) or (
+        figure_units[w.partition("@")[2]] if "@" in w else UNITS.get(w, "ms/step"))
+    results = []
+    # The settling workloads' other figures too; rows without samples print nothing.
+    for workload in [w + figure for w in wanted for figure in ("", "@median", "@step")]:
+        rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
+        if not rows:
+            continue
+        base = rows.get("untraced")
+        base_async = rows.get("untraced, async allocator")
+        title = titles.get(workload.split("@")[0], workload)
+        print(f"\n{title} ({unit(workload)}, median of {rounds} processes)")
+        for name, value in rows.items():
+            ratio = value / base if base else nan
+            extra = ""
+            if name == "cumemtrace --allocator=async" and base_async:
+                extra = f"   vs untraced async: {value / base_async:.3f}x"
+            paired = paired_ratio(samples, workload, name)
+            within = samples.get((workload.split("@")[0] + "@spread", name))
+            within = f"{statistics.median(within):.1%}" if within else "-"
+            base_samples = samples.get((workload, "untraced"))
+            best = min(samples[(workload, name)]) / min(base_samples) if base_samples else nan
+            mean, low, high = paired_interval(samples, workload, name)
+            if len(samples[(workload, name)]) > 1:
+                extra += f"   paired {paired:.3f}x, best {best:.3f}x, within {within}"
+                if name != "untraced" and not isnan(mean):
+                    extra += f", paired mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})"
+            print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
+            results.append({"workload": workload, "config": name, "median": value,
+                            "unit": unit(workload), "ratio_to_untraced": ratio,
+                            "ratio_to_untraced_async": value / base_async if base_async else None,
+                            "paired_ratio_to_untraced": paired,
+                            "paired_mean_ratio_to_untraced": mean,
+                            "paired_mean_95_interval": [low, high],
+                            "samples": samples[(workload, name)],
+                            "spread_samples": samples.get((workload.split("@")[0] + "@spread",
+                                                           name), [])})
+    if out:
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def pooled_samples(paths, keep):
+    """The samples of earlier runs' --out files, one after the other, of the configurations
+    in `keep` (all when None): a round of each file stays paired with the untraced process
+    of the same round."""
+    samples, wanted, rounds, units = {}, [], 0, {}
+    for path in paths:
+        with open(path) as f:
+            rows = [row for row in json.load(f) if keep is None or row["config"] in keep]
+        for row in rows:
+            workload = row["workload"]
+            units[workload] = row["unit"]
+            if "@" not in workload and workload not in wanted:
+                wanted.append(workload)
+            samples.setdefault((workload, row["config"]), []).extend(row["samples"])
+            spread = (workload.split("@")[0] + "@spread", row["config"])
+            if "@" not in workload:
+                samples.setdefault(spread, []).extend(row.get("spread_samples", []))
+        rounds += max((len(row["samples"]) for row in rows), default=0)
+    counts = {len(v) for k, v in samples.items() if not k[0].endswith("@spread")}
+    if len(counts) > 1:
+        sys.exit(f"--pool: the configurations have different numbers of rounds "
+                 f"({sorted(counts)}): name those that every file has with --configs")
+    return samples, wanted, rounds, units
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cumemtrace", required=True)
-    parser.add_argument("--libtorch-train", required=True)
+    parser.add_argument("--cumemtrace")
+    parser.add_argument("--libtorch-train")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out")
     parser.add_argument("--workloads",
@@ -212,7 +294,17 @@ def main():
                         help="start no round that would end past this many seconds at the "
                              "pace of the rounds so far, and report the rounds done (for a "
                              "command with a time limit)")
+    parser.add_argument("--pool", nargs="+", metavar="JSON",
+                        help="run nothing: summarize the rounds of earlier runs' --out files "
+                             "together (with --configs, only those configurations)")
     args = parser.parse_args()
+    keep = set(args.configs.split("|")) if args.configs else None
+    if args.pool:
+        samples, wanted, rounds, units = pooled_samples(args.pool, keep)
+        summarize(samples, wanted, rounds, args.out, units)
+        return
+    if not args.cumemtrace or not args.libtorch_train:
+        parser.error("--cumemtrace and --libtorch-train are needed to run (all but --pool)")
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="cmt-overhead-")
     samples = {}  # (workload, config) -> [per-process figure]
@@ -225,8 +317,7 @@ def main():
     if "libtorch" in wanted:
         suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch,
                                        args.baseline_cumemtrace))
-    if args.configs:
-        keep = set(args.configs.split("|"))
+    if keep:
         suites = [{k: v for k, v in s.items() if k in keep} for s in suites]
     print(f"main thread on CPU {MAIN_CPU}, everything else on {OTHER_CPUS}", flush=True)
     # One unrecorded round first: on the GPU machine the first processes after a pause ran
@@ -254,46 +345,7 @@ def main():
         rounds_done += 1
     shutil.rmtree(scratch, ignore_errors=True)
 
-    sys.path.insert(0, HERE)
-    from workloads import TITLES as titles, UNITS  # noqa: E402
-    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step"}
-    unit = lambda w: figure_units[w.partition("@")[2]] if "@" in w else UNITS.get(w, "ms/step")
-    results = []
-    # The settling workloads' other figures too; rows without samples print nothing.
-    for workload in [w + figure for w in wanted for figure in ("", "@median", "@step")]:
-        rows = {name: statistics.median(v) for (w, name), v in samples.items() if w == workload}
-        if not rows:
-            continue
-        base = rows.get("untraced")
-        base_async = rows.get("untraced, async allocator")
-        title = titles.get(workload.split("@")[0], workload)
-        print(f"\n{title} ({unit(workload)}, median of {rounds_done} processes)")
-        for name, value in rows.items():
-            ratio = value / base if base else nan
-            extra = ""
-            if name == "cumemtrace --allocator=async" and base_async:
-                extra = f"   vs untraced async: {value / base_async:.3f}x"
-            paired = paired_ratio(samples, workload, name)
-            within = samples.get((workload.split("@")[0] + "@spread", name))
-            base_samples = samples.get((workload, "untraced"))
-            best = min(samples[(workload, name)]) / min(base_samples) if base_samples else nan
-            mean, low, high = paired_interval(samples, workload, name)
-            if within:
-                extra += (f"   paired {paired:.3f}x, best {best:.3f}x, within "
-                          f"{statistics.median(within):.1%}")
-                if name != "untraced" and not isnan(mean):
-                    extra += f", paired mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})"
-            print(f"  {name:40s} {value:9.3f}   {ratio:.3f}x{extra}")
-            results.append({"workload": workload, "config": name, "median": value,
-                            "unit": unit(workload), "ratio_to_untraced": ratio,
-                            "ratio_to_untraced_async": value / base_async if base_async else None,
-                            "paired_ratio_to_untraced": paired,
-                            "paired_mean_ratio_to_untraced": mean,
-                            "paired_mean_95_interval": [low, high],
-                            "samples": samples[(workload, name)]})
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    summarize(samples, wanted, rounds_done, args.out)
 
 
 if __name__ == "__main__":
