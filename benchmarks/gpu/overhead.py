@@ -32,7 +32,8 @@ which says whether the rounds resolve a target (1.03x) at all.
 
 --pool runs nothing: it reads the --out files of earlier runs and prints their rounds
 together, each round still paired with its own untraced process. Pool the configurations
-that every file has (--configs); a file of one run holds whole rounds only.
+that every file has (--configs, and --workloads to keep some); it refuses what would pair a
+round with another run's untraced process, and a file given twice.
 """
 import argparse
 import json
@@ -199,7 +200,7 @@ def paired_interval(samples, workload, name):
     return exp(mean), exp(mean - half), exp(mean + half)
 
 
-def summarize(samples, wanted, rounds, out, units=None):
+def summarize(samples, wanted, out, units=None):
     """Prints each workload's table and writes the results (with every sample) to `out`.
     `units` (workload -> unit) comes with pooled files, which may be read without torch."""
     sys.path.insert(0, HERE)
@@ -219,6 +220,7 @@ def summarize(samples, wanted, rounds, out, units=None):
         base = rows.get("untraced")
         base_async = rows.get("untraced, async allocator")
         title = titles.get(workload.split("@")[0], workload)
+        rounds = max(len(v) for (w, _), v in samples.items() if w == workload)
         print(f"\n{title} ({unit(workload)}, median of {rounds} processes)")
         for name, value in rows.items():
             ratio = value / base if base else nan
@@ -250,29 +252,47 @@ def summarize(samples, wanted, rounds, out, units=None):
             json.dump(results, f, indent=1)
 
 
-def pooled_samples(paths, keep):
+def pooled_samples(paths, keep, workloads):
     """The samples of earlier runs' --out files, one after the other, of the configurations
-    in `keep` (all when None): a round of each file stays paired with the untraced process
-    of the same round."""
-    samples, wanted, rounds, units = {}, [], 0, {}
+    in `keep` and the workloads in `workloads` (all where None): a round of each file stays
+    paired with the untraced process of the same round. Exits where that pairing would not
+    hold: a file given twice, a workload whose configurations have different numbers of
+    rounds, units that differ."""
+    if len({os.path.realpath(path) for path in paths}) != len(paths):
+        sys.exit("--pool: a file is given twice: its rounds would count twice")
+    samples, wanted, units, spreads_missing = {}, [], {}, set()
     for path in paths:
         with open(path) as f:
-            rows = [row for row in json.load(f) if keep is None or row["config"] in keep]
+            rows = [row for row in json.load(f)
+                    if (keep is None or row["config"] in keep)
+                    and (workloads is None or row["workload"].split("@")[0] in workloads)]
         for row in rows:
-            workload = row["workload"]
-            units[workload] = row["unit"]
-            if "@" not in workload and workload not in wanted:
-                wanted.append(workload)
-            samples.setdefault((workload, row["config"]), []).extend(row["samples"])
-            spread = (workload.split("@")[0] + "@spread", row["config"])
-            if "@" not in workload:
-                samples.setdefault(spread, []).extend(row.get("spread_samples", []))
-        rounds += max((len(row["samples"]) for row in rows), default=0)
-    counts = {len(v) for k, v in samples.items() if not k[0].endswith("@spread")}
-    if len(counts) > 1:
-        sys.exit(f"--pool: the configurations have different numbers of rounds "
-                 f"({sorted(counts)}): name those that every file has with --configs")
-    return samples, wanted, rounds, units
+            workload, config = row["workload"], row["config"]
+            base = workload.split("@")[0]
+            if units.setdefault(workload, row["unit"]) != row["unit"]:
+                sys.exit(f"--pool: {path} measures {workload} in {row['unit']}, an earlier "
+                         f"file in {units[workload]}")
+            if base == workload:
+                if workload not in wanted:
+                    wanted.append(workload)
+                # "within" only where every file kept its spreads (older files did not).
+                if len(row.get("spread_samples", [])) != len(row["samples"]):
+                    spreads_missing.add(base)
+                samples.setdefault((base + "@spread", config), []).extend(
+                    row.get("spread_samples", []))
+            samples.setdefault((workload, config), []).extend(row["samples"])
+        # After every file, each configuration of a workload must have as many rounds as the
+        # others: a configuration that an earlier file lacks would pair with its rounds.
+        for workload in {row["workload"] for row in rows}:
+            counts = {len(v) for (w, _), v in samples.items() if w == workload}
+            if len(counts) > 1:
+                sys.exit(f"--pool: after {path}, the configurations of {workload} have "
+                         f"different numbers of rounds ({sorted(counts)}): pool only those "
+                         f"that every file has (--configs)")
+    for base in spreads_missing:
+        for key in [k for k in samples if k[0] == base + "@spread"]:
+            del samples[key]
+    return samples, wanted, units
 
 
 def main():
@@ -296,12 +316,16 @@ def main():
                              "command with a time limit)")
     parser.add_argument("--pool", nargs="+", metavar="JSON",
                         help="run nothing: summarize the rounds of earlier runs' --out files "
-                             "together (with --configs, only those configurations)")
+                             "together (with --configs and --workloads, only those)")
     args = parser.parse_args()
     keep = set(args.configs.split("|")) if args.configs else None
     if args.pool:
-        samples, wanted, rounds, units = pooled_samples(args.pool, keep)
-        summarize(samples, wanted, rounds, args.out, units)
+        if args.cumemtrace or args.libtorch_train or args.seconds:
+            parser.error("--pool runs nothing: --cumemtrace, --libtorch-train and --seconds "
+                         "do not apply")
+        workloads = set(args.workloads.split(",")) if args.workloads else None
+        samples, wanted, units = pooled_samples(args.pool, keep, workloads)
+        summarize(samples, wanted, args.out, units)
         return
     if not args.cumemtrace or not args.libtorch_train:
         parser.error("--cumemtrace and --libtorch-train are needed to run (all but --pool)")
@@ -345,7 +369,7 @@ def main():
         rounds_done += 1
     shutil.rmtree(scratch, ignore_errors=True)
 
-    summarize(samples, wanted, rounds_done, args.out)
+    summarize(samples, wanted, args.out)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import overhead  # noqa: E402
 
 
-def run_file(directory, name, rows):
+def run_file(directory, name, rows, workload="ep50-settle", unit="ms", spread=0.01):
     """An --out file as overhead.py writes it: {config: samples} of one workload."""
     path = os.path.join(directory, name)
     with open(path, "w") as f:
-        json.dump([{"workload": "ep50-settle", "config": config, "unit": "ms", "samples": v,
-                    "spread_samples": [0.01] * len(v)} for config, v in rows.items()], f)
+        json.dump([{"workload": workload, "config": config, "unit": unit, "samples": v,
+                    "spread_samples": [spread] * len(v) if spread is not None else []}
+                   for config, v in rows.items()], f)
     return path
 
 
@@ -53,35 +54,67 @@ class PoolTest(unittest.TestCase):
         self.first = run_file(self.dir, "a.json", {"untraced": [10.0, 11.0],
                                                    "cumemtrace": [10.5, 11.0]})
         self.second = run_file(self.dir, "b.json", {"untraced": [9.0], "cumemtrace": [9.9],
-                                                    "untraced, tracker probe: noop": [9.2]})
+                                                    "untraced, tracker probe: noop": [9.2]},
+                               spread=0.02)
+        self.both = {"untraced", "cumemtrace"}
+
+    def refused(self, paths, keep, message):
+        with self.assertRaises(SystemExit) as exit:
+            overhead.pooled_samples(paths, keep, None)
+        self.assertIn(message, str(exit.exception.code))
 
     def test_rounds_stay_paired_across_files(self):
-        samples, wanted, rounds, units = overhead.pooled_samples(
-            [self.first, self.second], {"untraced", "cumemtrace"})
+        samples, wanted, units = overhead.pooled_samples([self.first, self.second], self.both,
+                                                         None)
         self.assertEqual(wanted, ["ep50-settle"])
-        self.assertEqual(rounds, 3)
         self.assertEqual(units, {"ep50-settle": "ms"})
         self.assertEqual(samples[("ep50-settle", "cumemtrace")], [10.5, 11.0, 9.9])
+        self.assertEqual(samples[("ep50-settle@spread", "cumemtrace")], [0.01, 0.01, 0.02])
         ratios = overhead.paired_ratios(samples, "ep50-settle", "cumemtrace")
         for got, want in zip(ratios, [1.05, 1.0, 1.1]):
             self.assertAlmostEqual(got, want)
 
-    def test_a_configuration_missing_from_a_file_is_refused(self):
-        # Its rounds would pair with another file's untraced processes.
-        with self.assertRaises(SystemExit):
-            overhead.pooled_samples([self.first, self.second], None)
+    def test_what_would_pair_with_another_run_is_refused(self):
+        # The probe's one round would pair with the first file's untraced process.
+        self.refused([self.first, self.second], None, "different numbers of rounds")
+        self.refused([self.first, self.first], self.both, "given twice")
+        other_unit = run_file(self.dir, "c.json", {"untraced": [1.0], "cumemtrace": [1.1]},
+                              unit="ms/step")
+        self.refused([self.first, other_unit], self.both, "measures ep50-settle in ms/step")
 
-    def test_summarize_round_trips_through_pool(self):
+    def test_workloads_pool_on_their_own(self):
+        launch = run_file(self.dir, "launch.json", {"untraced": [6.0] * 5, "cumemtrace": [6.6] * 5},
+                          workload="launch")
+        samples, wanted, _ = overhead.pooled_samples([self.first, launch], self.both, None)
+        self.assertEqual(wanted, ["ep50-settle", "launch"])
+        self.assertEqual(len(samples[("launch", "cumemtrace")]), 5)
+        samples, wanted, _ = overhead.pooled_samples([self.first, launch], self.both, {"launch"})
+        self.assertEqual(wanted, ["launch"])
+
+    def test_spreads_only_where_every_file_kept_them(self):
+        old = run_file(self.dir, "old.json", {"untraced": [9.0], "cumemtrace": [9.9]},
+                       spread=None)
+        samples, _, _ = overhead.pooled_samples([self.first, old], self.both, None)
+        self.assertNotIn(("ep50-settle@spread", "cumemtrace"), samples)
+
+    def test_summarize_writes_what_it_prints(self):
         out = os.path.join(self.dir, "pooled.json")
-        samples, wanted, rounds, units = overhead.pooled_samples(
-            [self.first, self.second], {"untraced", "cumemtrace"})
+        samples, wanted, units = overhead.pooled_samples([self.first, self.second], self.both,
+                                                         None)
         with contextlib.redirect_stdout(io.StringIO()) as printed:
-            overhead.summarize(samples, wanted, rounds, out, units)
-        self.assertIn("median of 3 processes", printed.getvalue())
-        again, _, _, _ = overhead.pooled_samples([out], None)
-        self.assertEqual(again, samples)
-        mean, _, _ = overhead.paired_interval(again, "ep50-settle", "cumemtrace")
+            overhead.summarize(samples, wanted, out, units)
+        mean, low, high = overhead.paired_interval(samples, "ep50-settle", "cumemtrace")
         self.assertAlmostEqual(mean, (1.05 * 1.0 * 1.1) ** (1 / 3))
+        self.assertIn("median of 3 processes", printed.getvalue())
+        self.assertIn(f"paired mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})", printed.getvalue())
+        with open(out) as f:
+            row = next(r for r in json.load(f) if r["config"] == "cumemtrace")
+        self.assertAlmostEqual(row["paired_mean_ratio_to_untraced"], mean)
+        self.assertEqual(row["paired_mean_95_interval"], [low, high])
+        self.assertAlmostEqual(row["paired_ratio_to_untraced"], 1.05)
+        self.assertEqual(row["spread_samples"], [0.01, 0.01, 0.02])
+        again, _, _ = overhead.pooled_samples([out], None, None)
+        self.assertEqual(again, samples)
 
 
 if __name__ == "__main__":
