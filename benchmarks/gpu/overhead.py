@@ -34,6 +34,11 @@ which says whether the rounds resolve a target (1.03x) at all.
 together, each round still paired with its own untraced process. Pool the configurations
 that every file has (--configs, and --workloads to keep some); it refuses what would pair a
 round with another run's untraced process, and a file given twice.
+
+--slow-above N (with --pool) leaves out every round in which a process of any configuration
+measured more than N (in the workload's own unit, so give one workload): the GPU machines'
+virtual CPUs sometimes run a whole process in a slow mode 40-60% above the others, which no
+interval over the rounds absorbs. The summary says how many rounds it left out.
 """
 import argparse
 import json
@@ -200,6 +205,30 @@ def paired_interval(samples, workload, name):
     return exp(mean), exp(mean - half), exp(mean + half)
 
 
+def drop_slow_rounds(samples, wanted, limit):
+    """Removes, for each workload in `wanted`, every round in which some configuration's
+    process measured more than `limit`, from all of that workload's figures alike (so the
+    rounds left stay paired). A figure with other rounds than the workload's own (pooled
+    from files of which only some had it) cannot say which of its rounds were slow, and goes.
+    Returns {workload: (rounds left out, rounds before)}."""
+    dropped = {}
+    for workload in wanted:
+        figures = [v for (w, _), v in samples.items() if w == workload]
+        if not figures:
+            continue
+        rounds = max(len(v) for v in figures)
+        slow = {i for v in figures for i, value in enumerate(v) if value > limit}
+        dropped[workload] = (len(slow), rounds)
+        for (w, config), v in list(samples.items()):
+            if w.split("@")[0] != workload:
+                continue
+            if len(v) != rounds:
+                del samples[(w, config)]
+            else:
+                samples[(w, config)] = [value for i, value in enumerate(v) if i not in slow]
+    return dropped
+
+
 def summarize(samples, wanted, out, units=None):
     """Prints each workload's table and writes the results (with every sample) to `out`.
     `units` (workload -> unit) comes with pooled files, which may be read without torch."""
@@ -317,16 +346,27 @@ def main():
     parser.add_argument("--pool", nargs="+", metavar="JSON",
                         help="run nothing: summarize the rounds of earlier runs' --out files "
                              "together (with --configs and --workloads, only those)")
+    parser.add_argument("--slow-above", type=float, metavar="N",
+                        help="with --pool: leave out the rounds in which any process measured "
+                             "more than N (the workload's unit; one workload)")
     args = parser.parse_args()
     keep = set(args.configs.split("|")) if args.configs else None
+
     if args.pool:
         if args.cumemtrace or args.libtorch_train or args.seconds:
             parser.error("--pool runs nothing: --cumemtrace, --libtorch-train and --seconds "
                          "do not apply")
         workloads = set(args.workloads.split(",")) if args.workloads else None
         samples, wanted, units = pooled_samples(args.pool, keep, workloads)
+        if args.slow_above is not None:
+            for workload, (left_out, rounds) in drop_slow_rounds(samples, wanted,
+                                                                 args.slow_above).items():
+                print(f"{workload}: left out {left_out} of {rounds} rounds with a process "
+                      f"above {args.slow_above:g}")
         summarize(samples, wanted, args.out, units)
         return
+    if args.slow_above is not None:
+        parser.error("--slow-above applies to --pool: a run's --out file keeps every round")
     if not args.cumemtrace or not args.libtorch_train:
         parser.error("--cumemtrace and --libtorch-train are needed to run (all but --pool)")
     started = time.monotonic()

@@ -117,5 +117,39 @@ class PoolTest(unittest.TestCase):
         self.assertEqual(again, samples)
 
 
+class SlowRoundsTest(unittest.TestCase):
+    def test_a_round_with_one_slow_process_leaves_every_figure_of_it(self):
+        samples = {("w", "untraced"): [10.0, 17.0, 11.0, 10.5],
+                   ("w", "traced"): [10.2, 10.4, 16.0, 10.6],
+                   ("w@median", "untraced"): [1.0, 2.0, 3.0, 4.0],
+                   ("w@median", "traced"): [5.0, 6.0, 7.0, 8.0],
+                   ("w@spread", "traced"): [0.1, 0.2, 0.3, 0.4],
+                   ("other", "traced"): [20.0, 20.0]}
+        self.assertEqual(overhead.drop_slow_rounds(samples, ["w"], 13.5), {"w": (2, 4)})
+        self.assertEqual(samples[("w", "untraced")], [10.0, 10.5])
+        self.assertEqual(samples[("w", "traced")], [10.2, 10.6])
+        # The other figures of those rounds go too, so rounds stay paired across figures;
+        # a workload not asked for keeps its rounds.
+        self.assertEqual(samples[("w@median", "traced")], [5.0, 8.0])
+        self.assertEqual(samples[("w@spread", "traced")], [0.1, 0.4])
+        self.assertEqual(samples[("other", "traced")], [20.0, 20.0])
+        self.assertEqual(overhead.paired_ratios(samples, "w", "traced"), [1.02, 10.6 / 10.5])
+
+    def test_the_limit_is_on_the_workloads_own_figure_only(self):
+        # A step time far above the limit does not make its round slow: it is another unit.
+        samples = {("w", "untraced"): [10.0, 11.0], ("w@step", "untraced"): [700.0, 800.0]}
+        self.assertEqual(overhead.drop_slow_rounds(samples, ["w"], 13.5), {"w": (0, 2)})
+        self.assertEqual(samples[("w@step", "untraced")], [700.0, 800.0])
+
+    def test_a_figure_only_some_pooled_files_had_goes(self):
+        # Pooled: the main figure has 3 rounds, the median figure only the last file's 2.
+        samples = {("w", "untraced"): [10.0, 10.0, 10.0], ("w", "traced"): [10.1, 17.0, 10.2],
+                   ("w@median", "untraced"): [1.0, 2.0], ("w@median", "traced"): [3.0, 4.0]}
+        self.assertEqual(overhead.drop_slow_rounds(samples, ["w"], 13.5), {"w": (1, 3)})
+        self.assertEqual(samples[("w", "traced")], [10.1, 10.2])
+        self.assertNotIn(("w@median", "traced"), samples)
+        self.assertNotIn(("w@median", "untraced"), samples)
+
+
 if __name__ == "__main__":
     unittest.main()
