@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite: builds cumemtrace and the GPU programs on a machine with a GPU, runs every
 # case under `cumemtrace run`, and prints a pass/fail table. Needs: CUDA toolkit (nvcc,
-# CUPTI), cmake, ninja, protoc, PyTorch (python3) with its bundled LibTorch.
+# CUPTI), cmake, ninja, protoc, RE2, nlohmann-json, PyTorch (python3) with its bundled LibTorch.
+# A host without protoc, RE2 or nlohmann-json and without package access: bring them with
+# tools/bundle-build-deps.sh and source integration_tests/gpu/use-bundled-deps.sh first.
 #
 #   integration_tests/gpu/run_gpu_suite.sh [RESULTS_DIR [SUITE...]]
 #

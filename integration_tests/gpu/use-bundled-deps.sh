@@ -1,0 +1,19 @@
+# Sourced on a GPU host without cumemtrace's build dependencies (tools/bundle-build-deps.sh
+# says when): unpacks the bundled Debian packages into a prefix of its own, never into /, and
+# points the build at them.
+#   . integration_tests/gpu/use-bundled-deps.sh DIR [PREFIX (default /tmp/cumemtrace-deps)]
+# RE2 is linked statically (its shared library is not on the host at run time), and protoc
+# finds its own libraries through a wrapper, so the traced programs' environment is untouched.
+_bundle=${1:?usage: . integration_tests/gpu/use-bundled-deps.sh DIR [PREFIX]}
+_prefix=${2:-/tmp/cumemtrace-deps}
+_lib=$_prefix/usr/lib/x86_64-linux-gnu
+mkdir -p "$_prefix/bin"
+for _deb in "$_bundle"/*.deb; do dpkg -x "$_deb" "$_prefix"; done
+rm -f "$_lib/libre2.so"
+sed -i "s|/usr/|$_prefix/usr/|" "$_lib/pkgconfig/re2.pc"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/protoc "$@"\n' "$_lib" "$_prefix" \
+  >"$_prefix/bin/protoc"
+chmod +x "$_prefix/bin/protoc"
+export PATH="$_prefix/bin:$PATH" CMAKE_PREFIX_PATH="$_prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PKG_CONFIG_PATH="$_lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+unset _bundle _prefix _lib _deb
