@@ -351,7 +351,6 @@ def main():
                              "more than N (the workload's unit; one workload)")
     args = parser.parse_args()
     keep = set(args.configs.split("|")) if args.configs else None
-
     if args.pool:
         if args.cumemtrace or args.libtorch_train or args.seconds:
             parser.error("--pool runs nothing: --cumemtrace, --libtorch-train and --seconds "

@@ -14,6 +14,7 @@ sed -i "s|/usr/|$_prefix/usr/|" "$_lib/pkgconfig/re2.pc"
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/protoc "$@"\n' "$_lib" "$_prefix" \
   >"$_prefix/bin/protoc"
 chmod +x "$_prefix/bin/protoc"
-export PATH="$_prefix/bin:$PATH" CMAKE_PREFIX_PATH="$_prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PATH="$_prefix/bin:$PATH"
+export CMAKE_PREFIX_PATH="$_prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export PKG_CONFIG_PATH="$_lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 unset _bundle _prefix _lib _deb
