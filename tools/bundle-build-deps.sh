@@ -11,7 +11,10 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 dir=$(cd "$1" && pwd)
-"$top/tools/fetch-protobuf-source.sh"
+# As tools/setup.sh runs it: it may add Debian's source list, which needs root.
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+$sudo "$top/tools/fetch-protobuf-source.sh"
 # apt-get download writes into the current folder; as root it warns that _apt cannot.
 (cd "$dir" && apt-get download -q protobuf-compiler libprotoc32 libprotobuf32 libre2-dev libre2-9 \
   nlohmann-json3-dev 2> >(grep -v "unsandboxed" >&2))
