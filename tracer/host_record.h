@@ -30,6 +30,7 @@ struct HostRecord {
     kTorchAllocator,    // an event of PyTorch's caching allocator (torch_bridge/)
     kTorchBridgeState,  // the bridge attached, or why not (torch_bridge_state)
     kLaunch,            // a kernel launch call began (kernels recorded at their launch)
+    kTensorCategory,    // the Python side named a storage (device, address, bytes, category)
   };  // numbered as v1::ring::RecordType, below its own records (128 on): append only
 
   // kTorchAllocator, besides device, address and bytes (the entry's size).
@@ -52,7 +53,7 @@ struct HostRecord {
   uint32_t correlation_id = 0;
   uint32_t device = 0;
   uint64_t range_id = 0;         // NVTX start/end
-  uint32_t category = 0;         // NVTX
+  uint32_t category = 0;         // NVTX; kTensorCategory: its v1::Category
   uint32_t color = 0;            // NVTX
   const NvtxDomain* domain = nullptr;
   // kMemory: what the call made or gave back. A release's size, kind and device are those of

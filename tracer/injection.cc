@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tracer/cupti_session.h"
+#include "tracer/tensor_categories.h"
 #include "tracer/tracer_runtime.h"
 
 namespace cumemtrace::tracer {
@@ -121,6 +122,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
   const cumemtrace::tracer::InitScope init;
   TracerRuntime::Get().StartAtFirstEvent(cumemtrace::v1::INJECTION_MODE_NVTX_INJECTION);
   return cumemtrace::tracer::PatchNvtxTables(get_export_table);
+}
+
+// The Python side's names for tensors' storages (tracer/tensor_categories.h).
+extern "C" __attribute__((visibility("default"))) uint32_t cumemtrace_tensor_categories(
+    uint32_t category, uint32_t count, const uint64_t* addresses, const uint64_t* bytes,
+    const uint32_t* devices) {
+  return cumemtrace::tracer::RecordTensorCategories(category, count, addresses, bytes, devices);
 }
 
 // Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/python/).

@@ -34,9 +34,10 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                       ring::kTorchAllocator &&
                   static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) ==
                       ring::kTorchBridgeState &&
-                  static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch,
+                  static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch &&
+                  static_cast<uint8_t>(HostRecord::Type::kTensorCategory) == ring::kTensorCategory,
               "HostRecord types and ring record types differ");
-static_assert(static_cast<uint8_t>(HostRecord::Type::kLaunch) < ring::kTorchEvent,
+static_assert(static_cast<uint8_t>(HostRecord::Type::kTensorCategory) < ring::kTorchEvent,
               "HostRecord types reach the numbers of the ring's own records");
 
 constexpr uint64_t kAlign = 8;

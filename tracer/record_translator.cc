@@ -135,6 +135,14 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       torch->set_stack_id(stack_id);
       return;
     }
+    case HostRecord::Type::kTensorCategory: {
+      v1::TensorCategory* tag = encoder_->AddEvent(record.timestamp_ns)->mutable_tensor_category();
+      tag->set_device(record.device);
+      tag->set_address(record.address);
+      tag->set_bytes(record.bytes);
+      tag->set_category(static_cast<v1::Category>(record.category));
+      return;
+    }
     case HostRecord::Type::kTorchBridgeState:
       if (record.torch_bridge_state != nullptr) {
         encoder_->AddEvent(record.timestamp_ns)->mutable_torch_bridge()->Swap(

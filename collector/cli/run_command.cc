@@ -72,6 +72,9 @@ Options:
                           --phase settling=ep.trainer:Trainer.settle. MODULE is found when
                           the program imports it, at any time; one that was never imported
                           or called gets a warning at exit, and the run goes on.
+      --no-categories     Python programs: do not read the program's optimizers and modules
+                          to name parameters, buffers, gradients and optimizer state (their
+                          categories are then inferred, as for a LibTorch program)
   -h, --help              show this help
 %s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
@@ -200,7 +203,8 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
                                           const std::string& allocator,
                                           const std::string& kernels,
                                           const std::string& stacks, bool quiet,
-                                          const std::vector<std::string>& python_phases) {
+                                          const std::vector<std::string>& python_phases,
+                                          bool categories) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -241,12 +245,15 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   } else {
     set("CUMEMTRACE_ALLOCATOR_MODE", "native");
   }
+  if (!categories) set("CUMEMTRACE_CATEGORIES", "0");
   if (!python_phases.empty()) {
-    // A sitecustomize on PYTHONPATH installs the wrappers at interpreter start (and then
-    // runs any sitecustomize it shadows); the program's files are not touched.
     std::string spec;
     for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
     set("CUMEMTRACE_PYTHON_PHASES", spec);
+  }
+  if (categories || !python_phases.empty()) {
+    // A sitecustomize on PYTHONPATH installs the Python side at interpreter start (and then
+    // runs any sitecustomize it shadows); the program's files are not touched.
     const char* path = value_of("PYTHONPATH");
     const std::string hooks = PythonHookDir();
     set("PYTHONPATH", path != nullptr && *path != '\0' ? hooks + ":" + path : hooks);
@@ -324,6 +331,7 @@ int RunCommand(int argc, char** argv) {
       {"stacks", optional_argument, nullptr, 'S'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
+      {"no-categories", no_argument, nullptr, 'C'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
@@ -334,6 +342,7 @@ int RunCommand(int argc, char** argv) {
   std::string kernels;  // CUMEMTRACE_KERNELS: "" (auto), "0", "launches" or "1" (records)
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
+  bool categories = true;
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
@@ -367,6 +376,7 @@ int RunCommand(int argc, char** argv) {
         break;
       case 'q': quiet = true; break;
       case 'p': python_phases.push_back(optarg); break;
+      case 'C': categories = false; break;
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
@@ -484,7 +494,8 @@ int RunCommand(int argc, char** argv) {
   }
 
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
+                       categories);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

@@ -278,6 +278,18 @@ SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_
         SetTorchEvent(t, out.Add(r.timestamp_ns)->mutable_torch_allocator());
         break;
       }
+      case ring::kTensorCategory: {
+        if (!v1::Category_IsValid(static_cast<int>(r.category))) {
+          made_event = false;
+          break;
+        }
+        v1::TensorCategory* tag = out.Add(r.timestamp_ns)->mutable_tensor_category();
+        tag->set_device(r.device);
+        tag->set_address(r.address);
+        tag->set_bytes(r.bytes);
+        tag->set_category(static_cast<v1::Category>(r.category));
+        break;
+      }
       case ring::kTorchBridgeState:
         made_event = out.Add(r.timestamp_ns)->mutable_torch_bridge()->ParseFromArray(
             payload, static_cast<int>(r.payload_bytes));

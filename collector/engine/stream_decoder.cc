@@ -274,6 +274,7 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
       stream.stacks.Add(event.native_module());
       return;
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
+    case v1::Event::kTensorCategory:  // read by the categories' analysis
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }

@@ -1,8 +1,10 @@
 """cumemtrace's Python start-up hook.
 
-`cumemtrace run --phase PHASE=MODULE:QUALNAME` puts this folder first on PYTHONPATH, so the
-interpreter runs this file at start. It wraps the named functions in phase ranges, then
-runs the sitecustomize it shadows (a distribution's or a virtual environment's), if any.
+`cumemtrace run` puts this folder first on PYTHONPATH, so the interpreter runs this file at
+start. It names what the program's tensors are once the program imports torch
+(cumemtrace_categories.py, unless `--no-categories`), wraps the functions named with
+`--phase PHASE=MODULE:QUALNAME` in phase ranges, then runs the sitecustomize it shadows (a
+distribution's or a virtual environment's), if any.
 """
 import os
 import sys
@@ -22,6 +24,13 @@ def _run_shadowed_sitecustomize():
         spec.loader.exec_module(module)
         return
 
+
+if os.environ.get("CUMEMTRACE_CATEGORIES", "1") != "0":
+    try:
+        import cumemtrace_categories
+        cumemtrace_categories.install()
+    except Exception as error:  # never the reason the program fails
+        sys.stderr.write(f"cumemtrace: categories not read: {error}\n")
 
 try:
     import cumemtrace_phases

@@ -460,5 +460,26 @@ TEST_F(TranslatorTest, TorchAllocatorEventsAndTheBridgeStateReachTheWire) {
   EXPECT_EQ(torch.pool_id_first(), 3u);
 }
 
+TEST_F(TranslatorTest, TensorCategoriesReachTheWireAsTheyWereNamed) {
+  HostRecord tag;
+  tag.type = HostRecord::Type::kTensorCategory;
+  tag.timestamp_ns = 30;
+  tag.thread_id = 5;
+  tag.device = 2;
+  tag.address = 0x7f0000400000;
+  tag.bytes = 4096;
+  tag.category = v1::CATEGORY_OPTIMIZER_STATE;
+  translator_.AddHostRecord(tag);
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 1);
+  ASSERT_TRUE(batch.events(0).has_tensor_category());
+  const v1::TensorCategory& named = batch.events(0).tensor_category();
+  EXPECT_EQ(batch.events(0).timestamp_ns(), 30u);
+  EXPECT_EQ(named.device(), 2u);
+  EXPECT_EQ(named.address(), 0x7f0000400000u);
+  EXPECT_EQ(named.bytes(), 4096u);
+  EXPECT_EQ(named.category(), v1::CATEGORY_OPTIMIZER_STATE);
+}
+
 }  // namespace
 }  // namespace cumemtrace::tracer

@@ -65,7 +65,7 @@ static_assert(sizeof(Header) <= kApiTableOffset, "the header overlaps the API ta
 // One record, 8-byte aligned; `size` covers the record and its strings, padded to 8. A record
 // never wraps: a padding record fills the end of the data area instead.
 enum RecordType : uint8_t {
-  // 0..127: the tracer's host record types (tracer/host_record.h), 0..9 so far; from 128 on,
+  // 0..127: the tracer's host record types (tracer/host_record.h), 0..10 so far; from 128 on,
   // records of the ring's own
   kCorrelation = 0,
   kMemory = 1,
@@ -78,6 +78,8 @@ enum RecordType : uint8_t {
   kTorchBridgeState = 8,  // payload: a serialized v1::TorchBridgeState
   kLaunch = 9,        // a kernel launch; text: its name (first launch on a thread); payload: uint64
                       // key of the name (the tracer's pointer to it: meaningful only as a key)
+  kTensorCategory = 10,  // a storage named by the Python side: device, address, bytes, and the
+                         // v1::Category in `category`
   kTorchEvent = 128,  // a TorchRecord, not a Record (layout 2 on)
   kPadding = 255,
 };
