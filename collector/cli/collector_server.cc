@@ -13,10 +13,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "collector/cli/log.h"
 #include "collector/cli/shared_ring_reader.h"
+#include "collector/cli/thread_buffer_reader.h"
+#include "proto/cumemtrace/v1/thread_buffers.h"
 #include "collector/format/framing.h"
 #include "collector/format/trace_file.h"
 #include "collector/format/wire_validator.h"
@@ -82,6 +85,8 @@ struct CollectorServer::Connection {
   uint64_t ring_position = 0;
   uint64_t ring_dropped = 0;
   uint64_t next_sequence = 0;
+  // How far the received batches reach into each per-thread buffer (slot -> position).
+  std::unordered_map<uint32_t, uint64_t> thread_buffer_positions;
 };
 
 namespace {
@@ -363,6 +368,12 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
     c->ring_position = std::max(c->ring_position, batch.ring_position());
     c->ring_dropped = std::max(c->ring_dropped, batch.ring_dropped());
     c->next_sequence = batch.sequence() + 1;
+    for (const v1::ThreadBufferPosition& p : batch.thread_buffer_positions()) {
+      // Bounded by the slots a collector reads (thread_buffers.h): a peer cannot grow it.
+      if (p.slot() >= v1::thread_buffers::kMaxSlots) continue;
+      uint64_t& position = c->thread_buffer_positions[p.slot()];
+      position = std::max(position, p.position());
+    }
   }
   if (verdict == WireStreamValidator::Verdict::kHandshake) {
     const v1::Handshake& handshake = c->validator.message().handshake();
@@ -409,6 +420,10 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
     // (it died, or left with _exit, before its sender sent it) is read from the ring now.
     std::vector<std::string> frames;
     recovered = c->ring.Recover(c->ring_position, c->ring_dropped, c->next_sequence, &frames);
+    // Then the per-thread buffers' events past what the batches carried, numbered on.
+    recovered.records += RecoverThreadBuffers(
+        c->ring.fd(), c->ring.thread_buffer_offset(), c->ring.thread_buffer_bytes(),
+        c->thread_buffer_positions, c->next_sequence + frames.size(), &frames);
     std::string bytes;
     for (const std::string& frame : frames) AppendWireFrameChunk(c->stream_id, frame, &bytes);
     if (!bytes.empty()) Write(c.get(), bytes);

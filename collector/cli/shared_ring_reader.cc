@@ -113,9 +113,14 @@ bool SharedRingReader::Adopt(int fd, const v1::SharedRing& announced, std::strin
   if (capacity < 4096 || capacity > ring::kMaxCapacity || (capacity & (capacity - 1)) != 0) {
     return refuse("capacity " + std::to_string(capacity) + " is not a power of two in range");
   }
+  // The per-thread buffers after the data area (thread_buffers.h), bounded as the ring is.
+  const uint64_t thread_buffer_bytes = announced.thread_buffer_bytes();
+  if (thread_buffer_bytes > ring::kMaxCapacity) {
+    return refuse("thread buffers of " + std::to_string(thread_buffer_bytes) + " bytes");
+  }
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return refuse("not a memory file");
-  if (static_cast<uint64_t>(st.st_size) != ring::kHeaderBytes + capacity) {
+  if (static_cast<uint64_t>(st.st_size) != ring::kHeaderBytes + capacity + thread_buffer_bytes) {
     return refuse("its size " + std::to_string(st.st_size) + " does not match the handshake");
   }
   // A file that may shrink under the mapping would raise SIGBUS in the collector.
@@ -124,8 +129,11 @@ bool SharedRingReader::Adopt(int fd, const v1::SharedRing& announced, std::strin
   if (fd_ >= 0) close(fd_);
   fd_ = fd;
   capacity_ = capacity;
+  thread_buffer_bytes_ = thread_buffer_bytes;
   return true;
 }
+
+uint64_t SharedRingReader::thread_buffer_offset() const { return ring::kHeaderBytes + capacity_; }
 
 SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_t reported_drops,
                                                       uint64_t sequence,

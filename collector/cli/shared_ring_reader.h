@@ -24,6 +24,11 @@ class SharedRingReader {
   // collector can read as announced.
   bool Adopt(int fd, const v1::SharedRing& announced, std::string* error);
   bool adopted() const { return fd_ >= 0; }
+  // The memory file and where its per-thread buffers are (thread_buffer_reader.h): after the
+  // ring's data area, thread_buffer_bytes() long (0: none).
+  int fd() const { return fd_; }
+  uint64_t thread_buffer_offset() const;
+  uint64_t thread_buffer_bytes() const { return thread_buffer_bytes_; }
 
   struct Recovered {
     uint64_t records = 0;  // host records turned into events
@@ -39,6 +44,7 @@ class SharedRingReader {
  private:
   int fd_ = -1;
   uint64_t capacity_ = 0;
+  uint64_t thread_buffer_bytes_ = 0;
 };
 
 }  // namespace cumemtrace

@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -200,6 +201,33 @@ TEST_F(CliEndToEnd, TorchEventsLeftInTheSharedRingAreRecoveredInEitherLayout) {
       EXPECT_EQ(e.pool_id_second(), 20 + n) << kind;
     }
   }
+}
+
+// Tensor events left in the per-thread buffers after the ring (fake_tracer.cc's
+// --ring=thread-buffers): each slot is read from the later of its freed position and the
+// position the received batches reach, up to its commit, with the stream in effect.
+TEST_F(CliEndToEnd, TensorEventsLeftInThreadBuffersAreRecoveredPastWhatWasSent) {
+  const std::string out = tmp_ + "/thread-buffers";
+  const Result r =
+      RunCli({"run", "-o", out, "--", kFake, "--batches=1", "--ring=thread-buffers"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("shared ring ignored"), std::string::npos) << r.err;
+  const TraceContents t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.closed.count(1), 1u);
+  EXPECT_EQ(t.closed.at(1).ring_records_recovered(), 5u);
+  std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, uint64_t>> seen;
+  for (size_t i = 0; i < t.torch_events.size(); ++i) {
+    const v1::TorchAllocatorEvent& e = t.torch_events[i];
+    EXPECT_EQ(e.address(), 0x7e0000000000ull + e.device() * 0x1000 + e.sequence());
+    EXPECT_EQ(e.requested_bytes(), 512 * e.sequence());
+    EXPECT_EQ(e.action(), v1::TORCH_ALLOCATOR_ACTION_ALLOC);
+    seen.emplace_back(e.device(), e.sequence(), e.stream(), e.thread_id(), t.torch_event_times[i]);
+  }
+  std::sort(seen.begin(), seen.end());
+  const std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, uint64_t>> expected = {
+      {1, 3, 9, 301, 3000}, {1, 4, 9, 301, 4000}, {1, 5, 9, 301, 5000},
+      {2, 2, 8, 302, 4000}, {2, 3, 8, 302, 6000}};
+  EXPECT_EQ(seen, expected);
 }
 
 TEST_F(CliEndToEnd, ConnectionEndingInsideAFrameKeepsTheWholeFrames) {

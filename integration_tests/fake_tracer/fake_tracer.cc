@@ -25,6 +25,9 @@
 //                                             | three (three descriptors at once) | torch
 //                                             (two PyTorch allocator events, layout 2's
 //                                             form) | torch-v1 (the same in layout 1's)
+//                                             | thread-buffers (tensor events in two
+//                                             per-thread buffers after the ring, some of
+//                                             them carried by the first batch)
 //               [--socket=PATH]
 //               [--range=NAME]...             wrap batch b in an NVTX range named the
 //                                             (b mod count)-th NAME
@@ -48,6 +51,7 @@
 #include "collector/format/framing.h"
 #include "cumemtrace/v1/trace.pb.h"
 #include "proto/cumemtrace/v1/shared_ring.h"
+#include "proto/cumemtrace/v1/thread_buffers.h"
 
 namespace {
 
@@ -259,6 +263,50 @@ void WriteTorchEvents(unsigned char* data, bool layout_1, uint64_t* write_positi
 
 // A descriptor of the kind --ring asks for; the ring announced is 64 KiB.
 constexpr uint64_t kRingCapacity = 64 << 10;
+
+// --ring=thread-buffers: two slots of 64 units after the ring (thread_buffers.h). Slot 0
+// (thread 301, device 1): a stream definition (9), events 1-5 committed, a sixth written
+// but not committed; nothing freed, and the first batch says events up to 2 were sent
+// (kThreadBufferSent). Slot 1 (thread 302, device 2): a definition (7), event 1, a
+// definition (8), events 2 and 3; freed past event 1, with stream 7 in effect there. The
+// collector must recover events 3-5 of device 1 and 2-3 of device 2, with streams 9 and 8.
+constexpr uint32_t kBufferSlots = 2, kBufferUnits = 64;
+constexpr uint64_t kBufferBytes = 4096 + kBufferSlots * kBufferUnits * 32;
+constexpr uint64_t kThreadBufferSent = 3;  // slot 0's position after event 2
+void WriteThreadBuffers(unsigned char* area) {
+  namespace tb = cumemtrace::v1::thread_buffers;
+  auto* header = reinterpret_cast<tb::Header*>(area);
+  header->magic = tb::kMagic;
+  header->layout_version = tb::kLayoutVersion;
+  header->slot_count = kBufferSlots;
+  header->slot_units = kBufferUnits;
+  auto* slots = reinterpret_cast<tb::Slot*>(area + tb::kSlotTableOffset);
+  auto unit = [&](uint32_t slot, uint64_t at, tb::UnitKind kind, uint64_t a, uint64_t sequence) {
+    auto* u = reinterpret_cast<tb::Unit*>(area + 4096 + (slot * kBufferUnits + at) * 32);
+    const uint64_t device = slot + 1;
+    u->a = a;
+    u->b = kind == tb::kEvent ? 0x7e0000000000ull + device * 0x1000 + sequence : 0;
+    u->c = kind == tb::kEvent ? 512 * sequence : 0;
+    u->word = sequence | device << tb::kDeviceShift |
+              uint64_t{v1::TORCH_ALLOCATOR_ACTION_ALLOC} << tb::kActionShift |
+              uint64_t{kind} << tb::kKindShift;
+  };
+  unit(0, 0, tb::kDefinition, 9, 1);
+  for (uint64_t n = 1; n <= 6; ++n) unit(0, n, tb::kEvent, 1000 * n, n);
+  slots[0].state = tb::kOwned;
+  slots[0].thread_id = 301;
+  slots[0].committed = 6;  // the sixth event is past the commit
+  unit(1, 0, tb::kDefinition, 7, 1);
+  unit(1, 1, tb::kEvent, 2000, 1);
+  unit(1, 2, tb::kDefinition, 8, 2);
+  unit(1, 3, tb::kEvent, 4000, 2);
+  unit(1, 4, tb::kEvent, 6000, 3);
+  slots[1].state = tb::kEnded;
+  slots[1].thread_id = 302;
+  slots[1].committed = 5;
+  slots[1].freed = 2;
+  slots[1].stream = 7;
+}
 int MakeRing(const std::string& kind) {
   namespace ring = cumemtrace::v1::ring;
   if (kind == "pipe") {
@@ -267,11 +315,12 @@ int MakeRing(const std::string& kind) {
     return fds[0];
   }
   const int fd = memfd_create("fake-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0 || ftruncate(fd, ring::kHeaderBytes + kRingCapacity) != 0) Fail("memfd");
+  const uint64_t extra = kind == "thread-buffers" ? kBufferBytes : 0;
+  if (fd < 0 || ftruncate(fd, ring::kHeaderBytes + kRingCapacity + extra) != 0) Fail("memfd");
   if (kind == "unsealed") return fd;
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) Fail("seal");
-  void* memory = mmap(nullptr, ring::kHeaderBytes + kRingCapacity, PROT_READ | PROT_WRITE,
-                      MAP_SHARED, fd, 0);
+  void* memory = mmap(nullptr, ring::kHeaderBytes + kRingCapacity + extra,
+                      PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (memory == MAP_FAILED) Fail("mmap");
   auto* header = static_cast<ring::Header*>(memory);
   header->magic = ring::kMagic;
@@ -280,6 +329,10 @@ int MakeRing(const std::string& kind) {
   auto* data = static_cast<unsigned char*>(memory) + ring::kHeaderBytes;
   if (kind == "torch" || kind == "torch-v1") {
     WriteTorchEvents(data, kind == "torch-v1", &header->write_position);
+    return fd;
+  }
+  if (kind == "thread-buffers") {
+    WriteThreadBuffers(data + kRingCapacity);
     return fd;
   }
   header->api_count = 1000000;  // beyond the table
@@ -307,6 +360,9 @@ void SendHandshakeWithRing(int fd, v1::StreamMessage message, const std::string&
   message.mutable_handshake()->mutable_shared_ring()->set_layout_version(
       kind == "torch-v1" ? 1 : cumemtrace::v1::ring::kLayoutVersion);
   message.mutable_handshake()->mutable_shared_ring()->set_capacity(kRingCapacity);
+  if (kind == "thread-buffers") {
+    message.mutable_handshake()->mutable_shared_ring()->set_thread_buffer_bytes(kBufferBytes);
+  }
   std::string frame;
   cumemtrace::AppendFrame(message.SerializeAsString(), &frame);
   int passed[3] = {MakeRing(kind == "three" ? "lying" : kind), MakeRing("pipe"), MakeRing("pipe")};
@@ -450,7 +506,13 @@ int main(int argc, char** argv) {
   }
   for (int b = 0; b < o.batches; ++b) {
     const std::string range = o.ranges.empty() ? "" : o.ranges[static_cast<size_t>(b) % o.ranges.size()];
-    SendMessage(fd, Batch(static_cast<uint64_t>(b), o.events, range));
+    v1::StreamMessage batch = Batch(static_cast<uint64_t>(b), o.events, range);
+    if (o.ring == "thread-buffers" && b == 0) {
+      v1::ThreadBufferPosition* sent = batch.mutable_batch()->add_thread_buffer_positions();
+      sent->set_slot(0);
+      sent->set_position(kThreadBufferSent);
+    }
+    SendMessage(fd, batch);
   }
   if (o.partial_frame) {
     std::string frame;

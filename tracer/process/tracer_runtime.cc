@@ -19,6 +19,7 @@
 #include "tracer/recording/api_catalog.h"
 #include "tracer/recording/clock.h"
 #include "tracer/recording/descriptors.h"
+#include "tracer/recording/thread_buffers.h"
 #include "tracer/sending/collector_connection.h"
 #include "tracer/sending/correlation_table.h"
 #include "tracer/sending/event_encoder.h"
@@ -148,6 +149,10 @@ struct SenderState {
   std::deque<std::pair<uint64_t, uint64_t>> frames;
   uint64_t ring_cursor = 0;
   std::vector<uint64_t> record_ends;
+  // The per-thread buffers' read positions after the last drain, and for each frame end that
+  // carries their units, the positions to free once it is sent.
+  std::vector<ThreadBuffers::SlotPosition> slot_positions;
+  std::deque<std::pair<uint64_t, std::vector<ThreadBuffers::SlotPosition>>> buffer_frames;
   // Ring drops taken from the ring and not yet in a DroppedRecords event; those reported.
   uint64_t ring_drops_taken = 0;
   uint64_t ring_drops_reported = 0;
@@ -271,7 +276,16 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   // Leaked with the runtime (see the class comment).
   g_sender = new SenderState();
   SenderState& s = *g_sender;
-  s.ring_fd = queue_.Create(SharedRingFromEnv());
+  // The per-thread buffers (CUMEMTRACE_PER_THREAD=1) share the ring's memory file.
+  const uint64_t buffer_bytes =
+      recorder_.per_thread()
+          ? ThreadBuffers::BytesFor(ThreadBuffers::kDefaultSlots, ThreadBuffers::kDefaultSlotUnits)
+          : 0;
+  s.ring_fd = queue_.Create(SharedRingFromEnv(), buffer_bytes);
+  if (queue_.extra() != nullptr) {
+    recorder_.buffers().Init(queue_.extra(), ThreadBuffers::kDefaultSlots,
+                             ThreadBuffers::kDefaultSlotUnits);
+  }
   if (s.ring_fd >= 0) {
     struct stat st {};
     fstat(s.ring_fd, &st);
@@ -439,6 +453,8 @@ void TracerRuntime::AtForkChild() {
   const bool parent_start_pending = self.recorder_.start_pending();
   self.recorder_.set_recording(false);
   new (&self.start_mutex_) std::mutex();
+  // Before the ring's memory (which holds the buffers) is let go of.
+  self.recorder_.buffers().ResetInChildAfterFork();
   self.queue_.ResetInChildAfterFork();
   ResetNvtxInChildAfterFork();
   ResetPythonFramesInChildAfterFork();
@@ -521,6 +537,7 @@ void TracerRuntime::AppendHandshake(std::string* frame, uint64_t ring_capacity) 
   if (ring_capacity > 0) {
     handshake->mutable_shared_ring()->set_layout_version(v1::ring::kLayoutVersion);
     handshake->mutable_shared_ring()->set_capacity(ring_capacity);
+    handshake->mutable_shared_ring()->set_thread_buffer_bytes(queue_.extra_bytes());
   }
   AppendFramedMessage(hello, frame);
 }
@@ -599,6 +616,12 @@ void TracerRuntime::SenderMain() {
       queue_.Free(s.frames.front().second);
       s.frames.pop_front();
     }
+    while (!s.buffer_frames.empty() && s.buffer_frames.front().first <= s.outbox_consumed) {
+      for (const ThreadBuffers::SlotPosition& p : s.buffer_frames.front().second) {
+        recorder_.buffers().Free(p);
+      }
+      s.buffer_frames.pop_front();
+    }
     if (stopping || !s.connection.connected()) {
       s.connection.Close();
       std::lock_guard<std::mutex> lock(wake_mutex_);
@@ -627,6 +650,18 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     uint64_t dropped_total = 0;
     queue_drops = queue_.TakeAll(&s.host_records, &s.record_ends, &dropped_total);
     s.ring_drops_taken = dropped_total;
+    // The per-thread buffers' events after the ring's: the ring cursor does not move for them.
+    ThreadBuffers& thread_buffers = recorder_.buffers();
+    if (thread_buffers.active()) {
+      thread_buffers.TakeAll(TorchBridge::EventClock(), &s.host_records, &s.slot_positions);
+      s.record_ends.resize(s.host_records.size(),
+                           s.record_ends.empty() ? s.ring_cursor : s.record_ends.back());
+      if (thread_buffers.TakeFallbacks() > 0) {
+        recorder_.Notice(v1::NOTICE_LEVEL_INFO, "thread_buffers_fallback",
+                         "more threads recorded tensors than there are per-thread buffers "
+                         "(or one was full): their events go through the shared ring");
+      }
+    }
   } else {
     s.host_records.clear();
     s.record_ends.clear();
@@ -691,8 +726,14 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
     flush_if_full(/*from_ring=*/true);
   }
-  // The CUPTI records below may be discarded with their batch: flush the ring's first.
+  // The CUPTI records below may be discarded with their batch: flush the ring's first, with
+  // how far the per-thread buffers' units reach (they are all in it or before it).
+  if (!s.slot_positions.empty()) s.encoder.AddThreadBufferPositions(s.slot_positions);
   flush();
+  if (!s.slot_positions.empty()) {
+    s.buffer_frames.emplace_back(s.outbox_consumed + outbox->size(), std::move(s.slot_positions));
+    s.slot_positions.clear();
+  }
   for (const CompletedBuffer& buffer : s.buffers) {
     s.translator.set_cupti_clock(cupti.ClockMapFor(buffer));
     cupti.ForEachRecord(buffer, [&](const CUpti_Activity* record) {

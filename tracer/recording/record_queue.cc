@@ -100,10 +100,11 @@ RecordQueue::RecordQueue(size_t capacity_events)
       // message still fits whole in the default 32 MiB ring).
       max_text_bytes_(ring_bytes_ / 8 - sizeof(ring::Record)) {}
 
-int RecordQueue::Create(bool shared) {
+int RecordQueue::Create(bool shared, uint64_t extra_bytes) {
   std::lock_guard<RingLock> lock(lock_);
   if (header_ != nullptr) return -1;
-  mapping_bytes_ = ring::kHeaderBytes + ring_bytes_;
+  extra_bytes_ = extra_bytes;
+  mapping_bytes_ = ring::kHeaderBytes + ring_bytes_ + extra_bytes;
   void* memory = MAP_FAILED;
   int fd = shared ? memfd_create("cumemtrace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
   if (fd >= 0) {

@@ -77,10 +77,16 @@ class RecordQueue {
   // once sent. Otherwise private memory and -1: the tracer works as before, without what the
   // collector could read after a crash. Before this, Push drops nothing and keeps nothing.
   // shared=false (CUMEMTRACE_SHARED_RING=0) asks for the private memory: the socket alone.
-  int Create(bool shared = true);
+  // `extra_bytes` more are mapped after the ring's data area, in the same memory (the
+  // per-thread buffers, thread_buffers.h): extra() once made.
+  int Create(bool shared = true, uint64_t extra_bytes = 0);
   bool created() const { return header_ != nullptr; }
   bool shared() const { return shared_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
+  unsigned char* extra() {
+    return extra_bytes_ > 0 && data_ != nullptr ? data_ + ring_bytes_ : nullptr;
+  }
+  uint64_t extra_bytes() const { return data_ != nullptr ? extra_bytes_ : 0; }
   // The header page, for the API table (written once, before the ring is handed over).
   v1::ring::Header* header() { return header_; }
 
@@ -147,6 +153,7 @@ class RecordQueue {
   v1::ring::Header* header_ = nullptr;
   unsigned char* data_ = nullptr;
   size_t mapping_bytes_ = 0;
+  uint64_t extra_bytes_ = 0;  // mapped after the ring's data
   bool shared_ = false;
   uint64_t read_position_ = 0;  // the sender's
   uint64_t populated_ = 0;      // the sender's: ring bytes made present, from 0

@@ -22,6 +22,11 @@ size_t QueueCapacityFromEnv() {
   return (end != nullptr && *end == '\0' && n > 0) ? static_cast<size_t>(n) : kDefaultQueueRecords;
 }
 
+bool PerThreadFromEnv() {
+  const char* value = getenv("CUMEMTRACE_PER_THREAD");
+  return value != nullptr && value[0] == '1';
+}
+
 }  // namespace
 
 Recorder& Recorder::Get() {
@@ -29,7 +34,7 @@ Recorder& Recorder::Get() {
   return *recorder;
 }
 
-Recorder::Recorder() : queue_(QueueCapacityFromEnv()) {}
+Recorder::Recorder() : queue_(QueueCapacityFromEnv()), per_thread_(PerThreadFromEnv()) {}
 
 void Recorder::StartPending(uint64_t first_event_ns) {
   if (start_ != nullptr) start_(first_event_ns);

@@ -14,6 +14,7 @@
 #include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/recording/host_record.h"
 #include "tracer/recording/record_queue.h"
+#include "tracer/recording/thread_buffers.h"
 
 namespace cumemtrace::tracer {
 
@@ -45,12 +46,20 @@ class Recorder {
     if (start_pending_.load(std::memory_order_acquire)) StartPending(record.timestamp_ns);
     return queue_.PushTorchRecord(record, stack, stack_words);
   }
+  // A tensor's event into the thread's own buffer (thread_buffers.h) when they are on
+  // (CUMEMTRACE_PER_THREAD=1) and made: false when the caller must write it into the ring.
+  bool RecordTensor(const TensorEvent& event) {
+    if (start_pending_.load(std::memory_order_acquire)) return false;  // the ring's path starts
+    return buffers_.Write(event);
+  }
+  bool per_thread() const { return per_thread_; }
   // Prints a one-line notice on stderr (unless quiet) and keeps it for the sender, once per
   // code and process. Allocates and locks: for rare events, never a hook's every call.
   void Notice(v1::NoticeLevel level, const std::string& code, const std::string& text);
 
   // The process layer's side.
   RecordQueue& queue() { return queue_; }
+  ThreadBuffers& buffers() { return buffers_; }
   void set_recording(bool on) { recording_.store(on); }
   bool start_pending() const { return start_pending_.load(); }
   // What the first event does while a start is pending (installed before the first such
@@ -78,6 +87,8 @@ class Recorder {
   std::atomic<bool> start_pending_{false};
   void (*start_)(uint64_t first_event_ns) = nullptr;
   RecordQueue queue_;
+  ThreadBuffers buffers_;
+  const bool per_thread_;  // CUMEMTRACE_PER_THREAD=1
   bool quiet_ = false;
   std::mutex notices_mutex_;
   std::vector<PendingNotice> notices_;

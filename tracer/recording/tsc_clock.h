@@ -71,6 +71,9 @@ class TscClock {
   uint64_t TimeOf(uint64_t tsc, bool* from_tsc) const;
   // A map is published (a zero rate is none).
   bool uses_tsc() const { return mult_.load(std::memory_order_relaxed) != 0; }
+  // The map published last, for a thread that converts TSC reads others made (the sender,
+  // for the per-thread buffers): false when there is none.
+  bool CurrentMap(TscMap* map) const { return Load(map); }
 
  private:
   void Publish(const TscMap& map);

@@ -43,6 +43,12 @@ size_t EventEncoder::FlushBatch(std::string* out) {
   batch_.set_sequence(next_sequence_++);
   batch_.set_ring_position(ring_position_);
   batch_.set_ring_dropped(ring_dropped_);
+  for (const auto& [slot, position] : buffer_positions_) {
+    v1::ThreadBufferPosition* p = batch_.add_thread_buffer_positions();
+    p->set_slot(slot);
+    p->set_position(position);
+  }
+  buffer_positions_.clear();
   message.mutable_batch()->Swap(&batch_);
   AppendFramedMessage(message, out);
   batch_.Clear();

@@ -2,13 +2,17 @@
 // Used by the sender thread only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "tracer/recording/thread_buffers.h"
 
 namespace cumemtrace::tracer {
 
@@ -46,6 +50,21 @@ class EventEncoder {
     ring_position_ = position;
     ring_dropped_ = dropped;
   }
+  // Carried by the next batch flushed (EventBatch.thread_buffer_positions): how far the
+  // events added so far reach into each per-thread buffer named. Kept across a discarded
+  // batch: a later one still says it.
+  void AddThreadBufferPositions(const std::vector<ThreadBuffers::SlotPosition>& positions) {
+    for (const ThreadBuffers::SlotPosition& p : positions) {
+      bool found = false;
+      for (auto& [slot, position] : buffer_positions_) {
+        if (slot == p.slot) {
+          position = std::max(position, p.position);
+          found = true;
+        }
+      }
+      if (!found) buffer_positions_.emplace_back(p.slot, p.position);
+    }
+  }
 
  private:
   size_t max_events_per_batch_;
@@ -54,6 +73,7 @@ class EventEncoder {
   uint64_t discarded_batches_ = 0;
   uint64_t ring_position_ = 0;
   uint64_t ring_dropped_ = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> buffer_positions_;
   uint32_t next_string_id_ = 1;
   std::unordered_map<std::string, uint32_t> string_ids_;
 };

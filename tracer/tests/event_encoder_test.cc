@@ -40,6 +40,29 @@ TEST(EventEncoder, FramesBatchesWithConsecutiveSequenceNumbers) {
   EXPECT_EQ(messages[1].batch().events(0).timestamp_ns(), 3u);
 }
 
+TEST(EventEncoder, ThreadBufferPositionsGoWithTheNextBatchSentAndOnlyOnce) {
+  EventEncoder encoder;
+  std::string wire;
+  encoder.AddEvent(1)->mutable_process_exit()->set_exit_code(0);
+  encoder.AddThreadBufferPositions({{3, 40, 0, 0, 0}, {5, 7, 0, 0, 0}});
+  encoder.AddThreadBufferPositions({{3, 52, 0, 0, 0}});  // the later position of slot 3
+  // A discarded batch never reached the collector: the positions wait for the next one.
+  EXPECT_EQ(encoder.DiscardBatch(), 1u);
+  encoder.AddEvent(2)->mutable_process_exit()->set_exit_code(0);
+  encoder.FlushBatch(&wire);
+  encoder.AddEvent(3)->mutable_process_exit()->set_exit_code(0);
+  encoder.FlushBatch(&wire);
+  const auto messages = Parse(wire);
+  ASSERT_EQ(messages.size(), 2u);
+  const auto& positions = messages[0].batch().thread_buffer_positions();
+  ASSERT_EQ(positions.size(), 2);
+  EXPECT_EQ(positions[0].slot(), 3u);
+  EXPECT_EQ(positions[0].position(), 52u);
+  EXPECT_EQ(positions[1].slot(), 5u);
+  EXPECT_EQ(positions[1].position(), 7u);
+  EXPECT_EQ(messages[1].batch().thread_buffer_positions_size(), 0);
+}
+
 TEST(EventEncoder, LargeFramesUseMultiByteLengthPrefix) {
   EventEncoder encoder;
   std::string wire;

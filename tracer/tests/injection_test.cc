@@ -134,7 +134,8 @@ class ProbeRun : public ::testing::Test {
   }
 
   // Runs the probe preloaded, with exit code 5, and checks its whole stream.
-  void RunThePreloadedProbe(bool shared_ring);
+  // `thread_buffer_bytes`: what the handshake must announce after the ring.
+  void RunThePreloadedProbe(bool shared_ring, uint64_t thread_buffer_bytes = 0);
 
   std::string dir_;
   std::string socket_path_;
@@ -215,7 +216,7 @@ void ExpectTheProbesStream(const std::vector<v1::StreamMessage>& messages, pid_t
   EXPECT_EQ(nvtx[8].nvtx().color(), 0xff00ff00u);
 }
 
-void ProbeRun::RunThePreloadedProbe(bool shared_ring) {
+void ProbeRun::RunThePreloadedProbe(bool shared_ring, uint64_t thread_buffer_bytes) {
   const int listener = Listen();
   const pid_t pid = Spawn("5");
   const int conn = accept(listener, nullptr, nullptr);
@@ -228,6 +229,8 @@ void ProbeRun::RunThePreloadedProbe(bool shared_ring) {
   EXPECT_EQ(WEXITSTATUS(status), 5);
   EXPECT_EQ(Stderr(), "");  // nothing printed when all is well
   ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD, shared_ring);
+  ASSERT_FALSE(messages.empty());
+  EXPECT_EQ(messages[0].handshake().shared_ring().thread_buffer_bytes(), thread_buffer_bytes);
 }
 
 TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) { RunThePreloadedProbe(true); }
@@ -283,6 +286,14 @@ TEST(NvtxInit, AllocatesNothingWithTheTracerPreloaded) {
 TEST_F(ProbeRun, WithTheSharedRingOffEverythingArrivesThroughTheSocket) {
   extra_env_ = {{"CUMEMTRACE_SHARED_RING", "0"}};
   RunThePreloadedProbe(/*shared_ring=*/false);
+}
+
+// CUMEMTRACE_PER_THREAD=1: the per-thread buffers of tensor events are carved from the ring's
+// memory file and announced with it (64 slots of 16,384 32-byte units after a 16 KiB table);
+// the rest of the stream is as ever.
+TEST_F(ProbeRun, PerThreadBuffersAreAnnouncedAfterTheRing) {
+  extra_env_ = {{"CUMEMTRACE_PER_THREAD", "1"}};
+  RunThePreloadedProbe(/*shared_ring=*/true, 16384 + 64 * 16384 * 32);
 }
 
 // NVTX's init callback runs while the NVTX header's fork race is open (a child forked then

@@ -141,6 +141,13 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording()) return 1;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
+    // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
+    // here. A probe (the sender's), a stack, or a benchmark's windows take the ring's path.
+    if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE &&
+        g_alternate_ns == 0 && CurrentStackMode() == kStacksOff &&
+        recorder.RecordTensor(TensorEventOf(*event, g_event_clock))) {
+      return 1;
+    }
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
     const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
@@ -347,6 +354,8 @@ void TorchBridge::Poll() {
         "`cumemtrace run --no-kernels` leaves them out)");
   }
 }
+
+const TscClock& TorchBridge::EventClock() { return g_event_clock; }
 
 void TorchBridge::StopInForkedChild() {
   const cumemtrace_torch_bridge* bridge = attached_.load(std::memory_order_acquire);

@@ -5,11 +5,18 @@
 // there is no shim for that version, or it refuses, say so once and go on with segments.
 #pragma once
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 #include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "proto/cumemtrace/v1/shared_ring.h"
+#include "tracer/recording/clock.h"
+#include "tracer/recording/thread_buffers.h"
+#include "tracer/recording/tsc_clock.h"
 #include "tracer/sources/torch_bridge/bridge_abi.h"
 
 namespace cumemtrace::tracer {
@@ -33,6 +40,35 @@ inline v1::ring::TorchRecord TorchRecordOf(const cumemtrace_torch_event& event, 
   r.pool_first = event.pool_id_first;
   r.pool_second = event.pool_id_second;
   return r;
+}
+
+// A tensor's event for the per-thread buffers (thread_buffers.h): its time is torch's TSC
+// read where it made one and `clock` maps the TSC, else a TSC read of its own, else (no map)
+// CLOCK_MONOTONIC; the sender converts. A FREE_REQUESTED carries no counters (all zero) and
+// an ALLOC_ROUNDED none either: only the others write them.
+inline TensorEvent TensorEventOf(const cumemtrace_torch_event& event, const TscClock& clock) {
+  TensorEvent e;
+  e.tsc = clock.uses_tsc();
+#if defined(__x86_64__)
+  e.time = !e.tsc ? MonotonicNs() : event.tsc != 0 ? event.tsc : __rdtsc();
+#else
+  e.tsc = false;
+  e.time = MonotonicNs();
+#endif
+  e.counters = event.allocated_bytes_total != 0 || event.allocated_bytes_current != 0 ||
+               event.reserved_bytes_current != 0;
+  e.action = static_cast<uint8_t>(event.action);
+  e.device = event.device;
+  e.sequence = event.sequence;
+  e.address = event.address;
+  e.requested_bytes = event.requested_bytes;
+  e.stream = event.stream;
+  e.pool_first = event.pool_id_first;
+  e.pool_second = event.pool_id_second;
+  e.allocated_total = event.allocated_bytes_total;
+  e.allocated_current = event.allocated_bytes_current;
+  e.reserved_current = event.reserved_bytes_current;
+  return e;
 }
 
 // The torch version installed with a libc10_cuda: `__version__` of <dir>/../version.py (a
@@ -84,6 +120,9 @@ class TorchBridge {
   void Poll();
   // In a forked child: the parent's allocator state is not the child's.
   void StopInForkedChild();
+  // The clock of the hook's events (refitted at each Poll): the sender converts the TSC
+  // reads of the per-thread buffers with it.
+  static const TscClock& EventClock();
 
  private:
   enum : int { kUntried = 0, kAttaching = 1, kDone = 2 };

@@ -1,0 +1,277 @@
+// The per-thread buffers of tensor events (tracer/recording/thread_buffers.h) and the
+// collector's reader of them (collector/cli/thread_buffer_reader.h): what the sender takes,
+// and what the collector reads after the process is gone.
+#include "tracer/recording/thread_buffers.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collector/cli/thread_buffer_reader.h"
+#include "cumemtrace/v1/trace.pb.h"
+
+namespace cumemtrace::tracer {
+namespace {
+
+namespace tb = v1::thread_buffers;
+
+// Shared memory as the ring's memfd gives it, unmapped at the end of the test.
+struct Area {
+  Area(uint32_t slots, uint32_t units) : bytes(ThreadBuffers::BytesFor(slots, units)) {
+    memory = static_cast<unsigned char*>(
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  }
+  ~Area() { munmap(memory, bytes); }
+  uint64_t bytes;
+  unsigned char* memory;
+};
+
+// Event `seq` of `device`: every field a function of the two, so that a record read back
+// can be checked whole (a torn one would mix two events).
+TensorEvent EventOf(uint32_t device, uint64_t seq) {
+  TensorEvent e{};
+  e.time = seq * 1000 + device;
+  e.tsc = false;
+  e.action =
+      seq % 2 == 1 ? v1::TORCH_ALLOCATOR_ACTION_ALLOC : v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED;
+  e.device = device;
+  e.sequence = seq;
+  e.address = 0x7f0000000000 + (uint64_t{device} << 32) + seq * 512;
+  e.requested_bytes = seq * 7 + device;
+  e.stream = seq / 10 + device * 1000;  // a new definition every 10 events
+  e.pool_first = device;
+  e.pool_second = seq / 50;
+  e.counters = seq % 3 == 0;
+  if (e.counters) {
+    e.allocated_total = seq * 3;
+    e.allocated_current = seq * 5;
+    e.reserved_current = seq * 11;
+  }
+  return e;
+}
+
+// Whether a record read back is exactly EventOf(its device, its sequence).
+bool Whole(uint32_t device, uint64_t seq, uint64_t time, uint8_t action, uint64_t address,
+           uint64_t bytes, uint64_t stream, uint64_t pool_first, uint64_t pool_second,
+           uint64_t total, uint64_t current, uint64_t reserved) {
+  const TensorEvent e = EventOf(device, seq);
+  return time == e.time && action == e.action && address == e.address &&
+         bytes == e.requested_bytes && stream == e.stream && pool_first == e.pool_first &&
+         pool_second == e.pool_second && total == e.allocated_total &&
+         current == e.allocated_current && reserved == e.reserved_current;
+}
+bool Whole(const HostRecord& r) {
+  return Whole(r.device, r.torch.sequence, r.timestamp_ns, r.torch.action, r.address, r.bytes,
+               r.torch.stream, r.torch.pool_first, r.torch.pool_second, r.torch.allocated_total,
+               r.torch.allocated_current, r.torch.reserved_current);
+}
+bool Whole(const v1::ring::TorchRecord& r) {
+  return Whole(r.device, r.sequence, r.timestamp_ns, r.action, r.address, r.requested_bytes,
+               r.stream, r.pool_first, r.pool_second, r.allocated_total, r.allocated_current,
+               r.reserved_current);
+}
+
+TEST(ThreadBuffers, SenderTakesEveryEventWholeWithItsDefinitionsAndCounters) {
+  Area area(4, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 4, 64);
+  const TscClock clock;
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  uint64_t next = 1;
+  // Past the slot's size several times: the sender frees as it goes.
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 30; ++i, ++next) ASSERT_TRUE(buffers.Write(EventOf(2, next)));
+    buffers.TakeAll(clock, &taken, &positions);
+    ASSERT_EQ(positions.size(), 1u);
+    buffers.Free(positions[0]);
+  }
+  ASSERT_EQ(taken.size(), 300u);
+  for (size_t i = 0; i < taken.size(); ++i) {
+    EXPECT_EQ(taken[i].type, HostRecord::Type::kTorchAllocator);
+    EXPECT_EQ(taken[i].torch.sequence, i + 1);
+    EXPECT_EQ(taken[i].thread_id, CurrentThreadId());
+    EXPECT_TRUE(Whole(taken[i])) << "event " << i + 1;
+  }
+  EXPECT_EQ(buffers.TakeFallbacks(), 0u);
+}
+
+TEST(ThreadBuffers, AFullSlotRefusesUntilTheSenderFrees) {
+  Area area(1, 16);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 1, 16);
+  uint64_t written = 0;
+  while (buffers.Write(EventOf(0, written + 1))) ++written;
+  // 16 units: each event takes one, plus its definition and counters where they come.
+  EXPECT_GT(written, 8u);
+  EXPECT_LT(written, 16u);
+  EXPECT_EQ(buffers.TakeFallbacks(), 1u);
+  const TscClock clock;
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  buffers.TakeAll(clock, &taken, &positions);
+  EXPECT_EQ(taken.size(), written);
+  // Taken but not yet sent: still no room (the collector may still need them).
+  EXPECT_FALSE(buffers.Write(EventOf(0, written + 1)));
+  buffers.Free(positions[0]);
+  EXPECT_TRUE(buffers.Write(EventOf(0, written + 1)));
+}
+
+TEST(ThreadBuffers, ThreadsBeyondTheSlotsFallBackAndEndedThreadsGiveTheirSlotBack) {
+  Area area(2, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 2, 64);
+  auto write_on_thread = [&](uint32_t device) {
+    bool written = false;
+    std::thread([&] { written = buffers.Write(EventOf(device, 1)); }).join();
+    return written;
+  };
+  // This thread and another take the two slots; the next thread (while they live) cannot.
+  ASSERT_TRUE(buffers.Write(EventOf(0, 1)));
+  std::atomic<bool> release{false};
+  std::atomic<bool> wrote{false};
+  std::thread holder([&] {
+    wrote = buffers.Write(EventOf(1, 1));
+    while (!release.load()) std::this_thread::yield();
+  });
+  while (!wrote.load()) std::this_thread::yield();
+  EXPECT_FALSE(write_on_thread(2));
+  EXPECT_EQ(buffers.TakeFallbacks(), 1u);
+  release = true;
+  holder.join();
+  // The holder ended: once its event is taken and freed, its slot is free again.
+  const TscClock clock;
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  buffers.TakeAll(clock, &taken, &positions);
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_FALSE(write_on_thread(3));  // taken, not yet freed: still the ended thread's
+  for (const auto& p : positions) buffers.Free(p);
+  buffers.TakeAll(clock, &taken, &positions);
+  EXPECT_TRUE(write_on_thread(4));
+}
+
+TEST(ThreadBuffers, TscTimesAreConvertedByTheSenderWithTheClocksMap) {
+  Area area(2, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 2, 64);
+  TscClock clock;
+  clock.Start();
+  clock.Refit();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  clock.Refit();
+  if (!clock.uses_tsc()) GTEST_SKIP() << "the kernel's clock is not the TSC here";
+  TensorEvent e = EventOf(0, 1);
+  bool from_tsc = false;
+  const uint64_t before = clock.TimeOf(0, &from_tsc);
+#if defined(__x86_64__)
+  e.time = __builtin_ia32_rdtsc();
+#endif
+  e.tsc = true;
+  ASSERT_TRUE(buffers.Write(e));
+  const uint64_t after = clock.TimeOf(0, &from_tsc);
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  buffers.TakeAll(clock, &taken, &positions);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_GE(taken[0].timestamp_ns + 1000, before);
+  EXPECT_LE(taken[0].timestamp_ns, after + 1000);
+  // The collector converts with the map the sender wrote into the header: the same time.
+  const ThreadBufferRead read = ReadThreadBuffers(area.memory, area.bytes, {});
+  ASSERT_EQ(read.events.size(), 1u);
+  EXPECT_EQ(read.events[0].timestamp_ns, taken[0].timestamp_ns);
+}
+
+TEST(ThreadBufferReader, ReadsFromTheLaterOfFreedAndReceivedWithTheDefinitionsInEffect) {
+  Area area(2, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 2, 64);
+  const TscClock clock;
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  for (uint64_t seq = 1; seq <= 25; ++seq) ASSERT_TRUE(buffers.Write(EventOf(1, seq)));
+  buffers.TakeAll(clock, &taken, &positions);
+  buffers.Free(positions[0]);  // 1..25 reached the kernel
+  for (uint64_t seq = 26; seq <= 40; ++seq) ASSERT_TRUE(buffers.Write(EventOf(1, seq)));
+  buffers.TakeAll(clock, &taken, &positions);  // 26..40 sent, not yet freed
+  const uint64_t received_to = positions[0].position;
+  for (uint64_t seq = 41; seq <= 47; ++seq) ASSERT_TRUE(buffers.Write(EventOf(1, seq)));
+  // Without the received position: 26..47; with it: 41..47. Every one whole, with the
+  // stream defined before `freed` or the one defined since.
+  for (const bool with_received : {false, true}) {
+    std::unordered_map<uint32_t, uint64_t> received;
+    if (with_received) received[positions[0].slot] = received_to;
+    const ThreadBufferRead read = ReadThreadBuffers(area.memory, area.bytes, received);
+    const uint64_t first = with_received ? 41 : 26;
+    ASSERT_EQ(read.events.size(), 47 - first + 1);
+    for (size_t i = 0; i < read.events.size(); ++i) {
+      EXPECT_EQ(read.events[i].sequence, first + i);
+      EXPECT_TRUE(Whole(read.events[i])) << "event " << first + i;
+    }
+    EXPECT_EQ(read.rejected, 0u);
+  }
+}
+
+TEST(ThreadBufferReader, NeverReadsPastTheCommitNorTrustsALyingHeader) {
+  Area area(2, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 2, 64);
+  for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE(buffers.Write(EventOf(0, seq)));
+  // A unit written after the commit (a thread killed before its release store): not read.
+  auto* slot = reinterpret_cast<tb::Slot*>(area.memory + tb::kSlotTableOffset);
+  const uint64_t committed = slot->committed;
+  uint64_t table_end = tb::kSlotTableOffset + 2 * sizeof(tb::Slot);
+  table_end = (table_end + 4095) / 4096 * 4096;
+  auto* units = reinterpret_cast<tb::Unit*>(area.memory + table_end);
+  units[committed & 63] = units[(committed - 1) & 63];
+  EXPECT_EQ(ReadThreadBuffers(area.memory, area.bytes, {}).events.size(), 5u);
+  // A commit that claims more than a slot holds reads one slot's worth at most.
+  slot->committed = committed + 1000;
+  EXPECT_LE(ReadThreadBuffers(area.memory, area.bytes, {}).events.size(), 64u);
+  slot->committed = committed;
+  // A unit of an unknown kind stops its slot there.
+  units[2].word |= uint64_t{0xf} << tb::kKindShift;
+  const ThreadBufferRead damaged = ReadThreadBuffers(area.memory, area.bytes, {});
+  EXPECT_LT(damaged.events.size(), 5u);
+  EXPECT_GT(damaged.rejected, 0u);
+  // Counts that do not fit the area: nothing is read.
+  auto* header = reinterpret_cast<tb::Header*>(area.memory);
+  header->slot_count = 100;
+  EXPECT_TRUE(ReadThreadBuffers(area.memory, area.bytes, {}).events.empty());
+  header->slot_count = 2;
+  header->slot_units = 48;  // not a power of two
+  EXPECT_TRUE(ReadThreadBuffers(area.memory, area.bytes, {}).events.empty());
+  header->slot_units = 64;
+  header->magic = 0;
+  EXPECT_TRUE(ReadThreadBuffers(area.memory, area.bytes, {}).events.empty());
+}
+
+TEST(ThreadBuffers, AForkedChildNeverWritesIntoTheParentsBuffers) {
+  Area area(2, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 2, 64);
+  ASSERT_TRUE(buffers.Write(EventOf(0, 1)));
+  const std::vector<unsigned char> before(area.memory, area.memory + area.bytes);
+  const pid_t child = fork();
+  if (child == 0) {
+    buffers.ResetInChildAfterFork();
+    const bool wrote = buffers.Write(EventOf(0, 2));
+    _exit(wrote ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(memcmp(before.data(), area.memory, area.bytes), 0);
+}
+
+}  // namespace
+}  // namespace cumemtrace::tracer
