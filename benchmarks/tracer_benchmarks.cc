@@ -12,6 +12,7 @@
 
 #include <cupti_activity.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -29,6 +30,7 @@
 #include "tracer/recording/clock.h"
 #include "tracer/recording/host_record.h"
 #include "tracer/recording/record_queue.h"
+#include "tracer/recording/thread_buffers.h"
 #include "tracer/recording/tsc_clock.h"
 #include "tracer/sending/correlation_table.h"
 #include "tracer/sending/event_encoder.h"
@@ -186,6 +188,30 @@ class TorchEntries {
     return 0;
 #endif
   }
+
+ public:
+  // The TSC where there is one, else the clock (the benchmarks' own timing).
+  static uint64_t Ticks() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return MonotonicNs();
+#endif
+  }
+  // The same, read once every instruction before it is done (and none after it has begun):
+  // around a call, the time of the call, not of the cache misses before it.
+  static uint64_t OrderedTicks() {
+#if defined(__x86_64__)
+    _mm_lfence();
+    const uint64_t ticks = __rdtsc();
+    _mm_lfence();
+    return ticks;
+#else
+    return MonotonicNs();
+#endif
+  }
+
+ private:
   static int EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
     bool from_torch = false;
     const uint64_t now = clock_->TimeOf(event->tsc, &from_torch);
@@ -280,6 +306,155 @@ BENCHMARK(BM_Hook_TorchEntryBesideWork)
     ->Name("Hook/TorchEntryBesideWork")
     ->ArgNames({"program_kib", "entry"})
     ->ArgsProduct({{64, 8192}, {0, 1, 2, 3}})
+    ->UseRealTime();
+
+// One tensor event beside a program that touches range(0) KiB per thread (16 stores per
+// event, a quarter of Hook/TorchEntryBesideWork's, so that the event is a larger part of
+// the row), on 1 and 4 program threads, with a sender thread draining every millisecond as
+// the tracer's does (TakeAll, Free, the clock's refit). range(1): 0 the program alone;
+// 3 the bridge's part alone (bridge_core.h: the sequence, the counters), its emit returning
+// at once; 1 today's hook (the clock's mapping on the program's thread, a TorchRecord into
+// the shared ring under its lock); 2 the per-thread buffers (thread_buffers.h: a TSC read,
+// 32-byte units written with plain stores, one release store to commit). Each entry
+// carries torch's TSC read, as torch's do; each thread allocates on a device of its own, as
+// torch's device lock would serialize one device's entries.
+// An entry's cost is its row minus the range(1) = 0 row of the same threads. "hook_ns" is
+// the mean time inside the entry's call on the program's thread, from the TSC around it,
+// leaving out the calls over 10 us (the thread was descheduled: on a loaded machine those
+// would be most of the mean); range(1) = 0 gives what the two TSC reads cost alone. It is
+// steadier than the difference, and leaves out what the event costs the program's later
+// work (its cache lines). "dropped" must be 0, and "fallbacks" (per-thread events that went
+// into the ring because their slot was full: the sender did not run for a while) small.
+class ThreadedEntries {
+ public:
+  static void Setup(bool per_thread) {
+    per_thread_ = per_thread;
+    static bool made = false;
+    if (made) return;
+    made = true;
+    clock_.Start();
+    queue_.Create(/*shared=*/false);
+    // Slots four times the tracer's: on a loaded machine the sender thread is not run for
+    // tens of milliseconds at times, and the events a full slot sends to the ring would make
+    // the row today's hook's in part.
+    constexpr uint32_t kSlots = 8, kUnits = 4 * ThreadBuffers::kDefaultSlotUnits;
+    const uint64_t bytes = ThreadBuffers::BytesFor(kSlots, kUnits);
+    void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    buffers_.Init(memory, kSlots, kUnits);
+  }
+  // The sender's drain.
+  static void Drain(std::vector<HostRecord>* taken, std::vector<uint64_t>* ends,
+                    std::vector<ThreadBuffers::SlotPosition>* positions, uint64_t* dropped) {
+    queue_.TakeAll(taken, ends, dropped);
+    if (!ends->empty()) queue_.Free(ends->back());
+    buffers_.TakeAll(clock_, taken, positions);
+    for (const ThreadBuffers::SlotPosition& p : *positions) buffers_.Free(p);
+    queue_.PopulateAhead();
+    clock_.Refit();
+  }
+  static uint64_t TakeFallbacks() { return buffers_.TakeFallbacks(); }
+  static int EmitNothing(const cumemtrace_torch_event* /*event*/, void* /*context*/) { return 1; }
+  static int Emit(const cumemtrace_torch_event* event, void* /*context*/) {
+    if (per_thread_) {
+      const TensorEvent e = TensorEventOf(*event, clock_);
+      if (buffers_.Write(e)) return 1;
+    }
+    bool from_torch = false;
+    const uint64_t now = clock_.TimeOf(event->tsc, &from_torch);
+    v1::ring::TorchRecord record = TorchRecordOf(*event, CurrentThreadId(), now);
+    return queue_.PushTorchRecord(record, nullptr, 0);
+  }
+
+ private:
+  static inline bool per_thread_ = false;
+  static inline TscClock clock_;
+  static inline RecordQueue queue_{kQueueCapacity};
+  static inline ThreadBuffers buffers_;
+};
+
+void BM_Hook_TorchEntryThreads(benchmark::State& state) {
+  const int path = static_cast<int>(state.range(1));
+  static std::atomic<bool> stop{false};
+  static std::thread sender;
+  static uint64_t dropped_before = 0, dropped = 0;
+  static std::atomic<uint64_t> fallbacks{0};
+  if (state.thread_index() == 0) {
+    ThreadedEntries::Setup(path == 2);
+    std::vector<HostRecord> taken;
+    std::vector<uint64_t> ends;
+    std::vector<ThreadBuffers::SlotPosition> positions;
+    ThreadedEntries::Drain(&taken, &ends, &positions, &dropped_before);
+    dropped = dropped_before;
+    ThreadedEntries::TakeFallbacks();
+    stop.store(false);
+    sender = std::thread([] {
+      std::vector<HostRecord> sent;
+      std::vector<uint64_t> sent_ends;
+      std::vector<ThreadBuffers::SlotPosition> sent_positions;
+      while (!stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ThreadedEntries::Drain(&sent, &sent_ends, &sent_positions, &dropped);
+      }
+      fallbacks.store(ThreadedEntries::TakeFallbacks());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // two refits: the TSC's line
+  }
+  struct FixedCounters {
+    bool operator()(uint32_t, torch_bridge::DeviceCounters* out) const {
+      *out = torch_bridge::DeviceCounters{4096, 2048, 1 << 21};
+      return true;
+    }
+  };
+  torch_bridge::BridgeCore<FixedCounters, /*kTimeIsTsc=*/true> core{
+      path == 3 ? ThreadedEntries::EmitNothing : ThreadedEntries::Emit, nullptr, FixedCounters{}};
+  const auto device = static_cast<int8_t>(state.thread_index());
+  std::vector<uint64_t> program(static_cast<size_t>(state.range(0)) * 1024 / 8);
+  uint64_t n = 0;
+  size_t at = 0;
+  uint64_t hook_ticks = 0, hook_calls = 0;
+  constexpr uint64_t kDescheduledTicks = 20'000;  // 10 us at 2 GHz, more than any real call
+  const auto started = std::chrono::steady_clock::now();
+  const uint64_t started_ticks = TorchEntries::Ticks();
+  for (auto _ : state) {
+    for (int i = 0; i < 16; ++i) {
+      at = (at + 4099) % program.size();  // a stride across lines and pages
+      program[at] += n;
+    }
+    ++n;
+    const uint64_t tsc = TorchEntries::OrderedTicks();
+    if (path != 0) {
+      using torch_bridge::FabricatedEntry;
+      core.OnEntry(
+          torch_bridge::Entry((n & 1) ? FabricatedEntry::ALLOC : FabricatedEntry::FREE_REQUESTED,
+                              device, 0x7f0000000000 + ((n >> 1 & 1023) << 9), 512, tsc));
+    }
+    const uint64_t call_ticks = TorchEntries::OrderedTicks() - tsc;
+    if (call_ticks < kDescheduledTicks) {
+      hook_ticks += call_ticks;
+      ++hook_calls;
+    }
+  }
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() -
+                                                             started).count();
+  const double ticks = static_cast<double>(TorchEntries::Ticks() - started_ticks);
+  const double calls = static_cast<double>(std::max<uint64_t>(1, hook_calls));
+  state.counters["hook_ns"] = benchmark::Counter(
+      static_cast<double>(hook_ticks) * (ns / ticks) / calls, benchmark::Counter::kAvgThreads);
+  benchmark::DoNotOptimize(program.data());
+  if (state.thread_index() == 0) {
+    stop.store(true);
+    sender.join();
+    state.counters["dropped"] = static_cast<double>(dropped - dropped_before);
+    state.counters["fallbacks"] = static_cast<double>(fallbacks.load());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_Hook_TorchEntryThreads)
+    ->Name("Hook/TorchEntryThreads")
+    ->ArgNames({"program_kib", "path"})
+    ->ArgsProduct({{8192}, {0, 3, 1, 2}})
+    ->Threads(1)
+    ->Threads(4)
     ->UseRealTime();
 
 // The sender's pipeline for one record type. Full batches are framed into an outbox that
