@@ -334,10 +334,11 @@ class ThreadedEntries {
     made = true;
     clock_.Start();
     queue_.Create(/*shared=*/false);
-    // Slots four times the tracer's: on a loaded machine the sender thread is not run for
-    // tens of milliseconds at times, and the events a full slot sends to the ring would make
-    // the row today's hook's in part.
-    constexpr uint32_t kSlots = 8, kUnits = 4 * ThreadBuffers::kDefaultSlotUnits;
+    // Slots 16 times the tracer's (8 MiB, about 170,000 events): a thread here makes up to
+    // 2 million events a second, and on a loaded machine the sender thread is not run for
+    // tens of milliseconds at times; the events a full slot sends to the ring would make the
+    // row today's hook's in part. The ring holds 350,000.
+    constexpr uint32_t kSlots = 8, kUnits = 16 * ThreadBuffers::kDefaultSlotUnits;
     const uint64_t bytes = ThreadBuffers::BytesFor(kSlots, kUnits);
     void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     buffers_.Init(memory, kSlots, kUnits);
