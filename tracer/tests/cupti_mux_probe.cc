@@ -526,6 +526,30 @@ int TorchUnwatched(const char* c10_cuda) {
   return g_failures == 0 ? 0 : 1;
 }
 
+// PyTorch's allocator with a bridge for its version (fake_torch_bridge.cc): its first
+// segment attaches the bridge, whose threads then emit tensor events into the tracer.
+int TorchBridge(const char* c10_cuda, const char* bridge) {
+  void* c10 = dlopen(c10_cuda, RTLD_NOW | RTLD_LOCAL);
+  auto segment = c10 != nullptr ? reinterpret_cast<uint64_t (*)(size_t, uint32_t)>(
+                                      dlsym(c10, "fake_c10_cuda_segment"))
+                                : nullptr;
+  CHECK(segment != nullptr);
+  if (segment == nullptr) return 1;
+  InitDriver();
+  fake_cupti_resource(CUPTI_CBID_RESOURCE_CONTEXT_CREATED, kContext);
+  CHECK(segment(2 << 20, ++g_correlation) != 0);
+  // Loaded by the tracer at that segment: found, not loaded again.
+  void* shim = dlopen(bridge, RTLD_NOW | RTLD_NOLOAD);
+  auto emit = shim != nullptr ? reinterpret_cast<int (*)(int, int)>(
+                                    dlsym(shim, "fake_torch_bridge_emit"))
+                              : nullptr;
+  CHECK(emit != nullptr);
+  if (emit == nullptr) return 1;
+  printf("refused: %d\n", emit(3, 3000));
+  printf("probe: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int OtherTool() {
   InitDriver();  // the other tool's library: no InitializeInjection of the tracer's runs
   CHECK(!fake_cupti_has_subscriber());
@@ -549,5 +573,6 @@ int main(int argc, char** argv) {
   if (mode == "fallback" && argc > 2) return Fallback(argv[2]);
   if (mode == "other-tool") return OtherTool();
   if (mode == "torch-unwatched" && argc > 2) return TorchUnwatched(argv[2]);
+  if (mode == "torch-bridge" && argc > 3) return TorchBridge(argv[2], argv[3]);
   return 2;
 }

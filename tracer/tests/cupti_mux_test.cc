@@ -13,8 +13,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -54,8 +57,10 @@ class CuptiMuxTest : public ::testing::Test {
 
   // Runs the probe with the tracer preloaded; `injection` is CUDA_INJECTION64_PATH.
   ProbeResult Probe(const std::vector<std::string>& args, const std::string& injection,
-                    const char* kernels = "1") {
+                    const char* kernels = "1",
+                    const std::vector<std::pair<std::string, std::string>>& env = {}) {
     const std::string socket_path = dir_ + "/s.sock";
+    unlink(socket_path.c_str());  // a probe's earlier run in the same test
     const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
@@ -74,6 +79,7 @@ class CuptiMuxTest : public ::testing::Test {
       setenv("CUDA_INJECTION64_PATH", injection.c_str(), 1);
       unsetenv("NVTX_INJECTION64_PATH");
       unsetenv("CUMEMTRACE_QUIET");
+      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
       const int out = open((dir_ + "/stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       const int err = open((dir_ + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       dup2(out, 1);
@@ -184,6 +190,62 @@ TEST_F(CuptiMuxTest, ByDefaultLaunchesAreCountedOncePyTorchsTensorsTurnOutUnseen
   // The launch before PyTorch's allocator appeared is not there; every one after it is.
   EXPECT_EQ(kernels, counted);
   EXPECT_NE(std::find(notices.begin(), notices.end(), "kernel_launches_counted"), notices.end());
+}
+
+// The bridge's hook through the real tracer, as in a PyTorch program: three allocator threads
+// (one device each) emit 3,000 events each, and every one reaches the collector whole, each
+// device's in sequence from one thread, through the ring or, with CUMEMTRACE_PER_THREAD=1,
+// through the threads' own buffers (whose batches then say how far they reach).
+TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay) {
+  for (const bool per_thread : {false, true}) {
+    const std::string bridge_dir = FAKE_TORCH_BRIDGE_LIB;
+    const ProbeResult run =
+        Probe({"torch-bridge", FAKE_TORCH_C10_CUDA_LIB, FAKE_TORCH_BRIDGE_LIB},
+              CUMEMTRACE_TRACER_LIB, nullptr,
+              {{"CUMEMTRACE_TORCH_BRIDGE_DIR", bridge_dir.substr(0, bridge_dir.rfind('/'))},
+               {"CUMEMTRACE_PER_THREAD", per_thread ? "1" : "0"}});
+    ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+    EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+    EXPECT_NE(run.out.find("refused: 0"), std::string::npos) << run.out;
+    ASSERT_FALSE(run.messages.empty());
+    std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> by_device;  // seq, time
+    std::map<uint32_t, std::set<uint32_t>> threads;
+    size_t positions = 0;
+    for (size_t i = 1; i < run.messages.size(); ++i) {
+      positions += static_cast<size_t>(run.messages[i].batch().thread_buffer_positions_size());
+      for (const v1::Event& event : run.messages[i].batch().events()) {
+        if (!event.has_torch_allocator()) continue;
+        const v1::TorchAllocatorEvent& e = event.torch_allocator();
+        const uint64_t seq = e.sequence();
+        const uint64_t t = e.device();
+        EXPECT_EQ(e.action(), seq % 2 == 1 ? v1::TORCH_ALLOCATOR_ACTION_ALLOC
+                                           : v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED);
+        EXPECT_EQ(e.address(), 0x7f0000000000ull + (t << 32) + seq * 512);
+        EXPECT_EQ(e.requested_bytes(), seq * 3 + t);
+        EXPECT_EQ(e.stream(), t * 100 + seq / 7);
+        EXPECT_EQ(e.allocated_bytes_total(), seq % 4 == 1 ? seq * 5 : 0);
+        EXPECT_EQ(e.allocated_bytes_current(), seq % 4 == 1 ? seq * 7 : 0);
+        EXPECT_EQ(e.reserved_bytes_current(), seq % 4 == 1 ? seq * 11 : 0);
+        by_device[e.device()].emplace_back(seq, event.timestamp_ns());
+        threads[e.device()].insert(e.thread_id());
+      }
+    }
+    EXPECT_EQ(positions > 0, per_thread);
+    ASSERT_EQ(by_device.size(), 3u) << "per_thread " << per_thread;
+    for (auto& [device, events] : by_device) {
+      EXPECT_EQ(threads[device].size(), 1u);
+      std::sort(events.begin(), events.end());
+      ASSERT_EQ(events.size(), 3000u) << "device " << device << " per_thread " << per_thread;
+      for (size_t n = 0; n < events.size(); ++n) {
+        EXPECT_EQ(events[n].first, n + 1);
+        // One thread's events in its order of time, whichever drain converted them.
+        if (n > 0) {
+          EXPECT_GE(events[n].second, events[n - 1].second)
+              << "device " << device << " event " << n + 1 << " per_thread " << per_thread;
+        }
+      }
+    }
+  }
 }
 
 void CuptiMuxTest::CheckShared(const ProbeResult& run, Kernels mode) {
