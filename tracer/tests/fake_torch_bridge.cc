@@ -3,7 +3,9 @@
 // plays the caching allocator on several threads, each its own device (so each device's
 // events come from one thread, in sequence, as under torch's device lock). Every field is a
 // function of the device and the sequence, so that the test can check each event whole.
+#if defined(__x86_64__)
 #include <x86intrin.h>
+#endif
 
 #include <cstdint>
 #include <cstdio>
@@ -58,7 +60,9 @@ __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, i
           e.allocated_bytes_current = seq * 7;
           e.reserved_bytes_current = seq * 11;
         }
+#if defined(__x86_64__)
         e.tsc = __rdtsc();
+#endif
         if (g_emit == nullptr || g_emit(&e, g_context) == 0) ++refused[static_cast<size_t>(t)];
       }
     });

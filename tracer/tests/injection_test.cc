@@ -41,6 +41,7 @@ class ProbeRun : public ::testing::Test {
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     snprintf(address.sun_path, sizeof(address.sun_path), "%s", socket_path_.c_str());
+    unlink(socket_path_.c_str());  // a probe's earlier run in the same test
     EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
     EXPECT_EQ(listen(fd, 8), 0);
     return fd;
@@ -134,8 +135,9 @@ class ProbeRun : public ::testing::Test {
   }
 
   // Runs the probe preloaded, with exit code 5, and checks its whole stream.
-  // `thread_buffer_bytes`: what the handshake must announce after the ring.
-  void RunThePreloadedProbe(bool shared_ring, uint64_t thread_buffer_bytes = 0);
+  // `thread_buffer_bytes`: what the handshake must announce after the ring, when given (the
+  // other runs inherit the environment's CUMEMTRACE_PER_THREAD).
+  void RunThePreloadedProbe(bool shared_ring, int64_t thread_buffer_bytes = -1);
 
   std::string dir_;
   std::string socket_path_;
@@ -216,7 +218,7 @@ void ExpectTheProbesStream(const std::vector<v1::StreamMessage>& messages, pid_t
   EXPECT_EQ(nvtx[8].nvtx().color(), 0xff00ff00u);
 }
 
-void ProbeRun::RunThePreloadedProbe(bool shared_ring, uint64_t thread_buffer_bytes) {
+void ProbeRun::RunThePreloadedProbe(bool shared_ring, int64_t thread_buffer_bytes) {
   const int listener = Listen();
   const pid_t pid = Spawn("5");
   const int conn = accept(listener, nullptr, nullptr);
@@ -230,7 +232,10 @@ void ProbeRun::RunThePreloadedProbe(bool shared_ring, uint64_t thread_buffer_byt
   EXPECT_EQ(Stderr(), "");  // nothing printed when all is well
   ExpectTheProbesStream(messages, pid, v1::INJECTION_MODE_LD_PRELOAD, shared_ring);
   ASSERT_FALSE(messages.empty());
-  EXPECT_EQ(messages[0].handshake().shared_ring().thread_buffer_bytes(), thread_buffer_bytes);
+  if (thread_buffer_bytes >= 0) {
+    EXPECT_EQ(messages[0].handshake().shared_ring().thread_buffer_bytes(),
+              static_cast<uint64_t>(thread_buffer_bytes));
+  }
 }
 
 TEST_F(ProbeRun, SendsHandshakeNvtxRangesAndExitCode) { RunThePreloadedProbe(true); }
@@ -294,6 +299,8 @@ TEST_F(ProbeRun, WithTheSharedRingOffEverythingArrivesThroughTheSocket) {
 TEST_F(ProbeRun, PerThreadBuffersAreAnnouncedAfterTheRing) {
   extra_env_ = {{"CUMEMTRACE_PER_THREAD", "1"}};
   RunThePreloadedProbe(/*shared_ring=*/true, 16384 + 64 * 16384 * 32);
+  extra_env_ = {{"CUMEMTRACE_PER_THREAD", "0"}};
+  RunThePreloadedProbe(/*shared_ring=*/true, 0);
 }
 
 // NVTX's init callback runs while the NVTX header's fork race is open (a child forked then
