@@ -286,7 +286,6 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
       return;
     }
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
-    case v1::Event::kTensorCategory:  // read by the categories' analysis
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }
