@@ -29,6 +29,16 @@
 //                                            socketpair on each of those numbers, and
 //                                            between the ranges write 20 lines to the file
 //                                            or 20 pings through the socketpair
+//               [--damage-ring=wrap|bridge|drops|magic]  after the work, once the tracer has
+//                                            sent it, damage the tracer's shared ring as a
+//                                            hostile program could, then SIGKILL itself:
+//                                            wrap: a write position of 2^64-8 over padding
+//                                            records that would carry a reader past 2^64;
+//                                            bridge: 1000 copies of a "step" range, a
+//                                            TorchBridgeState record whose torch_version is
+//                                            not UTF-8, 1000 more copies; drops: a dropped
+//                                            count of 2^64-1; magic: a wrong magic with a
+//                                            dropped count of 5
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -50,6 +60,8 @@
 #include <thread>
 #include <vector>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
+
 namespace {
 
 struct Options {
@@ -70,6 +82,7 @@ struct Options {
   int exit_code = 0;
   std::string hijack;
   bool child_quick_exit = false;
+  std::string damage_ring;
 };
 
 uint64_t NowNs() {
@@ -118,6 +131,7 @@ Options Parse(int argc, char** argv) {
     else if (const char* v15 = value("--hijack=")) o.hijack = v15;
     else if (const char* v16 = value("--child-exit="))
       o.child_quick_exit = strcmp(v16, "_exit") == 0;
+    else if (const char* v17 = value("--damage-ring=")) o.damage_ring = v17;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
       exit(2);
@@ -183,6 +197,113 @@ bool UseHijackedFd(const int ends[2], int i) {
     echo.append(buffer, static_cast<size_t>(n));
   }
   return echo == line;
+}
+
+namespace ring = cumemtrace::v1::ring;
+
+// The tracer's shared ring as this process maps it (the tracer maps it writable), or null.
+unsigned char* FindOwnRing() {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return nullptr;
+  char line[512];
+  unsigned char* found = nullptr;
+  while (found == nullptr && fgets(line, sizeof(line), maps) != nullptr) {
+    if (strstr(line, "/memfd:cumemtrace-ring") == nullptr) continue;
+    unsigned long start = 0;
+    unsigned long end = 0;
+    if (sscanf(line, "%lx-%lx", &start, &end) == 2 && end - start > ring::kHeaderBytes) {
+      found = reinterpret_cast<unsigned char*>(start);
+    }
+  }
+  fclose(maps);
+  return found;
+}
+
+uint64_t LoadU64(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void StoreU64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+// Damages the ring as --damage-ring says, then dies by SIGKILL. Returns only on failure
+// (an exit code).
+int DamageRingAndDie(const std::string& how) {
+  unsigned char* base = FindOwnRing();
+  if (base == nullptr) return 89;
+  auto* header = reinterpret_cast<ring::Header*>(base);
+  unsigned char* data = base + ring::kHeaderBytes;
+  const uint64_t capacity = header->capacity;
+  // Everything recorded so far reaches the collector on the socket first: the tracer frees
+  // a record's space only once its frame is in the kernel's hands.
+  for (int i = 0; i < 5000; ++i) {
+    if (LoadU64(&header->freed_position) == LoadU64(&header->write_position)) break;
+    usleep(1000);
+  }
+  const uint64_t write = LoadU64(&header->write_position);
+  if (LoadU64(&header->freed_position) != write) return 88;
+  if (how == "wrap") {
+    // Recovery starts a ring's length before the write position: at an 8-byte padding
+    // record at the data's end, then one as long as the ring at its start.
+    auto* tail = reinterpret_cast<ring::Record*>(data + capacity - 8);
+    tail->size = 8;
+    tail->type = ring::kPadding;
+    auto* head = reinterpret_cast<ring::Record*>(data);
+    head->size = static_cast<uint32_t>(capacity);
+    head->type = ring::kPadding;
+    StoreU64(&header->write_position, ~uint64_t{0} - 7);
+  } else if (how == "bridge") {
+    // Whole "step" ranges as the tracer wrote them: its push and pop records, copied.
+    const unsigned char* push = nullptr;
+    const unsigned char* pop = nullptr;
+    for (uint64_t at = 0; at < write && at < capacity && (push == nullptr || pop == nullptr);) {
+      ring::Record r;
+      memcpy(&r, data + at, sizeof(r));
+      if (r.size < 8) return 87;
+      if (r.type == ring::kNvtx && push != nullptr && r.text_bytes == 0) pop = data + at;
+      if (r.type == ring::kNvtx && r.text_bytes == 4 &&
+          memcmp(data + at + sizeof(r), "step", 4) == 0) {
+        push = data + at;
+      }
+      at += r.size;
+    }
+    if (push == nullptr || pop == nullptr) return 86;
+    uint32_t push_size = 0;
+    uint32_t pop_size = 0;
+    memcpy(&push_size, push, 4);
+    memcpy(&pop_size, pop, 4);
+    // attached = true, torch_version = "\xc3\x28" (not UTF-8).
+    const unsigned char state[] = {0x08, 0x01, 0x12, 0x02, 0xc3, 0x28};
+    ring::Record bridge{};
+    bridge.size = static_cast<uint32_t>((sizeof(bridge) + sizeof(state) + 7) / 8 * 8);
+    bridge.type = ring::kTorchBridgeState;
+    bridge.payload_bytes = sizeof(state);
+    const uint64_t need = 2000 * (uint64_t{push_size} + pop_size) + bridge.size;
+    if (write % capacity + need > capacity) return 85;
+    unsigned char* out = data + write % capacity;
+    auto append = [&](const void* bytes, uint64_t size) {
+      memcpy(out, bytes, size);
+      out += size;
+    };
+    for (int half = 0; half < 2; ++half) {
+      for (int i = 0; i < 1000; ++i) {
+        append(push, push_size);
+        append(pop, pop_size);
+      }
+      if (half == 0) {
+        unsigned char* at = out;
+        append(&bridge, sizeof(bridge));
+        memcpy(at + sizeof(bridge), state, sizeof(state));
+        out = at + bridge.size;
+      }
+    }
+    StoreU64(&header->write_position, write + need);
+  } else if (how == "drops") {
+    StoreU64(&header->dropped_total, ~uint64_t{0});
+  } else if (how == "magic") {
+    header->magic = ring::kMagic ^ 1;
+    StoreU64(&header->dropped_total, 5);
+  } else {
+    return 84;
+  }
+  raise(SIGKILL);
+  return 83;
 }
 
 }  // namespace
@@ -294,6 +415,7 @@ int main(int argc, char** argv) {
     close(o.done_fd);
   }
   if (o.death_fd >= 0) ReadToEof(o.death_fd);
+  if (!o.damage_ring.empty()) return DamageRingAndDie(o.damage_ring);
   if (o.die == "kill") raise(SIGKILL);
   if (o.die == "segv") raise(SIGSEGV);
   if (o.die == "abort") abort();
