@@ -93,6 +93,7 @@ struct CollectorServer::Connection {
   v1::CloseReason close_reason = v1::CLOSE_REASON_UNSPECIFIED;
   std::string close_error;
   bool ring_read = false;
+  int64_t ring_read_from_ns = 0;  // when reading the ring began
 };
 
 namespace {
@@ -424,6 +425,7 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
     // a slice at a time (PollOnce reads on).
     c->ring.StartRecovery(c->ring_position, c->ring_dropped, c->next_sequence);
     c->ring_read = true;
+    c->ring_read_from_ns = MonotonicNs();
     recovering_.push_back(std::move(c));
     return;
   }
@@ -455,13 +457,15 @@ void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
   SharedRingReader::Recovered recovered;
   if (c->ring_read) {
     recovered = c->ring.recovered();
+    const std::string read = std::to_string(recovered.records) +
+                             " records recovered from its shared ring in " +
+                             std::to_string((MonotonicNs() - c->ring_read_from_ns) / 1000000) +
+                             " ms";
     if (!recovered.damage.empty()) {
       // Always said: the process damaged its ring (or something did), and what it cost.
-      LogLine(Describe(*c) + ": its shared ring is damaged: " + recovered.damage + "; " +
-              std::to_string(recovered.records) + " records recovered");
+      LogLine(Describe(*c) + ": its shared ring is damaged: " + recovered.damage + "; " + read);
     } else if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
-      LogLine(Describe(*c) + ": " + std::to_string(recovered.records) +
-              " records recovered from its shared ring");
+      LogLine(Describe(*c) + ": " + read);
     }
   }
   const v1::CloseReason reason = c->close_reason;

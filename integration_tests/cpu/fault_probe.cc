@@ -29,7 +29,7 @@
 //                                            socketpair on each of those numbers, and
 //                                            between the ranges write 20 lines to the file
 //                                            or 20 pings through the socketpair
-//               [--damage-ring=wrap|bridge|drops|magic]  after the work, once the tracer has
+//               [--damage-ring=wrap|bridge|drops|magic|fill]  after the work, once the tracer has
 //                                            sent it, damage the tracer's shared ring as a
 //                                            hostile program could, then SIGKILL itself:
 //                                            wrap: a write position of 2^64-8 over padding
@@ -38,7 +38,8 @@
 //                                            TorchBridgeState record whose torch_version is
 //                                            not UTF-8, 1000 more copies; drops: a dropped
 //                                            count of 2^64-1; magic: a wrong magic with a
-//                                            dropped count of 5
+//                                            dropped count of 5; fill: a whole ring of NVTX
+//                                            pushes, each with a name of its own
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -299,6 +300,33 @@ int DamageRingAndDie(const std::string& how) {
   } else if (how == "magic") {
     header->magic = ring::kMagic ^ 1;
     StoreU64(&header->dropped_total, 5);
+  } else if (how == "fill") {
+    // A whole lap of NVTX pushes, each with a name of its own: the most a ring can make
+    // the collector decode and intern.
+    ring::Record r{};
+    r.size = static_cast<uint32_t>(sizeof(r) + 8);
+    r.type = ring::kNvtx;
+    r.nvtx_operation = 1;
+    r.text_bytes = 8;
+    const uint64_t start = write % capacity;
+    uint64_t made = 0;
+    for (const auto& [from, to] : {std::pair<uint64_t, uint64_t>{start, capacity}, {0, start}}) {
+      uint64_t at = from;
+      for (; at + r.size <= to; at += r.size) {
+        char name[32];
+        snprintf(name, sizeof(name), "r%07llu", static_cast<unsigned long long>(made++ % 10000000));
+        r.timestamp_ns = made;
+        memcpy(data + at, &r, sizeof(r));
+        memcpy(data + at + sizeof(r), name, 8);
+      }
+      if (at < to) {
+        ring::Record pad{};
+        pad.size = static_cast<uint32_t>(to - at);
+        pad.type = ring::kPadding;
+        memcpy(data + at, &pad, std::min<uint64_t>(sizeof(pad), to - at));
+      }
+    }
+    StoreU64(&header->write_position, write + capacity);
   } else {
     return 84;
   }

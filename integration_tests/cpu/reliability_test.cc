@@ -233,6 +233,22 @@ class TracerFaults : public ::testing::Test {
     }
     ADD_FAILURE() << "the daemon never logged '" << needle << "'";
   }
+  // The daemon's log from here up to the first line that contains `needle`, that line
+  // included ("" after 20 s without one).
+  std::string DaemonLogUntil(const std::string& needle) {
+    std::string text;
+    size_t line_start = 0;
+    char c;
+    pollfd p{daemon_.err_fd, POLLIN, 0};
+    while (poll(&p, 1, 20000) == 1 && read(daemon_.err_fd, &c, 1) == 1) {
+      text.push_back(c);
+      if (c != '\n') continue;
+      if (text.find(needle, line_start) != std::string::npos) return text;
+      line_start = text.size();
+    }
+    ADD_FAILURE() << "the daemon never logged '" << needle << "': " << text;
+    return "";
+  }
   // SIGTERM, then the daemon's whole stderr.
   std::string StopDaemon() {
     kill(daemon_.pid, SIGTERM);
@@ -641,6 +657,49 @@ TEST_F(TracerFaults, DaemonKeepsRecordingOthersWhileAHostileRingIsRecovered) {
     EXPECT_EQ(s.pushes.count("step") ? s.pushes.at("step") : 0, ranges);
     EXPECT_TRUE(s.closed.has_value()) << ranges;
   }
+}
+
+// The most a ring can make the collector read (a whole 32 MiB ring of NVTX pushes, each with
+// a name of its own) takes about a second: read in slices, it holds up no other stream. A
+// process connected before the ring's owner dies is recorded, start to end, meanwhile.
+TEST_F(TracerFaults, DaemonServesOthersWhileItReadsAFullRing) {
+  StartDaemon();
+  Pipe ready;
+  Pipe go;
+  const Child other = Spawn({kProbe, "--ranges=1000", "--ready-fd=3", "--go-fd=4"}, TracedEnv(),
+                            {{ready.fds[1], 3}, {go.fds[0], 4}});
+  ready.CloseWrite();
+  go.CloseRead();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");
+  const Child full = Spawn({kProbe, "--ranges=100", "--damage-ring=fill"}, TracedEnv());
+  AwaitDaemonLog(" opened -> ");
+  const Exit full_exit = Finish(full, 30);  // its socket is closed before it can be reaped
+  EXPECT_EQ(full_exit.code(), 128 + SIGKILL) << full_exit.err;
+  go.CloseWrite();
+  const Exit other_exit = Finish(other, 30);
+  EXPECT_EQ(other_exit.code(), 0) << other_exit.err;
+  const std::string other_pid = "(pid " + std::to_string(other.pid) + " ";
+  const std::string full_pid = "(pid " + std::to_string(full.pid) + " ";
+  const std::string until_other_closed = DaemonLogUntil(other_pid);
+  EXPECT_NE(until_other_closed.find(" closed: end of stream"), std::string::npos)
+      << until_other_closed;
+  EXPECT_EQ(until_other_closed.find(full_pid), std::string::npos)
+      << "the full ring was read before the other stream was served: " << until_other_closed;
+  const std::string until_full_read = DaemonLogUntil(full_pid);
+  const size_t in = until_full_read.find(" records recovered from its shared ring in ");
+  ASSERT_NE(in, std::string::npos) << until_full_read;
+  const std::string log = StopDaemon();
+
+  std::map<uint32_t, StreamFacts> streams = DaemonStreams();
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(other.pid)), 1u) << log;
+  EXPECT_EQ(streams.at(static_cast<uint32_t>(other.pid)).pushes.at("step"), 1000);
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(full.pid)), 1u) << log;
+  const StreamFacts& s = streams.at(static_cast<uint32_t>(full.pid));
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_GT(s.closed->ring_records_recovered(), 250000u);  // 32 MiB / 120 bytes
+  const size_t count_at = until_full_read.rfind(": ", in) + 2;
+  printf("[ figure ] a full ring read: %s", until_full_read.substr(count_at).c_str());
 }
 
 // Python multiprocessing workers: forked, do their work, leave with os._exit().
