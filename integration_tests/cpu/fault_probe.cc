@@ -29,9 +29,10 @@
 //                                            socketpair on each of those numbers, and
 //                                            between the ranges write 20 lines to the file
 //                                            or 20 pings through the socketpair
-//               [--damage-ring=wrap|bridge|drops|magic|fill]  after the work, once the tracer has
-//                                            sent it, damage the tracer's shared ring as a
-//                                            hostile program could, then SIGKILL itself:
+//               [--damage-ring=wrap|bridge|drops|magic|fill|size]  after the work, once
+//                                            the tracer has sent it, damage the tracer's
+//                                            shared ring as a hostile program could, then
+//                                            SIGKILL itself:
 //                                            wrap: a write position of 2^64-8 over padding
 //                                            records that would carry a reader past 2^64;
 //                                            bridge: 1000 copies of a "step" range, a
@@ -39,7 +40,9 @@
 //                                            not UTF-8, 1000 more copies; drops: a dropped
 //                                            count of 2^64-1; magic: a wrong magic with a
 //                                            dropped count of 5; fill: a whole ring of NVTX
-//                                            pushes, each with a name of its own
+//                                            pushes, each with a name of its own; size: 100
+//                                            ranges to the ring's end, 50 from its start, the
+//                                            26th's push with a size no record can have
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -239,6 +242,35 @@ int DamageRingAndDie(const std::string& how) {
   }
   const uint64_t write = LoadU64(&header->write_position);
   if (LoadU64(&header->freed_position) != write) return 88;
+  // Whole "step" ranges as the tracer wrote them: its push and pop records, to copy.
+  const unsigned char* push = nullptr;
+  const unsigned char* pop = nullptr;
+  for (uint64_t at = 0; at < write && at < capacity && (push == nullptr || pop == nullptr);) {
+    ring::Record r;
+    memcpy(&r, data + at, sizeof(r));
+    if (r.size < 8) return 87;
+    if (r.type == ring::kNvtx && push != nullptr && r.text_bytes == 0) pop = data + at;
+    if (r.type == ring::kNvtx && r.text_bytes == 4 &&
+        memcmp(data + at + sizeof(r), "step", 4) == 0) {
+      push = data + at;
+    }
+    at += r.size;
+  }
+  if (push == nullptr || pop == nullptr) return 86;
+  uint32_t push_size = 0;
+  uint32_t pop_size = 0;
+  memcpy(&push_size, push, 4);
+  memcpy(&pop_size, pop, 4);
+  // Copied out first: the copies may be written where these are.
+  const std::string range_bytes = std::string(reinterpret_cast<const char*>(push), push_size) +
+                                  std::string(reinterpret_cast<const char*>(pop), pop_size);
+  const uint64_t range = range_bytes.size();
+  unsigned char* out = data + write % capacity;
+  auto append = [&](const void* bytes, uint64_t size) {
+    memcpy(out, bytes, size);
+    out += size;
+  };
+  auto append_range = [&] { append(range_bytes.data(), range); };
   if (how == "wrap") {
     // Recovery starts a ring's length before the write position: at an 8-byte padding
     // record at the data's end, then one as long as the ring at its start.
@@ -250,43 +282,16 @@ int DamageRingAndDie(const std::string& how) {
     head->type = ring::kPadding;
     StoreU64(&header->write_position, ~uint64_t{0} - 7);
   } else if (how == "bridge") {
-    // Whole "step" ranges as the tracer wrote them: its push and pop records, copied.
-    const unsigned char* push = nullptr;
-    const unsigned char* pop = nullptr;
-    for (uint64_t at = 0; at < write && at < capacity && (push == nullptr || pop == nullptr);) {
-      ring::Record r;
-      memcpy(&r, data + at, sizeof(r));
-      if (r.size < 8) return 87;
-      if (r.type == ring::kNvtx && push != nullptr && r.text_bytes == 0) pop = data + at;
-      if (r.type == ring::kNvtx && r.text_bytes == 4 &&
-          memcmp(data + at + sizeof(r), "step", 4) == 0) {
-        push = data + at;
-      }
-      at += r.size;
-    }
-    if (push == nullptr || pop == nullptr) return 86;
-    uint32_t push_size = 0;
-    uint32_t pop_size = 0;
-    memcpy(&push_size, push, 4);
-    memcpy(&pop_size, pop, 4);
     // attached = true, torch_version = "\xc3\x28" (not UTF-8).
     const unsigned char state[] = {0x08, 0x01, 0x12, 0x02, 0xc3, 0x28};
     ring::Record bridge{};
     bridge.size = static_cast<uint32_t>((sizeof(bridge) + sizeof(state) + 7) / 8 * 8);
     bridge.type = ring::kTorchBridgeState;
     bridge.payload_bytes = sizeof(state);
-    const uint64_t need = 2000 * (uint64_t{push_size} + pop_size) + bridge.size;
+    const uint64_t need = 2000 * range + bridge.size;
     if (write % capacity + need > capacity) return 85;
-    unsigned char* out = data + write % capacity;
-    auto append = [&](const void* bytes, uint64_t size) {
-      memcpy(out, bytes, size);
-      out += size;
-    };
     for (int half = 0; half < 2; ++half) {
-      for (int i = 0; i < 1000; ++i) {
-        append(push, push_size);
-        append(pop, pop_size);
-      }
+      for (int i = 0; i < 1000; ++i) append_range();
       if (half == 0) {
         unsigned char* at = out;
         append(&bridge, sizeof(bridge));
@@ -295,6 +300,21 @@ int DamageRingAndDie(const std::string& how) {
       }
     }
     StoreU64(&header->write_position, write + need);
+  } else if (how == "size") {
+    // 100 ranges up to the data's end (padding after them), then 50 from its start, the
+    // next lap; the push of the 26th has a size no record can have.
+    const uint64_t start = write % capacity;
+    if (capacity - start < 100 * range + 8 || start < 50 * range) return 85;
+    for (int i = 0; i < 100; ++i) append_range();
+    ring::Record pad{};
+    pad.size = static_cast<uint32_t>(capacity - (start + 100 * range));
+    pad.type = ring::kPadding;
+    memcpy(out, &pad, std::min<uint64_t>(sizeof(pad), pad.size));
+    out = data;
+    for (int i = 0; i < 50; ++i) append_range();
+    const uint32_t bad = 13;
+    memcpy(data + start + 25 * range, &bad, sizeof(bad));
+    StoreU64(&header->write_position, write + (capacity - start) + 50 * range);
   } else if (how == "drops") {
     StoreU64(&header->dropped_total, ~uint64_t{0});
   } else if (how == "magic") {

@@ -562,11 +562,14 @@ struct RingRun {
   bool summary_written = false;
 };
 
-RingRun RunWithDamagedRing(const std::string& out, const std::string& damage) {
+RingRun RunWithDamagedRing(const std::string& out, const std::string& damage,
+                           const std::string& queue_events = "") {
   RingRun r;
+  std::vector<std::pair<std::string, std::string>> env = {{"CUMEMTRACE_TRACER_LIB", kTracer}};
+  if (!queue_events.empty()) env.emplace_back("CUMEMTRACE_QUEUE_EVENTS", queue_events);
   r.exit = Finish(Spawn({kCli, "run", "--quiet", "-o", out, "--", kProbe, "--ranges=100",
                          "--damage-ring=" + damage},
-                        {{"CUMEMTRACE_TRACER_LIB", kTracer}}),
+                        env),
                   30);
   r.trace = ReadTrace(out + "/trace.cmtrace");
   r.summary_written = fs::exists(out + "/summary.json");
@@ -604,6 +607,23 @@ TEST_F(TracerFaults, ADamagedRecordInTheRingCostsOnlyItself) {
   ASSERT_TRUE(s.closed.has_value());
   EXPECT_EQ(s.closed->ring_records_recovered(), 4000u);
   printf("[ figure ] one undecodable record in the ring: %d of 2100 ranges kept\n", kept);
+}
+
+// A record size no record can have: the ranges before it are kept, and reading resumes at
+// the next lap (a record never wraps, so every lap begins with one). In a 64 KiB ring: 100
+// ranges to its end, the 26th's push damaged, 50 from its start.
+TEST_F(TracerFaults, ReadingResumesAtTheNextLapAfterADamagedSize) {
+  const RingRun r = RunWithDamagedRing(tmp_ + "/run", "size", "512");
+  EXPECT_EQ(r.exit.code(), 128 + SIGKILL) << r.exit.err;
+  ASSERT_EQ(r.trace.streams.count(1), 1u) << r.exit.err;
+  const StreamFacts& s = r.trace.streams.at(1);
+  const int kept = s.pushes.count("step") ? s.pushes.at("step") : 0;
+  EXPECT_EQ(kept, 100 + 25 + 50);  // sent, before the damage, the next lap
+  EXPECT_EQ(s.pops, 1 + 100 + 25 + 50);
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_EQ(s.closed->ring_records_recovered(), 2u * (25 + 50));
+  EXPECT_NE(r.exit.err.find("bytes skipped"), std::string::npos) << r.exit.err;
+  printf("[ figure ] a damaged size mid-ring: %d of 250 ranges kept (75 lost in the lap)\n", kept);
 }
 
 // Counters in a damaged ring are not believed: a dropped count of 2^64-1, and any count
