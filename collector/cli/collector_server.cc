@@ -457,10 +457,9 @@ void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
   SharedRingReader::Recovered recovered;
   if (c->ring_read) {
     recovered = c->ring.recovered();
-    const std::string read = std::to_string(recovered.records) +
-                             " records recovered from its shared ring in " +
-                             std::to_string((MonotonicNs() - c->ring_read_from_ns) / 1000000) +
-                             " ms";
+    const std::string read =
+        std::to_string(recovered.records) + " records recovered from its shared ring in " +
+        std::to_string((MonotonicNs() - c->ring_read_from_ns) / 1000000) + " ms";
     if (!recovered.damage.empty()) {
       // Always said: the process damaged its ring (or something did), and what it cost.
       LogLine(Describe(*c) + ": its shared ring is damaged: " + recovered.damage + "; " + read);
