@@ -83,13 +83,20 @@ bool TraceFileWriter::AppendChunk(const v1::TraceChunk& chunk, std::string* erro
 
 bool TraceFileWriter::Close(std::string* error) {
   if (fd_ < 0) return true;
+  bool ok = true;
+  if (failure_.empty()) {
+    // Without it a reader takes the file for one cut short.
+    std::string end;
+    AppendFileEnd(bytes_written_, &end);
+    ok = Append(end, error);
+  }
   const int rc = close(fd_);
   fd_ = -1;
-  if (rc != 0 && errno != EINTR) {
+  if (rc != 0 && errno != EINTR && ok) {
     *error = "cannot write " + path_ + ": " + strerror(errno);
     return false;
   }
-  return true;
+  return ok;
 }
 
 }  // namespace cumemtrace

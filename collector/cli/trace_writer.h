@@ -24,7 +24,8 @@ class TraceFileWriter {
   // the writer refuses every later append (a reader then sees a cleanly truncated file).
   bool Append(std::string_view bytes, std::string* error);
   bool AppendChunk(const v1::TraceChunk& chunk, std::string* error);
-  // Closes the file; false when close(2) reports a deferred write error.
+  // Writes the FileEnd chunk (unless a write failed before) and closes the file; false when
+  // either fails, close(2) reporting a deferred write error included.
   bool Close(std::string* error);
 
   const std::string& path() const { return path_; }
