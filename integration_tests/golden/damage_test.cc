@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "collector/engine/engine.h"
+#include "collector/format/framing.h"
 #include "collector/format/trace_file.h"
 #include "collector/output/summary.h"
 
@@ -40,6 +42,30 @@ std::string ReadFile(const std::string& path) {
 uint64_t EnvOr(const char* name, uint64_t fallback) {
   const char* value = getenv(name);
   return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
+}
+
+// The golden trace `name` as recorded (version 1), or for "A+B" both traces in one version 1
+// file, B's streams renumbered after A's: a job of several processes, as `merge` makes.
+std::string Golden(const std::string& name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string::npos) return ReadFile(kGolden + "/" + name + ".cmtrace");
+  std::string out("CMTRACE\x01", 8);
+  uint32_t offset = 0;
+  for (const std::string& part : {name.substr(0, plus), name.substr(plus + 1)}) {
+    TraceFileReader reader;
+    const std::string bytes = Golden(part);
+    EXPECT_TRUE(reader.OpenBytes(bytes, part)) << reader.error();
+    uint32_t last = 0;
+    v1::TraceChunk chunk;
+    while (reader.Next(&chunk) == TraceFileReader::Result::kChunk) {
+      if (chunk.has_file_header() && offset > 0) continue;
+      if (chunk.stream_id() != 0) chunk.set_stream_id(chunk.stream_id() + offset);
+      last = std::max(last, chunk.stream_id());
+      AppendFrame(chunk.SerializeAsString(), &out);
+    }
+    offset = last;
+  }
+  return out;
 }
 
 // The trace's chunks written again in the current format; *ends gets each chunk's end.
@@ -120,7 +146,7 @@ class GoldenDamage : public ::testing::TestWithParam<const char*> {};
 // The figures of docs/reliability.md ("Damaged trace files").
 TEST_P(GoldenDamage, RandomBitFlipsAreDetectedOrHarmlessNeverSilentlyDifferent) {
   const std::string name = GetParam();
-  const std::string old_bytes = ReadFile(kGolden + "/" + name);
+  const std::string old_bytes = Golden(name);
   ASSERT_FALSE(old_bytes.empty());
   ASSERT_EQ(static_cast<unsigned char>(old_bytes[7]), 1u) << "the golden traces are version 1";
   const std::string current = Rewrite(old_bytes);
@@ -147,7 +173,7 @@ TEST_P(GoldenDamage, RandomBitFlipsAreDetectedOrHarmlessNeverSilentlyDifferent) 
 // clean, in 25 s. Both versions now stop at the first zero and say where.
 TEST_P(GoldenDamage, ATailOfZerosIsDamageFoundAtItsFirstByte) {
   const std::string name = GetParam();
-  const std::string old_bytes = ReadFile(kGolden + "/" + name);
+  const std::string old_bytes = Golden(name);
   for (const std::string& bytes : {old_bytes, Rewrite(old_bytes)}) {
     const std::string path =
         ::testing::TempDir() + "/" + std::to_string(getpid()) + ".zeros." + name;
@@ -177,7 +203,7 @@ TEST_P(GoldenDamage, ATailOfZerosIsDamageFoundAtItsFirstByte) {
 TEST_P(GoldenDamage, ACutAtEveryChunkBoundaryIsReportedAsCut) {
   const std::string name = GetParam();
   std::vector<size_t> ends;
-  const std::string current = Rewrite(ReadFile(kGolden + "/" + name), &ends);
+  const std::string current = Rewrite(Golden(name), &ends);
   for (size_t end : ends) {
     const Outcome o = Summarize({"", std::string_view(current).substr(0, end)});
     ASSERT_FALSE(o.refused) << o.reason;
@@ -190,14 +216,16 @@ TEST_P(GoldenDamage, ACutAtEveryChunkBoundaryIsReportedAsCut) {
   }
 }
 
-// The name of the test: the trace's, without ".cmtrace".
+// The name of the test: the trace's, "and" for "+".
 std::string TraceName(const ::testing::TestParamInfo<const char*>& param) {
-  const std::string name = param.param;
-  return name.substr(0, name.find('.'));
+  std::string name = param.param;
+  for (size_t plus; (plus = name.find('+')) != std::string::npos;) name.replace(plus, 1, "_and_");
+  return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, GoldenDamage,
-                         ::testing::Values("cuda_phases.cmtrace", "torch_async.cmtrace"),
+                         ::testing::Values("cuda_phases", "torch_async",
+                                           "cuda_phases+torch_reset_accumulated+torch_sigterm"),
                          TraceName);
 
 }  // namespace
