@@ -243,8 +243,8 @@ TraceFileReader::Result TraceFileReader::NextView(v1::TraceChunk* chunk, bool* i
       if (version_ >= 2 && !ended_) {
         return Fail(Result::kTruncated,
                     "the file ends after " + std::to_string(consumed_bytes()) +
-                        " bytes without its end record: cut short at a chunk boundary (its "
-                        "writer stopped before closing it, or the copy is incomplete)");
+                        " bytes, at a chunk boundary, without its end record (its writer "
+                        "stopped before closing it, or the copy is incomplete)");
       }
       finished_ = true;
       result_ = Result::kEnd;

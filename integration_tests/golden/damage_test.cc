@@ -208,10 +208,10 @@ TEST_P(GoldenDamage, ACutAtEveryChunkBoundaryIsReportedAsCut) {
     const Outcome o = Summarize({"", std::string_view(current).substr(0, end)});
     ASSERT_FALSE(o.refused) << o.reason;
     EXPECT_TRUE(o.truncated) << "cut at " << end;
-    EXPECT_EQ(
-        o.reason.rfind(
-            "the file ends after " + std::to_string(end) + " bytes without its end record", 0),
-        0u)
+    EXPECT_EQ(o.reason.rfind("the file ends after " + std::to_string(end) +
+                                 " bytes, at a chunk boundary, without its end record",
+                             0),
+              0u)
         << o.reason;
   }
 }

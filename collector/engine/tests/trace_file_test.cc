@@ -82,7 +82,7 @@ TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
     if (last_whole == cut) {
       EXPECT_EQ(report->truncation_reason,
                 "the file ends after " + std::to_string(cut) +
-                    " bytes without its end record: cut short at a chunk boundary (its writer "
+                    " bytes, at a chunk boundary, without its end record (its writer "
                     "stopped before closing it, or the copy is incomplete)");
     } else {
       EXPECT_EQ(report->truncation_reason, "the file ends inside a chunk after " +

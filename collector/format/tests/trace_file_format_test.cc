@@ -142,7 +142,7 @@ TEST(TraceFileFormat, CutAtAChunkBoundaryIsCutShortNotClean) {
     EXPECT_EQ(r.chunks.size(), n + 1);
     EXPECT_EQ(r.end, Result::kTruncated) << "cut after chunk " << n + 1;
     EXPECT_EQ(r.error, "the file ends after " + std::to_string(ends[n]) +
-                           " bytes without its end record: cut short at a chunk boundary (its "
+                           " bytes, at a chunk boundary, without its end record (its "
                            "writer stopped before closing it, or the copy is incomplete)");
   }
 }
