@@ -156,27 +156,26 @@ TraceFileReader::Result TraceFileReader::Fail(Result result, std::string error) 
 }
 
 bool TraceFileReader::VerifyChunk(std::string_view frame, std::string_view* payload) {
-  const uint64_t at = consumed_bytes() - decoder_.last_prefix_bytes() - frame.size();
-  const std::string where = "at byte " + std::to_string(at) + " of " + std::to_string(file_bytes_) +
-                            " (chunk " + std::to_string(chunks_ + 1) + ", " +
-                            std::to_string(decoder_.last_prefix_bytes() + frame.size()) + " bytes)";
+  const size_t prefix = decoder_.last_prefix_bytes();
+  const auto damaged = [&](const char* what) {
+    const uint64_t at = consumed_bytes() - prefix - frame.size();
+    Fail(Result::kError,
+         "damaged chunk at byte " + std::to_string(at) + " of " + std::to_string(file_bytes_) +
+             " (chunk " + std::to_string(chunks_ + 1) + ", " +
+             std::to_string(prefix + frame.size()) + " bytes): " + what + "; read up to there");
+    return false;
+  };
   const size_t size = frame.size();
   if (size < kChecksumField || frame[size - kChecksumField] != kChecksumTag) {
-    Fail(Result::kError, "damaged chunk " + where + ": it has no checksum; read up to there");
-    return false;
+    return damaged("it has no checksum");
   }
   uint32_t stored = 0;
   for (int i = 0; i < 4; ++i) {
     stored |= uint32_t{static_cast<unsigned char>(frame[size - 4 + i])} << (8 * i);
   }
   // The prefix's bytes lie just before the frame in the decoder's buffer.
-  const std::string_view covered(frame.data() - decoder_.last_prefix_bytes(),
-                                 decoder_.last_prefix_bytes() + size - kChecksumField);
-  if (Crc32(covered) != stored) {
-    Fail(Result::kError,
-         "damaged chunk " + where + ": its checksum does not match its bytes; read up to there");
-    return false;
-  }
+  const std::string_view covered(frame.data() - prefix, prefix + size - kChecksumField);
+  if (Crc32(covered) != stored) return damaged("its checksum does not match its bytes");
   *payload = frame.substr(0, size - kChecksumField);
   return true;
 }
