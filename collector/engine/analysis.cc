@@ -281,11 +281,8 @@ void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis, const Analysis
       next_progress = reader.consumed_bytes() + kProgressStep;
     }
   }
-  if (result == Result::kTruncated) {
-    analysis.MarkTruncated("the file ends inside a chunk after " +
-                           std::to_string(reader.consumed_bytes()) + " of " +
-                           std::to_string(reader.file_bytes()) + " bytes");
-  } else if (result == Result::kError) {
+  // Cut short or damaged: the reader says how and where.
+  if (result == Result::kTruncated || result == Result::kError) {
     analysis.MarkTruncated(reader.error());
   }
   if (options.progress) options.progress(pass, reader.file_bytes(), reader.file_bytes());
