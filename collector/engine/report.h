@@ -142,8 +142,8 @@ struct CategoryBytes {
 struct CategoryFigures {
   CategoryBytes at_tensor_peak;
   CategoryBytes at_device_peak;
-  CategoryBytes at_end;    // live when the trace ended
-  CategoryBytes own_peak;  // this category alone, at its highest (objects: at that instant)
+  CategoryBytes at_end;           // live when the trace ended
+  CategoryBytes own_peak;         // this category alone, at its highest (objects: at that instant)
   uint64_t own_peak_time_ns = 0;  // the first instant it was reached
   uint64_t allocations = 0;
   uint64_t objects_allocations = 0;  // of them, named by the program's objects
