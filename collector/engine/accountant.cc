@@ -251,6 +251,15 @@ void Accountant::SetCategoryPass(CategoryPass pass, const Accountant* previous,
   previous_ = previous;
   categories_ = categories;
   if (pass == CategoryPass::kClassify) categories_->clear();
+  scan_inference_ = false;  // the phases are known by now
+}
+
+void Accountant::KeepOnlyClassifier() {
+  live_ = AddressMap();
+  std::vector<Allocation>().swap(pool_);
+  std::vector<uint32_t>().swap(free_);
+  std::vector<Event>().swap(swept_);
+  for (std::vector<Allocation>& list : freed_at_peak_) std::vector<Allocation>().swap(list);
 }
 
 TensorLayer Accountant::LayerOf(uint32_t slot) const {
