@@ -394,8 +394,9 @@ void Accountant::FillCategories(const DecodedStream& s, ProcessReport* p) const 
     const CategorySlot& c = category_slots_[slot];
     DeviceCategories& out = device->categories;
     out.given = true;
-    out.tensor_layer =
-        slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated" : "device";
+    out.tensor_layer = slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated"
+                       : slot_layer_[slot] == TensorLayer::kAsync        ? "async"
+                                                                         : "device";
     out.tensor_peak_bytes = c.tensor_peak;
     out.tensor_peak_time_ns = c.tensor_peak_seen ? Since(first, c.tensor_peak_ns) : 0;
     out.cache_at_tensor_peak_bytes = c.cache_at_tensor_peak;

@@ -153,8 +153,9 @@ struct CategoryFigures {
 // "Categories"). Given for a process with training phases or with at least one tag.
 struct DeviceCategories {
   bool given = false;
-  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), or
-  // "device" (device allocations: async mode, or no PyTorch caching allocator).
+  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), "async" (the
+  // stream-ordered device allocations: PyTorch's async mode), or "device" (every device
+  // allocation: no bridge and no stream-ordered allocator, e.g. native mode's segments).
   std::string tensor_layer;
   // The tensors' own peak (torch.cuda.max_memory_allocated with the bridge), and when.
   uint64_t tensor_peak_bytes = 0;

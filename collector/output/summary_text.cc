@@ -184,6 +184,10 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
     out << "      (objects: named by the program's parameters, buffers, .grad and optimizer"
            " state)\n";
   }
+  if (c.tensor_layer == "device" && p.allocator_mode == "native") {
+    out << "      (of the segments PyTorch's caching allocator keeps, not of tensors: the"
+           " allocator bridge sees tensors)\n";
+  }
   if (p.category_tags_unmatched > 0) {
     out << "      (" << Plural(p.category_tags_unmatched, "tag")
         << " named no live allocation: ignored)\n";

@@ -298,6 +298,8 @@ TEST(Categories, SweepGivesEachPartItsSlopePerLayer) {
   const RunFigures& deepest = points.back().figures;
   ASSERT_TRUE(deepest.categories);
   // Async mode: the tensors are the cudaMallocAsync allocations; cuBLAS's is a workspace.
+  auto deep = Analyze(Layers(8).Chunks());
+  EXPECT_EQ(FindDevice(deep->processes.at(0), 0)->categories.tensor_layer, "async");
   EXPECT_EQ(deepest.library_workspace_bytes, 16 * MiB);
   // The peak is in the optimizer, after the activations were freed: their own peak counts.
   EXPECT_EQ(deepest.category_at_peak.at("activation"), 0u);
