@@ -251,6 +251,15 @@ void Accountant::SetCategoryPass(CategoryPass pass, const Accountant* previous,
   previous_ = previous;
   categories_ = categories;
   if (pass == CategoryPass::kClassify) categories_->clear();
+  scan_inference_ = false;  // the phases are known by now
+}
+
+void Accountant::KeepOnlyClassifier() {
+  live_ = AddressMap();
+  std::vector<Allocation>().swap(pool_);
+  std::vector<uint32_t>().swap(free_);
+  std::vector<Event>().swap(swept_);
+  for (std::vector<Allocation>& list : freed_at_peak_) std::vector<Allocation>().swap(list);
 }
 
 TensorLayer Accountant::LayerOf(uint32_t slot) const {
@@ -385,8 +394,9 @@ void Accountant::FillCategories(const DecodedStream& s, ProcessReport* p) const 
     const CategorySlot& c = category_slots_[slot];
     DeviceCategories& out = device->categories;
     out.given = true;
-    out.tensor_layer =
-        slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated" : "device";
+    out.tensor_layer = slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated"
+                       : slot_layer_[slot] == TensorLayer::kAsync        ? "async"
+                                                                         : "device";
     out.tensor_peak_bytes = c.tensor_peak;
     out.tensor_peak_time_ns = c.tensor_peak_seen ? Since(first, c.tensor_peak_ns) : 0;
     out.cache_at_tensor_peak_bytes = c.cache_at_tensor_peak;

@@ -19,7 +19,7 @@
 namespace cumemtrace::internal {
 
 enum class EventType : uint8_t {
-  kRangeOpen,   // NVTX push or start
+  kRangeOpen,  // NVTX push or start
   kAllocate,
   kRelease,
   kFailedAllocation,

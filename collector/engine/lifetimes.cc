@@ -140,7 +140,8 @@ uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, u
   }
   if (c == LifetimeClass::kGradient) return v1::CATEGORY_GRADIENT;
   // Born outside every phase (an iteration's range is no phase of its own here) and freed
-  // by the end of the iteration it was born in or before: a batch.
+  // by the end of the first iteration that ends after its birth (the one it was born in, or
+  // the next): a batch.
   if (freed && (born == nullptr || born->iteration)) {
     auto next = std::upper_bound(iterations_.begin(), iterations_.end(), birth_ns,
                                  [](uint64_t t, const IterationWindow& w) { return t < w.end_ns; });

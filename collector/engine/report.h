@@ -142,8 +142,8 @@ struct CategoryBytes {
 struct CategoryFigures {
   CategoryBytes at_tensor_peak;
   CategoryBytes at_device_peak;
-  CategoryBytes at_end;    // live when the trace ended
-  CategoryBytes own_peak;  // this category alone, at its highest (objects: at that instant)
+  CategoryBytes at_end;           // live when the trace ended
+  CategoryBytes own_peak;         // this category alone, at its highest (objects: at that instant)
   uint64_t own_peak_time_ns = 0;  // the first instant it was reached
   uint64_t allocations = 0;
   uint64_t objects_allocations = 0;  // of them, named by the program's objects
@@ -153,8 +153,9 @@ struct CategoryFigures {
 // "Categories"). Given for a process with training phases or with at least one tag.
 struct DeviceCategories {
   bool given = false;
-  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), or
-  // "device" (device allocations: async mode, or no PyTorch caching allocator).
+  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), "async" (the
+  // stream-ordered device allocations: PyTorch's async mode), or "device" (every device
+  // allocation: no bridge and no stream-ordered allocator, e.g. native mode's segments).
   std::string tensor_layer;
   // The tensors' own peak (torch.cuda.max_memory_allocated with the bridge), and when.
   uint64_t tensor_peak_bytes = 0;

@@ -18,9 +18,9 @@
 // "temporary", "activation", "gradient", "autograd_detail"; "unknown" for memory that is no
 // tensor allocation; a buffer is a "parameter" there); otherwise the phase of origin of its
 // allocation, "unknown" without one. When no entry is "unknown", one `snapshot` entry (the
-// end of the trace) carries "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
-// field (`snapshot.categores.push`), and stops with a TypeError before drawing anything.
-// With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
+// end of the trace) carries "unknown": MemoryViz.js adds "unknown" itself when it is missing,
+// through a misspelled field (`snapshot.categores.push`), and stops with a TypeError before drawing
+// anything. With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
 // allocating stack as PyTorch's `frames` ({"filename", "line", "name"}, innermost first);
 // frees carry none (the tracer records the stacks of allocations only).
 // `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
@@ -298,9 +298,8 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
       const bool block = bridged ? !IsTorchSegment(a) : blocks_known;
       // With categories, PyTorch's own names (memory that is no tensor allocation is
       // "unknown"); else the phase of origin.
-      const std::string category =
-          p.categories_given ? internal::MemoryVizCategoryName(a.category)
-                             : internal::PhaseLabel(t, a.phase, "unknown");
+      const std::string category = p.categories_given ? internal::MemoryVizCategoryName(a.category)
+                                                      : internal::PhaseLabel(t, a.phase, "unknown");
       if (steps[i].birth) {
         if (segment) entry("segment_alloc", a.address, a.bytes, now, category, a.stack);
         if (block) entry("alloc", a.address, a.bytes, now, category, a.stack);

@@ -134,8 +134,8 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
   const bool torch = c.tensor_layer == "torch_allocated";
   std::vector<Row> rows;
   if (torch) {
-    rows.push_back({"", "at tensor peak", "at device peak", "own peak", "at", "objects",
-                    "inferred"});
+    rows.push_back(
+        {"", "at tensor peak", "at device peak", "own peak", "at", "objects", "inferred"});
   } else {
     rows.push_back({"", "at peak", "own peak", "at", "objects", "inferred"});
   }
@@ -177,11 +177,16 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
   out << "    by category:\n";
   PrintTable(out, "      ", rows, "l");
   if (torch) {
-    out << "      (tensor peak " << Bytes(c.tensor_peak_bytes) << " at " << At(c.tensor_peak_time_ns)
+    out << "      (tensor peak " << Bytes(c.tensor_peak_bytes) << " at "
+        << At(c.tensor_peak_time_ns)
         << "; objects: named by the program's parameters, buffers, .grad and optimizer state)\n";
   } else {
     out << "      (objects: named by the program's parameters, buffers, .grad and optimizer"
            " state)\n";
+  }
+  if (c.tensor_layer == "device" && p.allocator_mode == "native") {
+    out << "      (of the segments PyTorch's caching allocator keeps, not of tensors: the"
+           " allocator bridge sees tensors)\n";
   }
   if (p.category_tags_unmatched > 0) {
     out << "      (" << Plural(p.category_tags_unmatched, "tag")

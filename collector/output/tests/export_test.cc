@@ -564,8 +564,8 @@ TEST(MemoryVizExport, CategoriesUsePyTorchsNames) {
   s.Free(22, 0, 0x2000, 500, kDevice, 10).Pop(23, 10);
   s.Push(30, 10, 3).Alloc(31, 0, 0x4000, 2000, kDevice, 10).Pop(32, 10);
   s.Exit(40, 0).LauncherExit(0, 0);
-  const std::string path = WriteTempFile(
-      "categories." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
+  const std::string path =
+      WriteTempFile("categories." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
   auto trace = Load(path);
   ASSERT_NE(trace, nullptr);
   std::ostringstream out;
