@@ -295,8 +295,11 @@ uint8_t Accountant::FinalCategory(const Allocation& a, const LifetimeClassifier&
                                   uint64_t end_ns) const {
   if (a.tag != 0) return static_cast<uint8_t>(a.tag | kFromObjects);
   const bool freed = a.death_pos != kNever;
+  // The tags of the whole process (the previous pass's, in a category pass): where the
+  // program's objects named anything, what they did not name is none of theirs.
+  const bool objects = (previous_ != nullptr ? previous_->tags_ : tags_) > 0;
   return classifier.Categorize(a.birth_ns, a.phase, freed ? a.death_ns : end_ns,
-                               freed ? a.death_phase : -1, freed);
+                               freed ? a.death_phase : -1, freed, objects);
 }
 
 // kApply: a device allocation is born; its category, from the bytes kClassify wrote.

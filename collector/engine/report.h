@@ -172,9 +172,9 @@ struct DeviceCategories {
   std::map<std::string, CategoryFigures> by_category;
 };
 // The categories in the order every output lists them.
-inline constexpr const char* kCategoryOrder[] = {"parameter", "buffer",        "optimizer_state",
-                                                 "gradient",  "input",         "activation",
-                                                 "temporary", "autograd_other"};
+inline constexpr const char* kCategoryOrder[] = {
+    "parameter", "buffer",    "optimizer_state", "gradient",      "input",
+    "activation", "temporary", "workspace",      "autograd_other"};
 
 // PyTorch's two layers on one device, when the bridge to its caching allocator is attached
 // (design.md "Tensors"): tensors (the allocator's blocks, TORCH_ALLOCATED) and the segments
