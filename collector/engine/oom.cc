@@ -122,7 +122,12 @@ WouldFit Verdict(uint64_t available, uint64_t needed) {
   return w;
 }
 
-std::string Bytes(uint64_t b) { return std::to_string(b) + " B"; }
+// 1234567 -> "1,234,567 B": exact, as the figures it explains.
+std::string Bytes(uint64_t b) {
+  std::string out = std::to_string(b);
+  for (int i = static_cast<int>(out.size()) - 3; i > 0; i -= 3) out.insert(i, ",");
+  return out + " B";
+}
 
 }  // namespace
 

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
+#include "collector/output/summary.h"
 
 namespace cumemtrace {
 namespace {
@@ -308,6 +311,30 @@ TEST(OomPostMortem, WithoutTheBridgeOnlyTheDeviceIsKnown) {
   EXPECT_FALSE(pm.cache_known);
   EXPECT_EQ(pm.reason, "device_full");
   EXPECT_EQ(pm.smaller_request.short_by_bytes, 14 * kMiB);
+}
+
+TEST(OomPostMortem, SummaryTextAndJsonSayIt) {
+  FakeAllocator a = Fragmented();
+  a.Oom(128 * kMiB, 40 * kMiB);
+  auto report = Analyze(a.Chunks());
+  std::ostringstream text;
+  PrintSummaryText(*report, text);
+  EXPECT_NE(text.str().find("why: fragmentation: PyTorch's cache held 268,435,456 B free in the "
+                            "large pool of stream 0"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("expandable_segments:True  yes"), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(*report));
+  const nlohmann::json& failures = j["processes"][0]["failed_allocations"];
+  ASSERT_EQ(failures.size(), 1u);
+  const nlohmann::json& pm = failures[0]["post_mortem"];
+  EXPECT_EQ(pm["reason"], "fragmentation");
+  EXPECT_EQ(pm["largest_free_block_bytes"], 64 * kMiB);
+  EXPECT_EQ(pm["pool_free_bytes"], 256 * kMiB);
+  EXPECT_EQ(pm["would_fit"]["expandable_segments"]["fits"], true);
+  EXPECT_EQ(pm["would_fit"]["empty_cache"]["short_by_bytes"], 88 * kMiB);
+  EXPECT_EQ(pm["pools"][0]["largest_free_block_bytes"], 64 * kMiB);
+  EXPECT_EQ(pm["held_by_phase"][0]["name"], "forward");
 }
 
 }  // namespace
