@@ -148,8 +148,10 @@ void FillCachePostMortem(const DecodedStream& s, const Event& failed,
     pm.reason = "device_full";
     pm.smaller_request = Verdict(pm.device_free_bytes, pm.request_bytes);
     pm.largest_request_that_fits_bytes = pm.device_free_bytes;
-    pm.explanation = "the device had " + Bytes(pm.device_free_bytes) + " free for a request of " +
-                     Bytes(pm.request_bytes) + " (PyTorch's cache is not known without the bridge)";
+    pm.explanation =
+        "the device had " + Bytes(pm.device_free_bytes) + " free for a request of " +
+        Bytes(pm.request_bytes) +
+        (s.torch.report.seen ? " (PyTorch's cache is not known without the bridge)" : "");
     return;
   }
 
