@@ -293,15 +293,18 @@ std::string Held(const std::vector<HeldGroup>& groups, const char* unnamed) {
   return Join(parts, ", ");
 }
 
-// Why a failed allocation did not fit and what would have let it (docs/oom.md). PyTorch's own
-// requests for a segment (its driver calls) are followed by its OOM, which says it all.
-void PrintPostMortem(std::ostream& out, const ProcessReport& p, const FailedAllocationReport& f) {
+// Whether the text shows a failure's post-mortem: PyTorch's own requests for a segment (its
+// driver calls) are followed by its OOM, which says it all.
+bool HasPostMortemText(const ProcessReport& p, const FailedAllocationReport& f) {
   const OomPostMortem& pm = f.post_mortem;
-  if (pm.reason.empty()) return;
-  if (p.torch.attached && pm.pool.empty() && p.torch.out_of_memory > 0 &&
-      BaseName(f.caller).rfind("libc10_cuda", 0) == 0) {
-    return;
-  }
+  if (pm.reason.empty()) return false;
+  return !(p.torch.attached && pm.pool.empty() && p.torch.out_of_memory > 0 &&
+           BaseName(f.caller).rfind("libc10_cuda", 0) == 0);
+}
+
+// Why a failed allocation did not fit and what would have let it (docs/oom.md).
+void PrintPostMortem(std::ostream& out, const FailedAllocationReport& f) {
+  const OomPostMortem& pm = f.post_mortem;
   out << "  out of memory at " << At(f.time_ns) << " on GPU " << f.device << " (" << f.api
       << (f.phase.empty() ? std::string() : ", in " + f.phase) << "): "
       << ExactBytes(pm.request_bytes) << " requested"
@@ -484,7 +487,21 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
                     Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
                     PhaseName(f.phase)};
           });
-  for (const FailedAllocationReport& f : p.failed_allocations) PrintPostMortem(out, p, f);
+  // A program that retries (a batch-size search) fails many times: the first three say it.
+  constexpr size_t kPostMortems = 3;
+  size_t shown = 0, more = 0;
+  for (const FailedAllocationReport& f : p.failed_allocations) {
+    if (!HasPostMortemText(p, f)) continue;
+    if (shown < kPostMortems) {
+      PrintPostMortem(out, f);
+      ++shown;
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) {
+    out << "  (" << Plural(more, "more out-of-memory post-mortem") << " in summary.json)\n";
+  }
   if (!p.driver_retries.empty()) {
     // One line per API and error: a PyTorch run has one per autograd thread.
     std::map<std::string, std::pair<uint64_t, const FailedAllocationReport*>> by_error;

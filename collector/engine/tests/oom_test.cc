@@ -242,5 +242,23 @@ TEST(OomPostMortem, SummaryTextAndJsonSayIt) {
   EXPECT_EQ(pm["held_by_phase"][0]["name"], "forward");
 }
 
+// A program that retries (a batch-size search) fails many times: the text shows three.
+TEST(OomPostMortem, TheTextShowsTheFirstThreeAndCountsTheOthers) {
+  FakeAllocator a = Fragmented();
+  for (int i = 0; i < 5; ++i) a.Oom(128 * kMiB, 40 * kMiB);
+  auto report = Analyze(a.Chunks());
+  EXPECT_EQ(report->processes.at(0).failed_allocations.size(), 5u);
+  std::ostringstream text;
+  PrintSummaryText(*report, text);
+  size_t shown = 0;
+  for (size_t at = 0; (at = text.str().find("  out of memory at ", at)) != std::string::npos;
+       ++at) {
+    ++shown;
+  }
+  EXPECT_EQ(shown, 3u);
+  EXPECT_NE(text.str().find("(2 more out-of-memory post-mortems in summary.json)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace cumemtrace
