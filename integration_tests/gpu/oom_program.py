@@ -53,8 +53,16 @@ def main():
     # unmap the holes' pages before the fill takes the device's memory.
 
     free, total = torch.cuda.mem_get_info(device)
-    fill = (free - 64 * MiB) // (2 * MiB) * (2 * MiB)
-    filler = torch.empty(fill, dtype=torch.uint8, device=device)
+    # The fill leaves about 64 MiB free. Should the driver refuse that much at once, a smaller
+    # fill is tried; gpu_oom.py then says so (the trace has that OOM first).
+    filler, attempts = None, 0
+    while filler is None and attempts < 8:
+        attempts += 1
+        fill = (free - (64 + 256 * (attempts - 1)) * MiB) // (2 * MiB) * (2 * MiB)
+        try:
+            filler = torch.empty(fill, dtype=torch.uint8, device=device)
+        except torch.OutOfMemoryError:
+            pass
 
     request = 160 * MiB if args.mode == "fragment" else 2 * total
     request = (request + 511) // 512 * 512  # as the allocator rounds it (512-byte blocks)
@@ -69,7 +77,8 @@ def main():
     stats = {"mode": args.mode, "request_bytes": request, "raised": raised,
              "largest_free_block": largest, "free_bytes": inactive,
              "free_total_bytes": sum(inactive.values()), "device_free_bytes": device_free,
-             "device_total_bytes": total, "filler_bytes": fill, "kept": len(kept),
+             "device_total_bytes": total, "filler_bytes": fill, "filler_attempts": attempts,
+             "kept": len(kept),
              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
     del filler, kept
     with open(args.stats, "w") as f:
