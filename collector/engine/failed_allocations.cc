@@ -80,7 +80,9 @@ void FailedAllocationLog::OnFailed(const DecodedStream& s, const Event& e, uint3
   f.slot = slot;
   f.in_use = in_use;
   f.at = at;
-  FillCachePostMortem(s, e, live, &f.post_mortem);
+  // Host memory (pinned, managed, pageable) fails for reasons the device's state does not say.
+  const bool host = e.kind == 1 || e.kind == 2 || e.kind == 5;
+  if (!host) FillCachePostMortem(s, e, live, &f.post_mortem);
   for (const HeldAllocation& a : live) {
     f.post_mortem.held_bytes += a.bytes;
     for (HeldGroup* g : {&f.by_phase[a.phase], &f.by_kind[a.kind], &f.by_library[a.caller_id],

@@ -227,7 +227,9 @@ Json FailuresJson(const std::vector<FailedAllocationReport>& list, bool post_mor
             {"thread_id", f.thread_id},
             {"phase", OrNull(f.phase)},
             {"device_in_use_bytes", f.device_in_use_bytes},
-            {"post_mortem", post_mortems ? PostMortemJson(f.post_mortem) : Json()}};
+            {"post_mortem", post_mortems && !f.post_mortem.reason.empty()
+                                ? PostMortemJson(f.post_mortem)
+                                : Json()}};
   });
 }
 

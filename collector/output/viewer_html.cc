@@ -194,7 +194,9 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
                       {"phase", OrNull(!f.phase.empty(), f.phase)},
                       {"caller", f.caller}, {"device_in_use_bytes", f.device_in_use_bytes},
                       {"device_free_bytes", f.device_free_bytes},
-                      {"post_mortem", PostMortemData(f.post_mortem)}});
+                      {"post_mortem", f.post_mortem.reason.empty()
+                                          ? json()
+                                          : PostMortemData(f.post_mortem)}});
   }
   // NVTX ranges with their nesting depth on their thread (0: outermost), for phase bands.
   std::vector<double> start, end;

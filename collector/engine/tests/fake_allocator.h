@@ -82,6 +82,10 @@ class FakeAllocator {
     s_.Failed(++ts_, 0, 900, request, 2, kCudaMalloc, kOomError, device_free, kTotal);
     return *this;
   }
+  FakeAllocator& Raw(const v1::Event& event) {
+    s_.Raw(event);
+    return *this;
+  }
   std::vector<v1::TraceChunk> Chunks() {
     s_.Pop(++ts_, kThread);
     s_.Exit(++ts_, 1).Flush();

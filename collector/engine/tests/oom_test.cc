@@ -242,6 +242,23 @@ TEST(OomPostMortem, SummaryTextAndJsonSayIt) {
   EXPECT_EQ(pm["held_by_phase"][0]["name"], "forward");
 }
 
+// A failed cudaMallocHost says nothing about the device: no post-mortem.
+TEST(OomPostMortem, HostMemoryHasNone) {
+  FakeAllocator a = Fragmented();
+  v1::Event e;
+  e.set_timestamp_ns(1000);
+  v1::FailedAllocation* f = e.mutable_failed_allocation();
+  f->set_requested_bytes(64 * kMiB);
+  f->set_error_code(2);
+  f->set_kind(v1::MEMORY_KIND_PINNED);
+  a.Raw(e);
+  auto report = Analyze(a.Chunks());
+  const auto& failures = report->processes.at(0).failed_allocations;
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].kind, "PINNED");
+  EXPECT_EQ(failures[0].post_mortem.reason, "");
+}
+
 // A program that retries (a batch-size search) fails many times: the text shows three.
 TEST(OomPostMortem, TheTextShowsTheFirstThreeAndCountsTheOthers) {
   FakeAllocator a = Fragmented();
