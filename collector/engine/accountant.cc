@@ -241,6 +241,7 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention, cons
     : options_(options),
       retention_(retention),
       stats_(*stats),
+      stream_(stream),
       scan_inference_(options.infer_phases),
       phases_(0, stream, rules),
       stream_(stream) {}
@@ -684,7 +685,15 @@ void Accountant::SweepOne(const Event& e) {
       if (e.type == EventType::kAllocate) {
         Allocate(e, slot);
       } else {
-        failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
+        // What held the device's memory then, for the post-mortem (oom.h).
+        std::vector<HeldAllocation> live;
+        live_.ForEachValue([&](uint32_t index) {
+          const Allocation& a = pool_[index];
+          if (a.slot != slot || !IsDeviceMemory(a.kind)) return;
+          live.push_back(HeldAllocation{a.address, a.bytes, a.phase, a.caller_id, a.stack_id,
+                                        a.kind});
+        });
+        failed_.OnFailed(*stream_, e, slot, attribution_, in_use_[slot], live);
       }
       break;
     }

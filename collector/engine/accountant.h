@@ -204,6 +204,7 @@ class Accountant {
   const AnalysisOptions& options_;
   const Retention retention_;
   StreamingStats& stats_;
+  const DecodedStream* stream_;  // the post-mortem of a failure reads its allocator events
   bool needs_inference_ = false;
   bool scan_inference_;
 
