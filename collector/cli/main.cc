@@ -27,6 +27,8 @@ Commands:
   compare RUN RUN...                     runs side by side: peaks, lifetime classes,
                                          activation memory, per-phase figures
   sweep --param NAME=V1,V2 -- CMD        run once per value and tabulate memory vs NAME
+  check --budget KEY=SIZE TRACE          memory budgets over a recorded trace: exit
+                                         status 86 when one is exceeded
   merge -o OUT TRACE TRACE...            one job from several hosts' traces (torchrun,
                                          SLURM): per-rank peaks on one time base
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   if (command == "export") return cumemtrace::ExportCommand(argc - 1, argv + 1);
   if (command == "compare") return cumemtrace::CompareCommand(argc - 1, argv + 1);
   if (command == "sweep") return cumemtrace::SweepCommand(argc - 1, argv + 1);
+  if (command == "check") return cumemtrace::CheckCommand(argc - 1, argv + 1);
   if (command == "merge") return cumemtrace::MergeCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");
 }

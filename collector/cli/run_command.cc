@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collector/cli/analysis_flags.h"
+#include "collector/cli/budget_check.h"
 #include "collector/cli/cli_support.h"
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
@@ -65,7 +66,14 @@ Options:
                           it has a Python stack. The summary lists the stacks that held the
                           most memory at the peak; report.html and the memory_viz export
                           show each allocation's stack
-      --quiet             silence the tracer's notices and do not print the summary
+      --budget=KEY[@SCOPE]=SIZE
+                          an upper limit on a figure of the summary (repeatable), e.g.
+                          peak=20GiB, forward=8GiB, activation=6GiB, peak@gpu1=20GiB,
+                          peak@rank3=20GiB; the keys are those of `cumemtrace check
+                          --help`. After the summary, a table of the budgets and a last
+                          line naming each one exceeded, by how much and where
+      --quiet             silence the tracer's notices and do not print the summary (nor
+                          the budgets, unless one is exceeded)
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
                           named PHASE, without editing the program (repeatable), e.g.
@@ -77,7 +85,9 @@ Options:
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
 summary.json, and report.html, the viewer (one file; open it in a browser). Exit status:
 the program's own, 128+N when it was killed by signal N,
-127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage.
+127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage. When the
+program exits with 0: 86 when a budget is exceeded, 2 when a budget names a figure the run
+does not have (the message lists the valid keys).
 )";
 
 // How the traced program ended.
@@ -200,7 +210,8 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
                                           const std::string& allocator,
                                           const std::string& kernels,
                                           const std::string& stacks, bool quiet,
-                                          const std::vector<std::string>& python_phases) {
+                                          const std::vector<std::string>& python_phases,
+                                          const std::string& pytest_budget_file) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -241,15 +252,26 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   } else {
     set("CUMEMTRACE_ALLOCATOR_MODE", "native");
   }
+  auto prepend_python_path = [&](const std::string& dir) {
+    const char* path = value_of("PYTHONPATH");
+    set("PYTHONPATH", path != nullptr && *path != '\0' ? dir + ":" + path : dir);
+  };
+  if (!pytest_budget_file.empty()) {
+    // pytest: the plugin that puts each test in its own range and reads its memory limits.
+    prepend_python_path(PytestPluginDir());
+    const char* plugins = value_of("PYTEST_PLUGINS");
+    set("PYTEST_PLUGINS", plugins != nullptr && *plugins != '\0'
+                              ? std::string(plugins) + ",cumemtrace_pytest"
+                              : std::string("cumemtrace_pytest"));
+    set("CUMEMTRACE_BUDGET_FILE", pytest_budget_file);
+  }
   if (!python_phases.empty()) {
     // A sitecustomize on PYTHONPATH installs the wrappers at interpreter start (and then
     // runs any sitecustomize it shadows); the program's files are not touched.
     std::string spec;
     for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
     set("CUMEMTRACE_PYTHON_PHASES", spec);
-    const char* path = value_of("PYTHONPATH");
-    const std::string hooks = PythonHookDir();
-    set("PYTHONPATH", path != nullptr && *path != '\0' ? hooks + ":" + path : hooks);
+    prepend_python_path(PythonHookDir());
   }
   return env;
 }
@@ -313,6 +335,17 @@ std::string RunName(char** argv) {
   return program;
 }
 
+// A pytest session: pytest or py.test, or a Python interpreter running `-m pytest`.
+bool IsPytest(char** argv) {
+  const std::string program = BaseName(argv[0]);
+  if (program.rfind("pytest", 0) == 0 || program.rfind("py.test", 0) == 0) return true;
+  if (program.rfind("python", 0) != 0) return false;
+  for (char** a = argv + 1; *a != nullptr && a[1] != nullptr; ++a) {
+    if (std::string(*a) == "-m") return std::string(a[1]) == "pytest";
+  }
+  return false;
+}
+
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
@@ -324,10 +357,12 @@ int RunCommand(int argc, char** argv) {
       {"stacks", optional_argument, nullptr, 'S'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
+      {"budget", required_argument, nullptr, 'b'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::vector<std::string> python_phases;
+  std::vector<Budget> budgets;
   std::string output_dir;
   // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
   std::string allocator = "native";
@@ -367,6 +402,13 @@ int RunCommand(int argc, char** argv) {
         break;
       case 'q': quiet = true; break;
       case 'p': python_phases.push_back(optarg); break;
+      case 'b': {
+        Budget budget;
+        std::string budget_error;
+        if (!ParseBudget(optarg, &budget, &budget_error)) return UsageError("run", budget_error);
+        budgets.push_back(std::move(budget));
+        break;
+      }
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
@@ -483,8 +525,18 @@ int RunCommand(int argc, char** argv) {
     return 1;
   }
 
+  // The pytest plugin's budget file, by an absolute path: tests may change directory.
+  std::string pytest_budget_file;
+  if (IsPytest(program_argv)) {
+    char* absolute = realpath(output_dir.c_str(), nullptr);
+    if (absolute != nullptr) {
+      pytest_budget_file = std::string(absolute) + "/" + kPytestBudgetFile;
+      free(absolute);
+    }
+  }
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
+                       pytest_budget_file);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);
@@ -619,6 +671,7 @@ int RunCommand(int argc, char** argv) {
     }
     if (!quiet) fputs(summary.text.c_str(), stderr);
   }
+
   if (trace_problem.empty() && not_written.empty()) {
     LogLine("trace written to " + output_dir +
             "/ \xe2\x80\x94 look again with: cumemtrace report " + trace_path);
@@ -635,6 +688,20 @@ int RunCommand(int argc, char** argv) {
     }
     LogLine(line);
     if (PathExists(output_dir + "/report.html")) LogLine("open " + output_dir + "/report.html");
+  }
+  // Budgets last, so that the verdict is the last line. The program's own failure comes first:
+  // a budget's status replaces only a 0.
+  if (!budgets.empty() || PathExists(output_dir + "/" + kPytestBudgetFile)) {
+    if (!ReadBudgetFile(output_dir + "/" + kPytestBudgetFile, &budgets, &error)) {
+      LogLine(error);
+    }
+    int budget_status = 1;
+    if (detailed == nullptr) {
+      LogLine("budgets not checked: the trace could not be analyzed");
+    } else {
+      budget_status = CheckBudgets("run", *detailed->report, budgets, stderr, quiet);
+    }
+    if (status.ShellStatus() == 0) return budget_status;
   }
   return status.ShellStatus();
 }
