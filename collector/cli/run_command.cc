@@ -24,6 +24,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
+#include "collector/cli/live_view.h"
 #include "collector/cli/log.h"
 #include "collector/cli/report_html.h"
 #include "collector/cli/trace_summary.h"
@@ -72,6 +73,11 @@ Options:
                           peak@rank3=20GiB; the keys are those of `cumemtrace check
                           --help`. After the summary, a table of the budgets and a last
                           line naming each one exceeded, by how much and where
+      --live              while the program runs, show each process's device memory now
+                          and its peak so far, per GPU, by the phase that allocated it,
+                          with the iteration count and the last iteration's rise, in the
+                          bottom lines of the terminal, redrawn every second (the program's
+                          output scrolls above it). Only when stderr is a terminal
       --quiet             silence the tracer's notices and do not print the summary (nor
                           the budgets, unless one is exceeded)
       --phase=PHASE=MODULE:QUALNAME
@@ -279,17 +285,24 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
 // The run's one trace file receives every stream.
 class SharedFilePolicy : public StreamPolicy {
  public:
-  explicit SharedFilePolicy(TraceFileWriter* file) : file_(file) {}
+  // With `live`, every message also goes to the live view's tally.
+  SharedFilePolicy(TraceFileWriter* file, LiveTally* live) : file_(file), live_(live) {}
   TraceFileWriter* FileAtAccept(uint32_t, const PeerInfo&) override { return file_; }
   TraceFileWriter* FileAtHandshake(uint32_t, const PeerInfo&, const v1::Handshake&,
                                    std::string* error) override {
     *error = "no trace file";  // unreachable: FileAtAccept always answers
     return nullptr;
   }
-  void StreamFinished(uint32_t, TraceFileWriter*) override {}
+  void StreamFinished(uint32_t stream_id, TraceFileWriter*) override {
+    if (live_ != nullptr) live_->StreamEnded(stream_id);
+  }
+  void MessageRecorded(uint32_t stream_id, const v1::StreamMessage& message) override {
+    if (live_ != nullptr) live_->Add(stream_id, message);
+  }
 
  private:
   TraceFileWriter* file_;
+  LiveTally* live_;
 };
 
 int64_t MonotonicMs() {
@@ -358,6 +371,7 @@ int RunCommand(int argc, char** argv) {
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"budget", required_argument, nullptr, 'b'},
+      {"live", no_argument, nullptr, 'L'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
@@ -369,6 +383,7 @@ int RunCommand(int argc, char** argv) {
   std::string kernels;  // CUMEMTRACE_KERNELS: "" (auto), "0", "launches" or "1" (records)
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
+  bool live = false;
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
@@ -401,6 +416,7 @@ int RunCommand(int argc, char** argv) {
         }
         break;
       case 'q': quiet = true; break;
+      case 'L': live = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'b': {
         Budget budget;
@@ -509,7 +525,22 @@ int RunCommand(int argc, char** argv) {
     RemoveCreated(trace_path, created_dirs);
     return 1;
   }
-  SharedFilePolicy policy(trace.get());
+  // The live view: off, with one line saying so, when stderr is not a terminal.
+  std::unique_ptr<LiveTally> live_tally;
+  std::unique_ptr<LiveTerminal> live_terminal;
+  if (live) {
+    live_terminal = std::make_unique<LiveTerminal>(STDERR_FILENO);
+    if (live_terminal->Active()) {
+      live_tally = std::make_unique<LiveTally>(
+          analysis_options.phase_rules != nullptr
+              ? analysis_options.phase_rules
+              : std::make_shared<const PhaseRules>(PhaseRules::Defaults()));
+    } else {
+      live_terminal.reset();
+      if (!quiet) LogLine("--live: stderr is not a terminal; no live view");
+    }
+  }
+  SharedFilePolicy policy(trace.get(), live_tally.get());
   CollectorServer server(listen_fd, &policy, CollectorServerOptions());
 
   // Signals arrive through a signalfd. SIGINT/SIGQUIT are read and dropped while the
@@ -590,11 +621,22 @@ int RunCommand(int argc, char** argv) {
     return exec_errno == ENOENT ? 127 : 126;
   }
 
-  // Serve until the program ends.
+  // Serve until the program ends; with the live view, redraw it every second.
   ChildStatus status;
   bool child_done = false;
+  const int64_t started_ms = MonotonicMs();
+  int64_t next_draw_ms = started_ms + 1000;
   while (!child_done) {
-    if (!server.PollOnce(-1, signal_fd)) continue;
+    int timeout_ms = -1;
+    if (live_terminal != nullptr) {
+      const int64_t now = MonotonicMs();
+      if (now >= next_draw_ms) {
+        live_terminal->Draw(*live_tally, static_cast<double>(now - started_ms) / 1000.0);
+        next_draw_ms = now + 1000;
+      }
+      timeout_ms = static_cast<int>(next_draw_ms - now);
+    }
+    if (!server.PollOnce(timeout_ms, signal_fd)) continue;
     signalfd_siginfo info;
     while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
       const int sig = static_cast<int>(info.ssi_signo);
@@ -641,6 +683,7 @@ int RunCommand(int argc, char** argv) {
   }
   server.Shutdown();
   remove_socket();
+  if (live_terminal != nullptr) live_terminal->Finish();  // before the summary is printed
   // What reached the disk, said exactly: a trace whose writes failed (a full disk) keeps every
   // whole chunk written before, and readers stop there.
   std::string trace_problem = trace->failure();
