@@ -62,6 +62,17 @@ std::string Where(const BudgetInstance& i) {
   return where;
 }
 
+// "836 MiB > 800 MiB"; in bytes when the two would read the same ("256 MiB > 256 MiB").
+std::string Versus(uint64_t bytes, uint64_t limit, const char* relation) {
+  if (Bytes(bytes) != Bytes(limit)) return Bytes(bytes) + relation + Bytes(limit);
+  auto grouped = [](uint64_t value) {
+    std::string out = std::to_string(value);
+    for (int i = static_cast<int>(out.size()) - 3; i > 0; i -= 3) out.insert(i, ",");
+    return out + " B";
+  };
+  return grouped(bytes) + relation + grouped(limit);
+}
+
 std::string Percent(uint64_t over, uint64_t limit) {
   if (limit == 0) return "";
   return " (+" + internal::Format("%.1f", 100.0 * static_cast<double>(over) / limit) + "%)";
@@ -346,7 +357,7 @@ std::string BudgetVerdict(const BudgetEvaluation& evaluation) {
       case BudgetResult::Outcome::kExceeded: {
         const BudgetInstance& worst = r.over.front();
         std::string line = Label(r.budget) + " by " + Bytes(worst.bytes - r.budget.limit_bytes) +
-                           " (" + Bytes(worst.bytes) + " > " + Bytes(r.budget.limit_bytes) + ", " +
+                           " (" + Versus(worst.bytes, r.budget.limit_bytes, " > ") + ", " +
                            Where(worst);
         if (r.over.size() > 1) line += ", and " + std::to_string(r.over.size() - 1) + " more";
         exceeded.push_back(line + ")");
@@ -442,7 +453,7 @@ std::string GrowthVerdict(const std::vector<RunFigures>& runs, const GrowthLimit
                                            static_cast<double>(g.baseline_bytes)) +
               "%)";
     }
-    text += ", " + Bytes(g.baseline_bytes) + " -> " + Bytes(g.bytes);
+    text += ", " + Versus(g.baseline_bytes, g.bytes, " -> ");
   }
   return text;
 }

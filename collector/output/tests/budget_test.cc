@@ -126,7 +126,8 @@ TEST(EvaluateBudgets, EachKindOfFigureMetOrExceededToTheByte) {
   EXPECT_NE(table.find("GPU 0 of pid 77"), std::string::npos) << table;
   const std::string verdict = BudgetVerdict(e);
   EXPECT_EQ(
-      verdict.rfind("budget exceeded: peak by 1 B (11.0 MiB > 11.0 MiB, GPU 0 of pid 77 at ", 0),
+      verdict.rfind(
+          "budget exceeded: peak by 1 B (11,534,336 B > 11,534,335 B, GPU 0 of pid 77 at ", 0),
       0u)
       << verdict;
   EXPECT_NE(verdict.find("; backward by 1.00 MiB (11.0 MiB > 10.0 MiB, GPU 0 of pid 77)"),
