@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "collector/output/tables.h"
 
@@ -195,19 +196,90 @@ std::vector<LiveTally::Process> LiveTally::Snapshot() const {
   return out;
 }
 
+std::string LiveJson(const std::vector<LiveTally::Process>& processes, double elapsed_s) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const LiveTally::Process& p : processes) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (const LiveTally::Device& d : p.devices) {
+      nlohmann::json phases = nlohmann::json::array();
+      for (const LiveTally::PhaseBytes& b : d.by_phase) {
+        phases.push_back({{"phase", b.phase}, {"bytes", b.bytes}});
+      }
+      devices.push_back(
+          {{"index", d.index},
+           {"now_bytes", d.now_bytes},
+           {"peak_bytes", d.peak_bytes},
+           {"by_phase", phases},
+           {"last_iteration_rise_bytes",
+            d.has_last_rise ? nlohmann::json(d.last_iteration_rise_bytes) : nlohmann::json()}});
+    }
+    list.push_back({{"pid", p.pid},
+                    {"program", p.program},
+                    {"ended", p.ended},
+                    {"iterations", p.iterations},
+                    {"iteration_range", p.iteration_range},
+                    {"devices", devices}});
+  }
+  const nlohmann::json j = {
+      {"schema", "cumemtrace.live/1"}, {"elapsed_s", elapsed_s}, {"processes", list}};
+  // Names are the programs' bytes: replace what is not UTF-8 rather than fail.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+bool ParseLiveJson(const std::string& text, std::vector<LiveTally::Process>* processes,
+                   double* elapsed_s, std::string* error) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || j.value("schema", "") != "cumemtrace.live/1") {
+    *error = "not a live snapshot (schema cumemtrace.live/1)";
+    return false;
+  }
+  try {
+    processes->clear();
+    *elapsed_s = j.at("elapsed_s").get<double>();
+    for (const nlohmann::json& p : j.at("processes")) {
+      LiveTally::Process process;
+      process.pid = p.at("pid").get<uint32_t>();
+      process.program = p.at("program").get<std::string>();
+      process.ended = p.at("ended").get<bool>();
+      process.iterations = p.at("iterations").get<uint64_t>();
+      process.iteration_range = p.at("iteration_range").get<std::string>();
+      for (const nlohmann::json& d : p.at("devices")) {
+        LiveTally::Device device;
+        device.index = d.at("index").get<uint32_t>();
+        device.now_bytes = d.at("now_bytes").get<uint64_t>();
+        device.peak_bytes = d.at("peak_bytes").get<uint64_t>();
+        const nlohmann::json& rise = d.at("last_iteration_rise_bytes");
+        device.has_last_rise = !rise.is_null();
+        if (device.has_last_rise) device.last_iteration_rise_bytes = rise.get<uint64_t>();
+        for (const nlohmann::json& b : d.at("by_phase")) {
+          device.by_phase.push_back(
+              {b.at("phase").get<std::string>(), b.at("bytes").get<uint64_t>()});
+        }
+        process.devices.push_back(std::move(device));
+      }
+      processes->push_back(std::move(process));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    *error = std::string("a malformed live snapshot: ") + e.what();
+    return false;
+  }
+  return true;
+}
+
 std::vector<std::string> LiveText(const std::vector<LiveTally::Process>& processes,
-                                  double elapsed_s, size_t width, size_t max_lines) {
+                                  double elapsed_s, size_t width, size_t max_lines,
+                                  const std::string& title) {
   std::vector<std::string> lines;
   char head[96];
-  snprintf(head, sizeof(head), "cumemtrace --live  +%.0f s  (memory now, peak so far)", elapsed_s);
-  lines.push_back(head);
-  if (processes.empty()) lines.push_back("  no device memory traced yet");
+  snprintf(head, sizeof(head), "  +%.0f s  (memory now, peak so far)", elapsed_s);
+  lines.push_back(title + head);
+  if (processes.empty()) lines.push_back("  no traced process with device memory or phases");
   size_t shown = 0;
   for (const LiveTally::Process& p : processes) {
     std::vector<std::string> block;
-    std::string title = "pid " + std::to_string(p.pid) + "  " + Printable(p.program);
-    if (p.ended) title += "  (exited)";
-    block.push_back(title);
+    std::string header = "pid " + std::to_string(p.pid) + "  " + Printable(p.program);
+    if (p.ended) header += "  (exited)";
+    block.push_back(header);
     std::string iterations;
     if (p.iterations > 0) {
       iterations =

@@ -45,6 +45,8 @@ class LiveTally {
   // One message of a stream, in arrival order.
   void Add(uint32_t stream_id, const v1::StreamMessage& message);
   void StreamEnded(uint32_t stream_id);
+  // Drops a stream (the daemon's, once it has ended: it serves the processes still running).
+  void Forget(uint32_t stream_id) { streams_.erase(stream_id); }
   // The processes with device memory or phases, by stream id.
   std::vector<Process> Snapshot() const;
 
@@ -94,10 +96,17 @@ class LiveTally {
   std::map<uint32_t, Stream> streams_;
 };
 
+// A snapshot as the daemon serves it to `cumemtrace top` (schema "cumemtrace.live/1"), and
+// back. ParseLiveJson: false with *error for anything else.
+std::string LiveJson(const std::vector<LiveTally::Process>& processes, double elapsed_s);
+bool ParseLiveJson(const std::string& text, std::vector<LiveTally::Process>* processes,
+                   double* elapsed_s, std::string* error);
+
 // The view, one line each, no longer than `width` columns, at most `max_lines` lines (the
 // processes that do not fit are counted on the last line). ASCII only.
 std::vector<std::string> LiveText(const std::vector<LiveTally::Process>& processes,
-                                  double elapsed_s, size_t width, size_t max_lines);
+                                  double elapsed_s, size_t width, size_t max_lines,
+                                  const std::string& title = "cumemtrace --live");
 
 // Draws LiveText on a terminal (the descriptor of stderr): the bottom lines are kept for the
 // view and a scroll region above them holds the program's output. Off (Active() false) when

@@ -22,6 +22,8 @@ Commands:
                                          summarize it
   report [OPTIONS] TRACE                 summarize a trace file or a run's output folder
   daemon [OPTIONS]                       collect traces from many processes at once
+  top [--socket PATH]                    memory of the processes a daemon is recording,
+                                         now and at their peak, redrawn every second
   export --format FORMAT TRACE           convert a trace for Perfetto, chrome://tracing,
                                          PyTorch's memory_viz, CSV or the HTML viewer
   compare RUN RUN...                     runs side by side: peaks, lifetime classes,
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
   if (command == "export") return cumemtrace::ExportCommand(argc - 1, argv + 1);
   if (command == "compare") return cumemtrace::CompareCommand(argc - 1, argv + 1);
   if (command == "sweep") return cumemtrace::SweepCommand(argc - 1, argv + 1);
+  if (command == "top") return cumemtrace::TopCommand(argc - 1, argv + 1);
   if (command == "check") return cumemtrace::CheckCommand(argc - 1, argv + 1);
   if (command == "merge") return cumemtrace::MergeCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");

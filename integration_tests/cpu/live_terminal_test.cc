@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pty.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "integration_tests/cpu/cli_test_support.h"
@@ -121,6 +124,52 @@ TEST_F(LiveTerminalTest, OffWhenStderrIsNotATerminal) {
       << r.err;
   EXPECT_EQ(r.err.find("\x1b["), std::string::npos) << r.err;
   EXPECT_EQ(r.out, kProgramOutput);
+}
+
+// `cumemtrace top` against a running daemon: the processes it is recording, then none once
+// they have ended; without a daemon, exit 1.
+TEST_F(LiveTerminalTest, TopShowsWhatARunningDaemonRecords) {
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  Child daemon =
+      Spawn({kCli, "daemon", "--socket", socket, "--output-dir", tmp_ + "/traces"}, tmp_, {});
+  LineReader daemon_log(daemon.err_fd);
+  ASSERT_TRUE(daemon_log.Next().has_value());  // listening
+  Child client = Spawn({kFake, "--socket=" + socket, "--batches=4", "--events=3", "--range=forward",
+                        "--range=backward", "--hold"},
+                       tmp_, {});
+  LineReader client_out(client.out_fd);
+  ASSERT_EQ(client_out.Next(), std::optional<std::string>("holding"));
+  // The batches are sent; the daemon takes them in at its own pace.
+  Result top;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    top = RunCli({"top", "--socket", socket, "--once"});
+    if (top.out.find("GPU 0") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_EQ(top.out.rfind("cumemtrace top  +", 0), 0u) << top.out;
+  EXPECT_NE(top.out.find("\npid " + std::to_string(client.pid) + "  "), std::string::npos)
+      << top.out;
+  // 4 batches of 3 MiB, in forward, backward, forward, backward.
+  EXPECT_NE(top.out.find("  GPU 0  now 12.0 MiB  peak 12.0 MiB  iteration 2 (forward), last "
+                         "iteration +6.00 MiB\n    by phase: forward 6.00 MiB, backward 6.00 MiB"),
+            std::string::npos)
+      << top.out;
+  EXPECT_EQ(top.out.find("\x1b"), std::string::npos);  // not a terminal: one plain snapshot
+  kill(client.pid, SIGKILL);
+  Finish(client);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    top = RunCli({"top", "--socket", socket, "--once"});
+    if (top.out.find("GPU 0") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(top.out.find("pid "), std::string::npos) << top.out;
+  kill(daemon.pid, SIGTERM);
+  EXPECT_EQ(Finish(daemon).exit_code, 0);
+  EXPECT_FALSE(fs::exists(socket + ".live"));
+  top = RunCli({"top", "--socket", socket});
+  EXPECT_EQ(top.exit_code, 1);
+  EXPECT_NE(top.err.find("no daemon answers on " + socket + ".live"), std::string::npos) << top.err;
 }
 
 }  // namespace

@@ -171,5 +171,38 @@ TEST(LiveText, FitsTheLinesAndColumnsItIsGiven) {
   for (const std::string& line : text) EXPECT_LE(line.size(), 40u) << line;
 }
 
+// What the daemon serves to `top` reads back as it was; anything else is refused.
+TEST(LiveJson, RoundTripsASnapshot) {
+  std::vector<LiveTally::Process> processes(2);
+  processes[0].pid = 7;
+  processes[0].program = "python3 train.py";
+  processes[0].iterations = 4;
+  processes[0].iteration_range = "forward";
+  processes[0].devices.push_back({1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77});
+  processes[1].pid = 8;
+  processes[1].ended = true;
+  processes[1].devices.push_back({0, 1, 2, {}, false, 0});
+  std::vector<LiveTally::Process> back;
+  double elapsed = 0;
+  std::string error;
+  ASSERT_TRUE(ParseLiveJson(LiveJson(processes, 3.5), &back, &elapsed, &error)) << error;
+  EXPECT_EQ(elapsed, 3.5);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].program, "python3 train.py");
+  EXPECT_EQ(LiveText(back, 3.5, 200, 20), LiveText(processes, 3.5, 200, 20));
+  EXPECT_TRUE(back[1].ended);
+  EXPECT_FALSE(back[1].devices[0].has_last_rise);
+  EXPECT_EQ(back[0].devices[0].last_iteration_rise_bytes, 77u);
+  // A name that is not UTF-8 (the program's bytes) is replaced, not refused.
+  processes[0].program = "python3 \xff.py";
+  ASSERT_TRUE(ParseLiveJson(LiveJson(processes, 1), &back, &elapsed, &error)) << error;
+  EXPECT_EQ(back[0].program.rfind("python3 ", 0), 0u);
+  for (const char* bad : {"", "{}", R"({"schema": "cumemtrace.live/1"})",
+                          R"({"schema": "cumemtrace.live/1", "elapsed_s": 1,
+                              "processes": [{"pid": "x"}]})"}) {
+    EXPECT_FALSE(ParseLiveJson(bad, &back, &elapsed, &error)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace cumemtrace
