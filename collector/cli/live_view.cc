@@ -39,13 +39,26 @@ void LiveTally::Add(uint32_t stream_id, const v1::StreamMessage& message) {
     return;
   }
   if (!message.has_batch()) return;
+  // A batch holds records in the order CUPTI delivered them (its buffers one after the
+  // other), not in time order: strings first (later events name them), then the rest by
+  // time, so that a release meets the allocation it ends, as in the report's analysis.
+  std::vector<const v1::Event*> events;
+  events.reserve(static_cast<size_t>(message.batch().events_size()));
   for (const v1::Event& event : message.batch().events()) {
+    if (event.has_interned_string()) {
+      s.strings[event.interned_string().id()] = event.interned_string().value();
+    } else {
+      events.push_back(&event);
+    }
+  }
+  std::stable_sort(events.begin(), events.end(), [](const v1::Event* a, const v1::Event* b) {
+    return a->timestamp_ns() < b->timestamp_ns();
+  });
+  for (const v1::Event* e : events) {
+    const v1::Event& event = *e;
     switch (event.payload_case()) {
-      case v1::Event::kInternedString:
-        s.strings[event.interned_string().id()] = event.interned_string().value();
-        break;
       case v1::Event::kMemory:
-        Memory(s, event.memory());
+        Memory(s, event.memory(), event.timestamp_ns());
         break;
       case v1::Event::kNvtx: {
         const v1::Nvtx& n = event.nvtx();
@@ -63,6 +76,16 @@ void LiveTally::Add(uint32_t stream_id, const v1::StreamMessage& message) {
         } else if (n.operation() == v1::NVTX_OPERATION_END) {
           Close(s, n.thread_id(), n.range_id());
         }
+        break;
+      }
+      case v1::Event::kTorchAllocator: {
+        const v1::TorchAllocatorEvent& t = event.torch_allocator();
+        if (t.action() == v1::TORCH_ALLOCATOR_ACTION_UNSPECIFIED) break;
+        DeviceState& d = s.devices[t.device()];
+        d.torch = true;
+        d.tensors = t.allocated_bytes_current() +
+                    (t.action() == v1::TORCH_ALLOCATOR_ACTION_ALLOC ? t.requested_bytes() : 0);
+        d.tensors_peak = std::max(d.tensors_peak, d.tensors);
         break;
       }
       case v1::Event::kProcessExit:
@@ -140,16 +163,35 @@ int LiveTally::PhaseOf(const Stream& s, uint32_t thread) const {
   return -1;
 }
 
-void LiveTally::Memory(Stream& s, const v1::MemoryOp& op) {
-  if (op.kind() != v1::MEMORY_KIND_DEVICE && op.kind() != v1::MEMORY_KIND_ARRAY) return;
+void LiveTally::Memory(Stream& s, const v1::MemoryOp& op, uint64_t timestamp_ns) {
   if (op.operation() == v1::MEMORY_OPERATION_ALLOCATE) {
+    if (op.kind() != v1::MEMORY_KIND_DEVICE && op.kind() != v1::MEMORY_KIND_ARRAY) return;
+    // Records arrive in the order CUPTI delivers them, not in time order: a release may come
+    // before its allocation (stream-ordered memory). Such an allocation is already over.
+    // It pairs with the first release at its address from its own time on.
+    const auto early = s.early_releases.find(op.address());
+    if (early != s.early_releases.end()) {
+      std::vector<uint64_t>& times = early->second;
+      const auto release = std::lower_bound(times.begin(), times.end(), timestamp_ns);
+      if (release != times.end()) {
+        times.erase(release);
+        if (times.empty()) s.early_releases.erase(early);
+        --s.early_release_count;
+        return;
+      }
+    }
     const int phase = PhaseOf(s, op.thread_id());
-    auto [it, added] = s.live.emplace(op.address(), Allocation{op.device(), op.bytes(), phase});
-    if (!added) {  // a release was lost: the old allocation ends here
+    const Allocation allocation{op.device(), op.bytes(), phase, timestamp_ns};
+    auto [it, added] = s.live.emplace(op.address(), allocation);
+    if (!added) {
+      // An older allocation arriving after a newer one at its address was over before the
+      // newer began (its release, when it comes, is older than the newer one too).
+      if (timestamp_ns < it->second.birth_ns) return;
+      // Else a release was lost: the old allocation ends here.
       DeviceState& old = s.devices[it->second.device];
       old.now -= std::min(old.now, it->second.bytes);
       old.by_phase[it->second.phase] -= std::min(old.by_phase[it->second.phase], it->second.bytes);
-      it->second = Allocation{op.device(), op.bytes(), phase};
+      it->second = allocation;
     }
     DeviceState& d = s.devices[op.device()];
     d.now += op.bytes();
@@ -158,7 +200,19 @@ void LiveTally::Memory(Stream& s, const v1::MemoryOp& op) {
     d.iteration_peak = std::max(d.iteration_peak, d.now);
   } else if (op.operation() == v1::MEMORY_OPERATION_RELEASE) {
     const auto it = s.live.find(op.address());
-    if (it == s.live.end()) return;  // allocated before tracing started
+    if (it == s.live.end()) {
+      // Allocated before tracing started, or its allocation has not arrived yet.
+      if (s.early_release_count >= kMaxEarlyReleases) {
+        s.early_releases.clear();
+        s.early_release_count = 0;
+      }
+      std::vector<uint64_t>& times = s.early_releases[op.address()];
+      times.insert(std::upper_bound(times.begin(), times.end(), timestamp_ns), timestamp_ns);
+      ++s.early_release_count;
+      return;
+    }
+    // A release older than the allocation now at its address ended an older one.
+    if (timestamp_ns < it->second.birth_ns) return;
     DeviceState& d = s.devices[it->second.device];
     d.now -= std::min(d.now, it->second.bytes);
     uint64_t& phase_bytes = d.by_phase[it->second.phase];
@@ -175,7 +229,8 @@ std::vector<LiveTally::Process> LiveTally::Snapshot() const {
     p.pid = s.pid;
     p.program = s.program;
     p.ended = s.ended;
-    p.iterations = s.iterations;
+    // A range opened once is not yet a repetition: iterations from the second on.
+    p.iterations = s.iteration_from_rule || s.iterations >= 2 ? s.iterations : 0;
     if (s.iteration_phase >= 0) p.iteration_range = s.phases[s.iteration_phase];
     for (const auto& [index, d] : s.devices) {
       Device device;
@@ -184,6 +239,9 @@ std::vector<LiveTally::Process> LiveTally::Snapshot() const {
       device.peak_bytes = d.peak;
       device.has_last_rise = d.has_last_rise;
       device.last_iteration_rise_bytes = d.last_rise;
+      device.has_tensors = d.torch;
+      device.tensors_now_bytes = d.tensors;
+      device.tensors_peak_bytes = d.tensors_peak;
       for (const auto& [phase, bytes] : d.by_phase) {
         if (bytes > 0) device.by_phase.push_back({phase < 0 ? "" : s.phases[phase], bytes});
       }
@@ -211,7 +269,10 @@ std::string LiveJson(const std::vector<LiveTally::Process>& processes, double el
            {"peak_bytes", d.peak_bytes},
            {"by_phase", phases},
            {"last_iteration_rise_bytes",
-            d.has_last_rise ? nlohmann::json(d.last_iteration_rise_bytes) : nlohmann::json()}});
+            d.has_last_rise ? nlohmann::json(d.last_iteration_rise_bytes) : nlohmann::json()},
+           {"tensors", d.has_tensors ? nlohmann::json({{"now_bytes", d.tensors_now_bytes},
+                                                       {"peak_bytes", d.tensors_peak_bytes}})
+                                     : nlohmann::json()}});
     }
     list.push_back({{"pid", p.pid},
                     {"program", p.program},
@@ -251,6 +312,12 @@ bool ParseLiveJson(const std::string& text, std::vector<LiveTally::Process>* pro
         const nlohmann::json& rise = d.at("last_iteration_rise_bytes");
         device.has_last_rise = !rise.is_null();
         if (device.has_last_rise) device.last_iteration_rise_bytes = rise.get<uint64_t>();
+        const nlohmann::json& tensors = d.at("tensors");
+        device.has_tensors = !tensors.is_null();
+        if (device.has_tensors) {
+          device.tensors_now_bytes = tensors.at("now_bytes").get<uint64_t>();
+          device.tensors_peak_bytes = tensors.at("peak_bytes").get<uint64_t>();
+        }
         for (const nlohmann::json& b : d.at("by_phase")) {
           device.by_phase.push_back(
               {b.at("phase").get<std::string>(), b.at("bytes").get<uint64_t>()});
@@ -287,7 +354,12 @@ std::vector<std::string> LiveText(const std::vector<LiveTally::Process>& process
     }
     for (const LiveTally::Device& d : p.devices) {
       std::string line = "  GPU " + std::to_string(d.index) + "  now " + Bytes(d.now_bytes) +
-                         "  peak " + Bytes(d.peak_bytes) + iterations;
+                         "  peak " + Bytes(d.peak_bytes);
+      if (d.has_tensors) {
+        line += "  PyTorch tensors " + Bytes(d.tensors_now_bytes) + " (peak " +
+                Bytes(d.tensors_peak_bytes) + ")";
+      }
+      line += iterations;
       if (d.has_last_rise) line += ", last iteration +" + Bytes(d.last_iteration_rise_bytes);
       block.push_back(line);
       std::string phases = "    by phase:";

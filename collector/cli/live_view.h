@@ -31,6 +31,12 @@ class LiveTally {
                                        // first
     bool has_last_rise = false;
     uint64_t last_iteration_rise_bytes = 0;  // the last whole iteration: its peak - its entry
+    // PyTorch's tensors, with the bridge to its caching allocator: its own allocated-bytes
+    // counter at its latest event (an allocation's block counted at the size asked for until
+    // the next event), and the highest seen.
+    bool has_tensors = false;
+    uint64_t tensors_now_bytes = 0;
+    uint64_t tensors_peak_bytes = 0;
   };
   struct Process {
     uint32_t pid = 0;
@@ -55,6 +61,7 @@ class LiveTally {
     uint32_t device = 0;
     uint64_t bytes = 0;
     int phase = -1;
+    uint64_t birth_ns = 0;
   };
   struct DeviceState {
     uint64_t now = 0;
@@ -64,6 +71,9 @@ class LiveTally {
     uint64_t iteration_peak = 0;
     bool has_last_rise = false;
     uint64_t last_rise = 0;
+    bool torch = false;
+    uint64_t tensors = 0;
+    uint64_t tensors_peak = 0;
   };
   struct OpenRange {
     uint32_t thread = 0;
@@ -77,6 +87,9 @@ class LiveTally {
     std::unordered_map<uint32_t, std::string> strings;
     std::vector<OpenRange> open;  // in the order opened
     std::unordered_map<uint64_t, Allocation> live;
+    // Releases not matched yet: address -> their times, in order.
+    std::unordered_map<uint64_t, std::vector<uint64_t>> early_releases;
+    size_t early_release_count = 0;
     std::map<uint32_t, DeviceState> devices;
     std::vector<std::string> phases;  // by id
     std::unordered_map<std::string, int> phase_ids;
@@ -90,7 +103,9 @@ class LiveTally {
   void Close(Stream& s, uint32_t thread, uint64_t range_id);
   void IterationBoundary(Stream& s);
   int PhaseOf(const Stream& s, uint32_t thread) const;
-  void Memory(Stream& s, const v1::MemoryOp& op);
+  void Memory(Stream& s, const v1::MemoryOp& op, uint64_t timestamp_ns);
+  // Releases of unknown addresses kept for an allocation that arrives late (bounded).
+  static constexpr size_t kMaxEarlyReleases = 1 << 16;
 
   std::shared_ptr<const PhaseRules> rules_;
   std::map<uint32_t, Stream> streams_;

@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "collector/engine/engine.h"
+#include "collector/format/trace_file.h"
+
 namespace cumemtrace {
 namespace {
 
@@ -34,13 +39,20 @@ class Messages {
   Messages& Pop(uint32_t thread) { return Nvtx(v1::NVTX_OPERATION_POP, thread); }
   Messages& Memory(v1::MemoryOperation op, uint32_t thread, uint64_t address, uint64_t bytes,
                    uint32_t device = 0, v1::MemoryKind kind = v1::MEMORY_KIND_DEVICE) {
-    v1::MemoryOp* m = batch_.add_events()->mutable_memory();
+    v1::Event* event = batch_.add_events();
+    event->set_timestamp_ns(time_ns_);
+    v1::MemoryOp* m = event->mutable_memory();
     m->set_operation(op);
     m->set_thread_id(thread);
     m->set_address(address);
     m->set_bytes(bytes);
     m->set_device(device);
     m->set_kind(kind);
+    return *this;
+  }
+  // The time of the events added from now on (0 until set).
+  Messages& At(uint64_t ns) {
+    time_ns_ = ns;
     return *this;
   }
   Messages& Alloc(uint32_t thread, uint64_t address, uint64_t bytes, uint32_t device = 0) {
@@ -58,6 +70,7 @@ class Messages {
 
  private:
   v1::EventBatch batch_;
+  uint64_t time_ns_ = 0;
 };
 
 v1::StreamMessage Handshake(uint32_t pid) {
@@ -95,7 +108,7 @@ TEST(LiveTally, NowPeakByPhaseIterationsAndTheLastRise) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].pid, 4242u);
   EXPECT_EQ(p[0].program, "python3 train.py");
-  EXPECT_EQ(p[0].iterations, 1u);
+  EXPECT_EQ(p[0].iterations, 0u);  // forward opened once: not yet a repetition
   EXPECT_EQ(p[0].iteration_range, "forward");
   ASSERT_EQ(p[0].devices.size(), 1u);
   EXPECT_EQ(p[0].devices[0].now_bytes, 100 * kMiB);
@@ -157,6 +170,105 @@ TEST(LiveTally, AttributionAcrossThreadsStartEndRangesDomainsAndReleases) {
   EXPECT_TRUE(tally.Snapshot()[0].ended);
 }
 
+// With the PyTorch bridge, the allocator's own counter: driver memory is its segments.
+TEST(LiveTally, PyTorchTensorsFromTheAllocatorsCounter) {
+  LiveTally tally = NewTally();
+  tally.Add(1, Handshake(5));
+  Messages m;
+  m.Alloc(7, 0x1000, 20 * kMiB);  // a segment
+  v1::StreamMessage message = m.Take();
+  auto torch = [&message](v1::TorchAllocatorAction action, uint64_t current, uint64_t bytes) {
+    v1::TorchAllocatorEvent* t = message.mutable_batch()->add_events()->mutable_torch_allocator();
+    t->set_action(action);
+    t->set_allocated_bytes_current(current);
+    t->set_requested_bytes(bytes);
+  };
+  torch(v1::TORCH_ALLOCATOR_ACTION_ALLOC, 0, 3 * kMiB);
+  torch(v1::TORCH_ALLOCATOR_ACTION_ALLOC, 3 * kMiB, 5 * kMiB);
+  torch(v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED, 5 * kMiB, 3 * kMiB);
+  tally.Add(1, message);
+  const LiveTally::Device d = tally.Snapshot()[0].devices[0];
+  EXPECT_EQ(d.now_bytes, 20 * kMiB);
+  ASSERT_TRUE(d.has_tensors);
+  EXPECT_EQ(d.tensors_now_bytes, 5 * kMiB);
+  EXPECT_EQ(d.tensors_peak_bytes, 8 * kMiB);
+  EXPECT_EQ(LiveText(tally.Snapshot(), 1, 200, 10)[2],
+            "  GPU 0  now 20.0 MiB  peak 20.0 MiB  PyTorch tensors 5.00 MiB (peak 8.00 MiB)");
+}
+
+// Replayed message by message, the golden traces (recorded on an H100) give the live view
+// the report's own figures: each device's peak, the memory still in use at the end, and the
+// iterations found.
+TEST(LiveTally, GoldenTracesAgreeWithTheReport) {
+  for (const char* name : {"torch_async", "libtorch_native", "cuda_phases", "torch_native"}) {
+    const std::string path = std::string(CUMEMTRACE_GOLDEN_DIR) + "/" + name + ".cmtrace";
+    LiveTally tally = NewTally();
+    TraceFileReader reader;
+    ASSERT_TRUE(reader.Open(path)) << reader.error();
+    v1::TraceChunk chunk;
+    for (;;) {
+      bool is_wire = false;
+      uint32_t stream = 0;
+      std::string_view frame;
+      if (reader.NextView(&chunk, &is_wire, &stream, &frame) != TraceFileReader::Result::kChunk) {
+        break;
+      }
+      v1::StreamMessage message;
+      if (is_wire && message.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+        tally.Add(stream, message);
+      }
+    }
+    std::string error;
+    const std::unique_ptr<AnalyzedTrace> trace = Analyze({path, {}}, AnalysisOptions(), &error);
+    ASSERT_NE(trace, nullptr) << error;
+    const std::vector<LiveTally::Process> live = tally.Snapshot();
+    size_t compared = 0;
+    for (const ProcessReport& p : trace->report->processes) {
+      for (const DeviceReport& d : p.devices) {
+        if (!d.peak.seen) continue;
+        const auto process =
+            std::find_if(live.begin(), live.end(), [&](const auto& l) { return l.pid == p.pid; });
+        ASSERT_NE(process, live.end()) << name << " pid " << p.pid;
+        const auto device = std::find_if(process->devices.begin(), process->devices.end(),
+                                         [&](const auto& l) { return l.index == d.index; });
+        ASSERT_NE(device, process->devices.end()) << name;
+        EXPECT_EQ(device->peak_bytes, d.peak.bytes) << name;
+        EXPECT_EQ(device->now_bytes, d.live_at_exit_bytes) << name;
+        EXPECT_EQ(process->iterations, p.iterations.count) << name;
+        ++compared;
+      }
+    }
+    EXPECT_GT(compared, 0u) << name;
+  }
+}
+
+// Records come in the order CUPTI delivers them: within a batch they are put in time order;
+// across batches, a release that arrives before its allocation, or an old allocation and its
+// release arriving after a newer one at the same address, still pair up.
+TEST(LiveTally, OutOfOrderRecordsPairByTime) {
+  LiveTally tally = NewTally();
+  tally.Add(1, Handshake(3));
+  Messages m;
+  // One batch, two buffers: the releases of one, then the allocations of the other.
+  m.At(30).Free(1, 0xA, 2 * kMiB).At(10).Alloc(1, 0xA, kMiB).At(20).Alloc(1, 0xA, 2 * kMiB);
+  m.At(15).Free(1, 0xA, kMiB);
+  tally.Add(1, m.Take());
+  EXPECT_EQ(tally.Snapshot()[0].devices[0].now_bytes, 0u);
+  EXPECT_EQ(tally.Snapshot()[0].devices[0].peak_bytes, 2 * kMiB);
+  // Across batches: the release first, then its allocation.
+  tally.Add(1, m.At(50).Free(1, 0xB, 4 * kMiB).Take());
+  tally.Add(1, m.At(40).Alloc(1, 0xB, 4 * kMiB).Take());
+  EXPECT_EQ(tally.Snapshot()[0].devices[0].now_bytes, 0u);
+  // A newer allocation at 0xC, then an older one and its release: the newer stays.
+  tally.Add(1, m.At(80).Alloc(1, 0xC, 8 * kMiB).Take());
+  tally.Add(1, m.At(60).Alloc(1, 0xC, 3 * kMiB).At(70).Free(1, 0xC, 3 * kMiB).Take());
+  EXPECT_EQ(tally.Snapshot()[0].devices[0].now_bytes, 8 * kMiB);
+  // A release of memory allocated before tracing started changes nothing later.
+  tally.Add(1, m.At(90).Free(1, 0xD, kMiB).Take());
+  tally.Add(1, m.At(100).Alloc(1, 0xD, kMiB).Take());
+  EXPECT_EQ(tally.Snapshot()[0].devices[0].now_bytes, 9 * kMiB);
+}
+
 TEST(LiveText, FitsTheLinesAndColumnsItIsGiven) {
   std::vector<LiveTally::Process> processes(5);
   for (uint32_t i = 0; i < 5; ++i) {
@@ -181,7 +293,7 @@ TEST(LiveJson, RoundTripsASnapshot) {
   processes[0].devices.push_back({1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77});
   processes[1].pid = 8;
   processes[1].ended = true;
-  processes[1].devices.push_back({0, 1, 2, {}, false, 0});
+  processes[1].devices.push_back({0, 1, 2, {}, false, 0, true, 6, 9});
   std::vector<LiveTally::Process> back;
   double elapsed = 0;
   std::string error;
@@ -192,6 +304,9 @@ TEST(LiveJson, RoundTripsASnapshot) {
   EXPECT_EQ(LiveText(back, 3.5, 200, 20), LiveText(processes, 3.5, 200, 20));
   EXPECT_TRUE(back[1].ended);
   EXPECT_FALSE(back[1].devices[0].has_last_rise);
+  EXPECT_TRUE(back[1].devices[0].has_tensors);
+  EXPECT_EQ(back[1].devices[0].tensors_peak_bytes, 9u);
+  EXPECT_FALSE(back[0].devices[0].has_tensors);
   EXPECT_EQ(back[0].devices[0].last_iteration_rise_bytes, 77u);
   // A name that is not UTF-8 (the program's bytes) is replaced, not refused.
   processes[0].program = "python3 \xff.py";
