@@ -407,6 +407,8 @@ void LiveTerminal::Draw(const LiveTally& tally, double elapsed_s) {
   winsize size{};
   if (ioctl(fd_, TIOCGWINSZ, &size) != 0 || size.ws_row < 4 || size.ws_col < 20) return;
   const int rows = size.ws_row;
+  // A terminal shrunk below the lines kept for the view: wait until it grows again.
+  if (static_cast<size_t>(rows) < 2 * reserved_ + 1) return;
   // At most a third of the terminal, so that the program's output keeps most of it.
   const size_t most = std::max<size_t>(2, static_cast<size_t>(rows) / 3);
   const std::vector<std::string> lines =
