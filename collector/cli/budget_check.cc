@@ -40,7 +40,7 @@ bool ReadBudgetFile(const std::string& path, std::vector<Budget>* budgets, std::
 }
 
 int CheckBudgets(const std::string& command, const Report& report,
-                 const std::vector<Budget>& budgets, FILE* out, bool quiet) {
+                 const std::vector<Budget>& budgets, FILE* out, bool quiet, bool json) {
   if (budgets.empty()) return 0;
   const BudgetEvaluation evaluation = EvaluateBudgets(report, budgets);
   const std::string verdict = BudgetVerdict(evaluation);
@@ -49,7 +49,11 @@ int CheckBudgets(const std::string& command, const Report& report,
     return kExitUsage;
   }
   const bool exceeded = evaluation.Exceeded();
-  if (!quiet || exceeded) {
+  if (json) {
+    const std::string text = BudgetJson(evaluation);
+    fwrite(text.data(), 1, text.size(), out);
+    fflush(out);
+  } else if (!quiet || exceeded) {
     // One write: the program's children may still be writing to the same terminal.
     const std::string text = BudgetTable(evaluation) + "cumemtrace: " + verdict + "\n";
     fwrite(text.data(), 1, text.size(), out);

@@ -23,7 +23,8 @@ bool ReadBudgetFile(const std::string& path, std::vector<Budget>* budgets, std::
 // Evaluates `budgets` and prints the table (unless `quiet` and every budget was met) and the
 // verdict line to `out`; an unknown figure goes to stderr as a usage error of `command`.
 // Returns 0 (all met), kExitBudgetExceeded, or kExitUsage (a budget names no figure).
+// With `json`, prints BudgetJson instead of the table and the line.
 int CheckBudgets(const std::string& command, const Report& report,
-                 const std::vector<Budget>& budgets, FILE* out, bool quiet);
+                 const std::vector<Budget>& budgets, FILE* out, bool quiet, bool json = false);
 
 }  // namespace cumemtrace

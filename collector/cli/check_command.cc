@@ -37,6 +37,9 @@ Options:
                           SCOPE: gpuN, rankN or pidN; without one, every device of every
                           process must meet it. SIZE: 20GiB, 512 MiB, 8GB, 1.5G, bytes
   -q, --quiet             print nothing when every budget is met
+      --json              print the evaluation as JSON (schema cumemtrace.budgets/1:
+                          each budget's figure, limit, outcome, highest figure and where,
+                          and those over the limit) instead of the table
   -h, --help              show this help
 %s
 Exit status: 0 when every budget is met, 86 when one is exceeded, 1 when TRACE cannot be
@@ -50,11 +53,13 @@ int CheckCommand(int argc, char** argv) {
   static const std::vector<option> kOptions = WithAnalysisOptions({
       {"budget", required_argument, nullptr, 'b'},
       {"quiet", no_argument, nullptr, 'q'},
+      {"json", no_argument, nullptr, 'j'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::vector<Budget> budgets;
   bool quiet = false;
+  bool json = false;
   opterr = 0;
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":b:qh", kOptions.data(), nullptr)) != -1;) {
@@ -68,6 +73,9 @@ int CheckCommand(int argc, char** argv) {
       }
       case 'q':
         quiet = true;
+        break;
+      case 'j':
+        json = true;
         break;
       case 'h':
         PrintHelpWithAnalysisOptions(kCheckHelp);
@@ -108,7 +116,7 @@ int CheckCommand(int argc, char** argv) {
     LogLine("warning: " + path + " is cut short (" + trace->report->truncation_reason +
             "); the budgets are checked on everything before that point");
   }
-  return CheckBudgets("check", *trace->report, budgets, stdout, quiet);
+  return CheckBudgets("check", *trace->report, budgets, stdout, quiet, json);
 }
 
 }  // namespace cumemtrace

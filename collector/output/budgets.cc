@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -342,6 +343,43 @@ std::string BudgetTable(const BudgetEvaluation& evaluation) {
   out << "budgets:\n";
   internal::PrintTable(out, "  ", rows, "lrrll");
   return out.str();
+}
+
+std::string BudgetJson(const BudgetEvaluation& evaluation) {
+  using nlohmann::ordered_json;
+  auto instance = [](const BudgetInstance& i) {
+    return ordered_json{{"bytes", i.bytes},
+                        {"pid", i.pid},
+                        {"rank", i.rank >= 0 ? ordered_json(i.rank) : ordered_json()},
+                        {"device", i.device == kNoDevice ? ordered_json() : ordered_json(i.device)},
+                        {"time_ns", i.has_time ? ordered_json(i.time_ns) : ordered_json()}};
+  };
+  static const char* const kScopes[] = {"every", "gpu", "rank", "pid"};
+  ordered_json budgets = ordered_json::array();
+  for (const BudgetResult& r : evaluation.results) {
+    ordered_json over = ordered_json::array();
+    for (const BudgetInstance& i : r.over) over.push_back(instance(i));
+    const bool measured = r.outcome != BudgetResult::Outcome::kUnknown;
+    budgets.push_back({{"budget", r.budget.text},
+                       {"key", r.budget.key},
+                       {"figure", measured ? ordered_json(r.figure) : ordered_json()},
+                       {"scope", kScopes[static_cast<int>(r.budget.scope)]},
+                       {"scope_value", r.budget.scope == Budget::Scope::kEvery
+                                           ? ordered_json()
+                                           : ordered_json(r.budget.scope_value)},
+                       {"limit_bytes", r.budget.limit_bytes},
+                       {"outcome", r.outcome == BudgetResult::Outcome::kMet        ? "met"
+                                   : r.outcome == BudgetResult::Outcome::kExceeded ? "exceeded"
+                                                                                   : "unknown"},
+                       {"measured", r.measured},
+                       {"highest", measured ? instance(r.highest) : ordered_json()},
+                       {"over", over},
+                       {"error", r.error.empty() ? ordered_json() : ordered_json(r.error)}});
+  }
+  const ordered_json j = {{"schema", "cumemtrace.budgets/1"},
+                          {"exceeded", evaluation.Exceeded()},
+                          {"budgets", budgets}};
+  return j.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }
 
 std::string BudgetVerdict(const BudgetEvaluation& evaluation) {

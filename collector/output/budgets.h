@@ -94,6 +94,8 @@ BudgetEvaluation EvaluateBudgets(const Report& report, const std::vector<Budget>
 
 // A table of every budget (limit, highest figure, where, verdict), for the terminal.
 std::string BudgetTable(const BudgetEvaluation& evaluation);
+// The evaluation as JSON (schema "cumemtrace.budgets/1", docs/cli.md), for `check --json`.
+std::string BudgetJson(const BudgetEvaluation& evaluation);
 // The closing line: each budget exceeded, by how much and where; or that all were met; or
 // the usage errors. Without the "cumemtrace: " prefix and line end.
 std::string BudgetVerdict(const BudgetEvaluation& evaluation);

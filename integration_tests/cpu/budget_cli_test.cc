@@ -69,6 +69,31 @@ TEST_F(BudgetCli, CheckMetAndExceededOnAGoldenTrace) {
   EXPECT_NE(LastLine(r.out).find("optimizer by 36.0 MiB"), std::string::npos) << r.out;
 }
 
+TEST_F(BudgetCli, CheckJsonSaysTheSameAsTheTable) {
+  const Result r =
+      RunCli({"check", "--json", "-b", "peak=800MiB", "-b", "backward@gpu0=1GiB", kAsync});
+  EXPECT_EQ(r.exit_code, kExceeded) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const std::string j = r.out;
+  EXPECT_NE(j.find("\"schema\": \"cumemtrace.budgets/1\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"exceeded\": true"), std::string::npos) << j;
+  // peak: 876,564,684 B at 5,723,936,949 ns on GPU 0 of pid 1069, over 800 MiB.
+  EXPECT_NE(j.find("\"budget\": \"peak=800MiB\",\n      \"key\": \"peak\",\n      "
+                   "\"figure\": \"peak\",\n      \"scope\": \"every\""),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"bytes\": 876564684,\n        \"pid\": 1069,\n        \"rank\": null,"
+                   "\n        \"device\": 0,\n        \"time_ns\": 5723936949"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"outcome\": \"exceeded\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"figure\": \"phase:backward\",\n      \"scope\": \"gpu\",\n      "
+                   "\"scope_value\": 0"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"outcome\": \"met\""), std::string::npos) << j;
+}
+
 TEST_F(BudgetCli, CheckUsageErrorsNameTheValidKeys) {
   Result r = RunCli({"check", "-b", "forwrd=1GiB", kAsync});
   EXPECT_EQ(r.exit_code, 2);
