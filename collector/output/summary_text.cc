@@ -12,6 +12,7 @@ namespace cumemtrace {
 namespace {
 
 using internal::BaseName;
+using internal::Bytes;
 using internal::Format;
 using internal::LifetimeClassLabel;
 using internal::PhaseName;
@@ -23,18 +24,6 @@ std::string Grouped(uint64_t value) {
   std::string out = std::to_string(value);
   for (int i = static_cast<int>(out.size()) - 3; i > 0; i -= 3) out.insert(i, ",");
   return out;
-}
-
-std::string Bytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes) / 1024.0;
-  int unit = 0;
-  while (value >= 1024.0 && unit < 3) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return Format(value < 10 ? "%.2f" : value < 100 ? "%.1f" : "%.0f", value) + " " + kUnits[unit];
 }
 
 std::string Duration(uint64_t ns) {
