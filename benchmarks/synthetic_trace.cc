@@ -298,6 +298,7 @@ class SyntheticProgram {
     closed.set_stream_id(kStreamId);
     closed.mutable_collector()->mutable_closed()->set_reason(v1::CLOSE_REASON_EOF);
     AppendChunk(closed, &out);
+    AppendFileEnd(stats_.bytes + out.size(), &out);
     Emit(out);
   }
 

@@ -36,15 +36,22 @@ constexpr size_t kReadBlock = 256 * 1024;
 constexpr int kAcceptPauseFirstMs = 50;
 constexpr int kAcceptPauseMaxMs = 1000;
 
+// A stream's shared ring is read after the stream ends, in slices of this long between two
+// polls, so that one process's ring (up to 64 MiB, written by that process) never keeps the
+// collector from the others' streams.
+constexpr int64_t kRecoverySliceNs = 10'000'000;
+
 bool IsResourceShortage(int error) {
   return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
 }
 
-int64_t MonotonicMs() {
+int64_t MonotonicNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
 
 const char* CloseReasonName(v1::CloseReason reason) {
   switch (reason) {
@@ -87,6 +94,13 @@ struct CollectorServer::Connection {
   uint64_t next_sequence = 0;
   // How far the received batches reach into each per-thread buffer (slot -> position).
   std::unordered_map<uint32_t, uint64_t> thread_buffer_positions;
+  // Once closed: why, for the StreamClosed record written after the ring has been read.
+  v1::CloseReason close_reason = v1::CLOSE_REASON_UNSPECIFIED;
+  std::string close_error;
+  bool ring_read = false;
+  int64_t ring_read_from_ns = 0;  // when reading the ring began
+  uint64_t ring_frames = 0;            // recovered frames so far, numbered on
+  uint64_t thread_buffer_records = 0;  // events read from the per-thread buffers
 };
 
 namespace {
@@ -187,6 +201,8 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   fds.push_back({paused ? -1 : listen_fd_, POLLIN, 0});
   if (paused && (timeout_ms < 0 || timeout_ms > pause_left)) timeout_ms = static_cast<int>(pause_left);
   for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
+  // Rings still to read: look, serve what is ready, and read on.
+  if (!recovering_.empty()) timeout_ms = 0;
   const int ready = poll(fds.data(), fds.size(), timeout_ms);
   if (ready < 0) {
     if (errno != EINTR) LogLine("poll failed: " + ErrnoText());
@@ -198,6 +214,7 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
     if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/false);
   }
   if (fds[1].revents != 0 || (accept_pause_ms_ > 0 && !paused)) Accept();
+  ContinueRecoveries(kRecoverySliceNs);
   return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
 }
 
@@ -404,6 +421,7 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
     }
   }
   AppendWireFrameChunk(c->stream_id, frame, out);
+  policy_->MessageRecorded(c->stream_id, c->validator.message());
   return true;
 }
 
@@ -413,25 +431,69 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
   close(fd);
-
-  SharedRingReader::Recovered recovered;
+  c->close_reason = reason;
+  c->close_error = error;
   if (c->file != nullptr && c->ring.adopted() && reason != v1::CLOSE_REASON_PROTOCOL_ERROR) {
     // The stream is over: whatever the process wrote into its ring and no frame carried
-    // (it died, or left with _exit, before its sender sent it) is read from the ring now.
+    // (it died, or left with _exit, before its sender sent it) is read from the ring now,
+    // a slice at a time (PollOnce reads on).
+    c->ring.StartRecovery(c->ring_position, c->ring_dropped, c->next_sequence);
+    c->ring_read = true;
+    c->ring_read_from_ns = MonotonicNs();
+    recovering_.push_back(std::move(c));
+    return;
+  }
+  FinishClose(std::move(c));
+}
+
+void CollectorServer::ContinueRecoveries(int64_t budget_ns) {
+  const int64_t deadline = budget_ns < 0 ? -1 : MonotonicNs() + budget_ns;
+  for (size_t i = 0; i < recovering_.size();) {
+    Connection* c = recovering_[i].get();
+    int64_t left = -1;
+    if (deadline >= 0) left = std::max<int64_t>(0, deadline - MonotonicNs());
     std::vector<std::string> frames;
-    recovered = c->ring.Recover(c->ring_position, c->ring_dropped, c->next_sequence, &frames);
-    // Then the per-thread buffers' events past what the batches carried, numbered on.
-    recovered.records += RecoverThreadBuffers(
-        c->ring.fd(), c->ring.thread_buffer_offset(), c->ring.thread_buffer_bytes(),
-        c->thread_buffer_positions, c->next_sequence + frames.size(), &frames);
+    const bool done = c->ring.ContinueRecovery(left, &frames);
+    c->ring_frames += frames.size();
+    if (done) {
+      // Then the per-thread buffers' events past what the batches carried, numbered on (in
+      // one go: bounded by the area's size, thread_buffers.h).
+      const size_t before = frames.size();
+      c->thread_buffer_records = RecoverThreadBuffers(
+          c->ring.fd(), c->ring.thread_buffer_offset(), c->ring.thread_buffer_bytes(),
+          c->thread_buffer_positions, c->next_sequence + c->ring_frames, &frames);
+      c->ring_frames += frames.size() - before;
+    }
     std::string bytes;
     for (const std::string& frame : frames) AppendWireFrameChunk(c->stream_id, frame, &bytes);
-    if (!bytes.empty()) Write(c.get(), bytes);
-    if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
-      LogLine(Describe(*c) + ": " + std::to_string(recovered.records) +
-              " records recovered from its shared ring");
+    if (!bytes.empty()) Write(c, bytes);
+    if (!done) {
+      ++i;
+      continue;
+    }
+    std::unique_ptr<Connection> finished = std::move(recovering_[i]);
+    recovering_.erase(recovering_.begin() + static_cast<std::ptrdiff_t>(i));
+    FinishClose(std::move(finished));
+  }
+}
+
+void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
+  SharedRingReader::Recovered recovered;
+  if (c->ring_read) {
+    recovered = c->ring.recovered();
+    recovered.records += c->thread_buffer_records;
+    const std::string read =
+        std::to_string(recovered.records) + " records recovered from its shared ring in " +
+        std::to_string((MonotonicNs() - c->ring_read_from_ns) / 1000000) + " ms";
+    if (!recovered.damage.empty()) {
+      // Always said: the process damaged its ring (or something did), and what it cost.
+      LogLine(Describe(*c) + ": its shared ring is damaged: " + recovered.damage + "; " + read);
+    } else if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
+      LogLine(Describe(*c) + ": " + read);
     }
   }
+  const v1::CloseReason reason = c->close_reason;
+  const std::string& error = c->close_error;
   if (c->file != nullptr) {
     v1::TraceChunk closed;
     closed.set_stream_id(c->stream_id);
@@ -473,6 +535,8 @@ void CollectorServer::Shutdown() {
   std::vector<int> fds;
   for (const auto& entry : connections_) fds.push_back(entry.first);
   for (int fd : fds) Close(fd, v1::CLOSE_REASON_COLLECTOR_SHUTDOWN, "");
+  // Every ring to its end: each is bounded by its size, whatever it holds.
+  ContinueRecoveries(-1);
 }
 
 }  // namespace cumemtrace

@@ -19,13 +19,16 @@
 namespace cumemtrace::internal {
 
 enum class EventType : uint8_t {
-  kRangeOpen,   // NVTX push or start
+  kRangeOpen,  // NVTX push or start
   kAllocate,
   kRelease,
   kFailedAllocation,
   kKernel,
   kMark,
   kRangeClose,  // NVTX pop or end
+  // A TensorCategory: what the live allocation at an address is. It sorts with the memory
+  // events (rank 1), so that at an equal timestamp arrival decides, as the program said it.
+  kCategory,
 };
 
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
@@ -49,12 +52,13 @@ inline uint64_t AddressKey(uint32_t device, uint64_t address) {
 // One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;
-  // kAllocate/kRelease: address. kKernel: end_ns. kRange*: range_id. kFailedAllocation:
-  // requested bytes.
+  // kAllocate/kRelease/kCategory: address. kKernel: end_ns. kRange*: range_id.
+  // kFailedAllocation: requested bytes.
   uint64_t a;
-  // kAllocate/kRelease: bytes. kFailedAllocation: device free bytes.
+  // kAllocate/kRelease/kCategory: bytes. kFailedAllocation: device free bytes.
   uint64_t b;
-  // kFailedAllocation: device total bytes. kKernel, kAllocate, kRelease: CUPTI stream id.
+  // kFailedAllocation: device total bytes, or for PyTorch's OOM (kind TORCH_ALLOCATED) the
+  // index of its TorchOomRecord. kKernel, kAllocate, kRelease: CUPTI stream id.
   uint64_t c;
   uint32_t thread_id;
   // Interned ids: api name (memory, failed), kernel name, NVTX message.
@@ -65,7 +69,7 @@ struct Event {
   uint32_t caller_id;  // interned calling module (allocation, failed allocation), 0 if unknown
   uint32_t device;
   EventType type;
-  uint8_t kind;     // v1::MemoryKind
+  uint8_t kind;     // v1::MemoryKind; kCategory: v1::Category
   uint8_t nvtx_op;  // v1::NvtxOperation
   uint8_t pad = 0;
   uint32_t stack_id = 0;  // kAllocate: wire stack id (`run --stacks`), 0 if none
@@ -125,8 +129,36 @@ struct TorchDeviceDecode {
   uint64_t allocated = 0;                       // sum of live
 };
 
+// One of the caching allocator's segment events (SEGMENT_ALLOC/FREE/MAP/UNMAP): what the
+// post-mortem of a failed allocation replays to rebuild its segments (oom.h).
+struct TorchSegmentEvent {
+  uint64_t timestamp_ns = 0;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t stream = 0;
+  uint64_t pool_first = 0;
+  uint64_t pool_second = 0;
+  uint32_t device = 0;
+  uint32_t thread_id = 0;
+  uint8_t action = 0;  // v1::TorchAllocatorAction
+};
+
+// The allocator's OOM event, which the stream's events carry as a failed allocation whose
+// `c` indexes these.
+struct TorchOomRecord {
+  uint64_t stream = 0;
+  uint64_t pool_first = 0;
+  uint64_t pool_second = 0;
+  size_t segment_events = 0;  // segment_log's size then: the segments it saw
+  uint64_t released_before_bytes = 0;  // segments freed since the device's last block event
+};
+
 struct TorchDecodeState {
   std::map<uint32_t, TorchDeviceDecode> devices;
+  std::vector<TorchSegmentEvent> segment_log;  // in arrival order (each device's own order)
+  std::vector<TorchOomRecord> ooms;
+  // Per device: bytes of segments freed since its last block event (ALLOC, FREE_REQUESTED).
+  std::map<uint32_t, uint64_t> released_since_block_event;
   // (device, address) of the caching allocator's live driver memory (its segments).
   std::unordered_set<uint64_t> segments;
   // Interned caller ids known to name libc10_cuda (true) or not (false).

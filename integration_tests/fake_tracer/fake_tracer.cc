@@ -32,6 +32,8 @@
 //               [--range=NAME]...             wrap batch b in an NVTX range named the
 //                                             (b mod count)-th NAME
 //               [--long-range=N]              a range NAME of N letters 'a'
+//               [--pause-ms=N]                sleep N ms after each batch (a program that
+//                                             runs for a while, for the live view)
 //               [--keep-going]                when the collector goes away, stop sending
 //                                             and exit as asked (as the real tracer does)
 #include <fcntl.h>
@@ -78,6 +80,7 @@ struct Options {
   bool connect = true;
   std::string ring;
   std::vector<std::string> ranges;
+  int pause_ms = 0;
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -436,6 +439,8 @@ Options Parse(int argc, char** argv) {
       o.socket_path = v8;
     } else if (const char* v12 = value("--range=")) {
       o.ranges.push_back(v12);
+    } else if (const char* v13 = value("--pause-ms=")) {
+      o.pause_ms = atoi(v13);
     } else if (arg == "--keep-going") {
       keep_going = true;
     } else if (const char* v11 = value("--long-range=")) {
@@ -513,6 +518,7 @@ int main(int argc, char** argv) {
       sent->set_position(kThreadBufferSent);
     }
     SendMessage(fd, batch);
+    if (o.pause_ms > 0) usleep(static_cast<useconds_t>(o.pause_ms) * 1000);
   }
   if (o.partial_frame) {
     std::string frame;
