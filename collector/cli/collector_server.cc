@@ -99,8 +99,10 @@ struct CollectorServer::Connection {
   std::string close_error;
   bool ring_read = false;
   int64_t ring_read_from_ns = 0;  // when reading the ring began
-  uint64_t ring_frames = 0;            // recovered frames so far, numbered on
-  uint64_t thread_buffer_records = 0;  // events read from the per-thread buffers
+  uint64_t ring_frames = 0;  // frames recovered from the ring, the buffers' numbered after
+  // Then the per-thread buffers' (thread_buffer_reader.h), and the events read from them.
+  std::unique_ptr<ThreadBufferRecovery> buffers;
+  uint64_t thread_buffer_records = 0;
 };
 
 namespace {
@@ -453,16 +455,18 @@ void CollectorServer::ContinueRecoveries(int64_t budget_ns) {
     int64_t left = -1;
     if (deadline >= 0) left = std::max<int64_t>(0, deadline - MonotonicNs());
     std::vector<std::string> frames;
-    const bool done = c->ring.ContinueRecovery(left, &frames);
+    bool done = c->ring.ContinueRecovery(left, &frames);
     c->ring_frames += frames.size();
     if (done) {
-      // Then the per-thread buffers' events past what the batches carried, numbered on (in
-      // one go: bounded by the area's size, thread_buffers.h).
-      const size_t before = frames.size();
-      c->thread_buffer_records = RecoverThreadBuffers(
-          c->ring.fd(), c->ring.thread_buffer_offset(), c->ring.thread_buffer_bytes(),
-          c->thread_buffer_positions, c->next_sequence + c->ring_frames, &frames);
-      c->ring_frames += frames.size() - before;
+      // Then the per-thread buffers' events past what the batches carried, numbered on.
+      if (c->buffers == nullptr) {
+        c->buffers = std::make_unique<ThreadBufferRecovery>(
+            c->ring.fd(), c->ring.thread_buffer_offset(), c->ring.thread_buffer_bytes(),
+            c->thread_buffer_positions, c->next_sequence + c->ring_frames);
+      }
+      if (deadline >= 0) left = std::max<int64_t>(0, deadline - MonotonicNs());
+      done = c->buffers->Continue(left, &frames);
+      c->thread_buffer_records = c->buffers->events();
     }
     std::string bytes;
     for (const std::string& frame : frames) AppendWireFrameChunk(c->stream_id, frame, &bytes);

@@ -226,6 +226,47 @@ TEST(ThreadBufferReader, ReadsFromTheLaterOfFreedAndReceivedWithTheDefinitionsIn
   }
 }
 
+// The collector reads a large area in slices between its other streams' work: every event
+// once, in order, in batches numbered on from the ring's.
+TEST(ThreadBufferReader, ASlicedRecoveryReadsEverythingOnceInBatchesNumberedOn) {
+  constexpr uint32_t kUnits = 16384;
+  const uint64_t bytes = ThreadBuffers::BytesFor(1, kUnits);
+  const int fd = memfd_create("thread-buffers-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  auto* memory =
+      static_cast<unsigned char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(memory, MAP_FAILED);
+  {
+    ThreadBuffers buffers;
+    buffers.Init(memory, 1, kUnits);
+    for (uint64_t seq = 1; seq <= 10000; ++seq) ASSERT_TRUE(buffers.Write(EventOf(3, seq)));
+  }
+  ThreadBufferRecovery recovery(fd, 0, bytes, {}, 7);
+  std::vector<std::string> frames;
+  int slices = 1;
+  while (!recovery.Continue(/*budget_ns=*/0, &frames)) ++slices;
+  EXPECT_GT(slices, 1);
+  EXPECT_EQ(recovery.events(), 10000u);
+  uint64_t next = 1;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    v1::StreamMessage message;
+    ASSERT_TRUE(message.ParseFromString(frames[i]));
+    EXPECT_EQ(message.batch().sequence(), 7 + i);
+    for (const v1::Event& event : message.batch().events()) {
+      const v1::TorchAllocatorEvent& e = event.torch_allocator();
+      EXPECT_EQ(e.sequence(), next++);
+      EXPECT_TRUE(Whole(
+          e.device(), e.sequence(), event.timestamp_ns(), static_cast<uint8_t>(e.action()),
+          e.address(), e.requested_bytes(), e.stream(), e.pool_id_first(), e.pool_id_second(),
+          e.allocated_bytes_total(), e.allocated_bytes_current(), e.reserved_bytes_current()));
+    }
+  }
+  EXPECT_EQ(next, 10001u);
+  munmap(memory, bytes);
+  close(fd);
+}
+
 TEST(ThreadBufferReader, NeverReadsPastTheCommitNorTrustsALyingHeader) {
   Area area(2, 64);
   ThreadBuffers buffers;
@@ -437,8 +478,9 @@ TEST(ThreadBuffersCrash, EveryCommittedEventSurvivesSigkillAndNoneIsTornOrTwice)
     // Through the collector's own path too, once: from the memory file, as frames.
     if (run == 0) {
       std::vector<std::string> recovered_frames;
-      EXPECT_EQ(RecoverThreadBuffers(fd, 0, bytes, positions, 7, &recovered_frames),
-                recovered.size());
+      ThreadBufferRecovery recovery(fd, 0, bytes, positions, 7);
+      EXPECT_TRUE(recovery.Continue(/*budget_ns=*/-1, &recovered_frames));
+      EXPECT_EQ(recovery.events(), recovered.size());
       uint64_t events_in_frames = 0;
       for (const std::string& f : recovered_frames) {
         v1::StreamMessage message;
