@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -74,6 +75,7 @@ struct CollectorServer::Connection {
   std::string held;             // chunks produced before the file was known
   bool file_failed = false;     // the policy could not give the stream a file
   uint64_t bytes_received = 0;
+  int64_t accepted_ms = 0;  // CLOCK_MONOTONIC
   WireStreamValidator validator;
   // The tracer's shared ring: its descriptor as it arrived (before the handshake), then the
   // reader; and how far the received batches reach into it.
@@ -115,6 +117,17 @@ ssize_t ReadWithDescriptors(int fd, char* buffer, size_t size, int* ring_fd, boo
 }
 
 }  // namespace
+
+int HandshakeTimeoutMsFromEnvironment() {
+  constexpr int kDefaultMs = 10000;
+  const char* value = getenv("CUMEMTRACE_HANDSHAKE_TIMEOUT_MS");
+  if (value == nullptr || *value == '\0') return kDefaultMs;
+  char* end = nullptr;
+  errno = 0;
+  const long ms = strtol(value, &end, 10);
+  if (errno != 0 || *end != '\0' || ms <= 0 || ms > 3600 * 1000) return kDefaultMs;
+  return static_cast<int>(ms);
+}
 
 int ListenOnUnixSocket(const std::string& path, std::string* error) {
   sockaddr_un addr{};
@@ -181,6 +194,8 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   const bool paused = accept_pause_ms_ > 0 && pause_left > 0;
   fds.push_back({paused ? -1 : listen_fd_, POLLIN, 0});
   if (paused && (timeout_ms < 0 || timeout_ms > pause_left)) timeout_ms = static_cast<int>(pause_left);
+  const int next_overdue = CloseOverdueHandshakes();
+  if (next_overdue >= 0 && (timeout_ms < 0 || timeout_ms > next_overdue)) timeout_ms = next_overdue;
   for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
   const int ready = poll(fds.data(), fds.size(), timeout_ms);
   if (ready < 0) {
@@ -193,6 +208,7 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
     if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/false);
   }
   if (fds[1].revents != 0 || (accept_pause_ms_ > 0 && !paused)) Accept();
+  CloseOverdueHandshakes();
   return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
 }
 
@@ -239,6 +255,7 @@ void CollectorServer::Accept() {
     c->stream_id = next_stream_id_++;
     c->peer.pid = cred.pid;
     c->peer.uid = cred.uid;
+    c->accepted_ms = MonotonicMs();
     connections_[fd] = std::move(connection);
 
     c->file = policy_->FileAtAccept(c->stream_id, c->peer);
@@ -260,6 +277,32 @@ void CollectorServer::EndAcceptPause() {
           " tries failed while out of resources)");
   accept_pause_ms_ = 0;
   accept_failures_ = 0;
+}
+
+int CollectorServer::CloseOverdueHandshakes() {
+  const int64_t now = MonotonicMs();
+  const int64_t limit = options_.handshake_timeout_ms;
+  std::vector<int> overdue;
+  int64_t next = -1;
+  for (const auto& entry : connections_) {
+    const Connection& c = *entry.second;
+    if (c.handshake_done) continue;
+    const int64_t left = c.accepted_ms + limit - now;
+    if (left <= 0) {
+      overdue.push_back(entry.first);
+    } else if (next < 0 || left < next) {
+      next = left;
+    }
+  }
+  if (!overdue.empty()) {
+    char seconds[32];
+    snprintf(seconds, sizeof(seconds), "%g", static_cast<double>(limit) / 1000.0);
+    for (int fd : overdue) {
+      Close(fd, v1::CLOSE_REASON_PROTOCOL_ERROR,
+            std::string("no handshake within ") + seconds + " s of connecting");
+    }
+  }
+  return static_cast<int>(next);
 }
 
 bool CollectorServer::ShedBytesBeforeHandshakes(const Connection* reading) {

@@ -80,7 +80,8 @@ Options:
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
 summary.json, and report.html, the viewer (one file; open it in a browser). Exit status:
 the program's own, 128+N when it was killed by signal N,
-127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage.
+127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage, 1 when the
+output folder or trace file cannot be created.
 )";
 
 // How the traced program ended.
@@ -429,8 +430,11 @@ int RunCommand(int argc, char** argv) {
       }
     }
     if (!MakeDirs(output_dir, &created_dirs, &error)) {
+      // Not a usage error: the folder could not be created (a read-only or full file
+      // system, no permission), which docs/cli.md gives status 1, as for the trace file.
       LogLine(error);
-      return kExitUsage;
+      RemoveCreated("", created_dirs);
+      return 1;
     }
   } else {
     const std::string prefix = "cumemtrace-" + RunName(program_argv) + "-";
