@@ -44,6 +44,28 @@ int64_t MonotonicMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// Whether `pid` is running and not on its way out: /proc/PID/stat's state is not a zombie's
+// and its flags lack PF_EXITING, which the kernel sets before it closes a dying process's
+// descriptors (so a process killed by a signal, or leaving with _exit, never counts).
+bool ProcessRunning(pid_t pid) {
+  if (pid <= 0) return false;
+  FILE* file = fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+  if (file == nullptr) return false;
+  char text[1024];
+  const size_t n = fread(text, 1, sizeof(text) - 1, file);
+  fclose(file);
+  text[n] = '\0';
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold anything,
+  // so fields are counted after its last ')'.
+  const char* p = strrchr(text, ')');
+  if (p == nullptr) return false;
+  char state = 0;
+  unsigned long flags = 0;
+  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state != 'Z' && state != 'X' && state != 'x' && (flags & kPfExiting) == 0;
+}
+
 const char* CloseReasonName(v1::CloseReason reason) {
   switch (reason) {
     case v1::CLOSE_REASON_EOF: return "end of stream";
@@ -445,6 +467,9 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
   close(fd);
+  // Looked at before anything else: the process may be on its way out.
+  const bool peer_running =
+      reason == v1::CLOSE_REASON_EOF && c->handshake_done && ProcessRunning(c->peer.pid);
 
   SharedRingReader::Recovered recovered;
   if (c->file != nullptr && c->ring.adopted() && reason != v1::CLOSE_REASON_PROTOCOL_ERROR) {
@@ -466,6 +491,7 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
     v1::StreamClosed* record = closed.mutable_collector()->mutable_closed();
     record->set_ring_records_recovered(recovered.records);
     record->set_ring_drops_recovered(recovered.drops);
+    record->set_peer_running(peer_running);
     record->set_reason(reason);
     record->set_error(error);
     record->set_bytes_received(c->bytes_received);
@@ -481,6 +507,7 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
     if (!error.empty()) line += ": " + error;
     line += " (" + std::to_string(c->bytes_received) + " bytes received)";
     if (failure && c->file == nullptr) line += "; nothing recorded";
+    if (peer_running) line += "; the process is still running (it closed the connection)";
     LogLine(line);
   }
   policy_->StreamFinished(c->stream_id, c->file);

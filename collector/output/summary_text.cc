@@ -362,7 +362,8 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
            " out of time order\n";
   }
   for (const Notice& n : p.notices) {
-    out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
+    out << "  " << (n.from_launcher ? "" : "tracer ") << (n.level.empty() ? "notice" : n.level)
+        << ": " << n.text << '\n';
   }
   if (p.kernel_launches_enabled) {
     out << "  (kernels seen at their launch: counts, threads and phases, no GPU times; "
