@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "tracer/clock.h"
-#include "tracer/event_encoder.h"
-#include "tracer/host_record.h"
-#include "tracer/record_queue.h"
-#include "tracer/stack_capture.h"
-#include "tracer/stack_interner.h"
+#include "tracer/recording/clock.h"
+#include "tracer/recording/host_record.h"
+#include "tracer/recording/record_queue.h"
+#include "tracer/sending/event_encoder.h"
+#include "tracer/sending/stack_interner.h"
+#include "tracer/sources/stacks/stack_capture.h"
 
 namespace cumemtrace::tracer {
 namespace {

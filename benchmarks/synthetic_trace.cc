@@ -8,11 +8,11 @@
 
 #include "collector/format/trace_file.h"
 #include "cumemtrace/v1/trace.pb.h"
-#include "tracer/api_catalog.h"
-#include "tracer/correlation_table.h"
-#include "tracer/event_encoder.h"
-#include "tracer/host_record.h"
-#include "tracer/record_translator.h"
+#include "tracer/recording/api_catalog.h"
+#include "tracer/recording/host_record.h"
+#include "tracer/sending/correlation_table.h"
+#include "tracer/sending/event_encoder.h"
+#include "tracer/sending/record_translator.h"
 
 namespace cumemtrace::bench {
 namespace {
@@ -298,6 +298,7 @@ class SyntheticProgram {
     closed.set_stream_id(kStreamId);
     closed.mutable_collector()->mutable_closed()->set_reason(v1::CLOSE_REASON_EOF);
     AppendChunk(closed, &out);
+    AppendFileEnd(stats_.bytes + out.size(), &out);
     Emit(out);
   }
 

@@ -25,17 +25,17 @@
 #include <thread>
 #include <vector>
 
-#include "tracer/api_catalog.h"
-#include "tracer/clock.h"
-#include "tracer/correlation_table.h"
-#include "tracer/event_encoder.h"
-#include "tracer/host_record.h"
-#include "tracer/record_queue.h"
-#include "tracer/record_translator.h"
-#include "tracer/torch_bridge/bridge_core.h"
-#include "tracer/torch_bridge/tests/fabricated_entry.h"
-#include "tracer/torch_bridge/torch_bridge.h"
-#include "tracer/tsc_clock.h"
+#include "tracer/recording/api_catalog.h"
+#include "tracer/recording/clock.h"
+#include "tracer/recording/host_record.h"
+#include "tracer/recording/record_queue.h"
+#include "tracer/recording/tsc_clock.h"
+#include "tracer/sending/correlation_table.h"
+#include "tracer/sending/event_encoder.h"
+#include "tracer/sending/record_translator.h"
+#include "tracer/sources/torch_bridge/bridge_core.h"
+#include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
+#include "tracer/sources/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -189,7 +189,8 @@ class TorchEntries {
   static int EmitToRing(const cumemtrace_torch_event* event, void* /*context*/) {
     bool from_torch = false;
     const uint64_t now = clock_->TimeOf(event->tsc, &from_torch);
-    return queue_.PushTorchEvent(*event, CurrentThreadId(), now, nullptr, 0);
+    v1::ring::TorchRecord record = TorchRecordOf(*event, CurrentThreadId(), now);
+    return queue_.PushTorchRecord(record, nullptr, 0);
   }
   // Static: the hook's emit function is a plain function pointer, as in the shim.
   static inline RecordQueue queue_{kQueueCapacity};

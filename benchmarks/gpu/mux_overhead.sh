@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the CUPTI multiplexer (tracer/cupti_mux.h) costs a program that starts no CUPTI
+# What the CUPTI multiplexer (tracer/sources/cupti/cupti_mux.h) costs a program that starts no CUPTI
 # client of its own. The commit that added it (MUX_REV) and its parent (BASE_REV) are each
 # checked out in a git worktree and built whole (CLI, collector, tracer) with cmake; then
 # overhead.py runs the same workloads untraced, under MUX_REV's cumemtrace and under

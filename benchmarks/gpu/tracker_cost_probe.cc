@@ -17,8 +17,8 @@
 #include <cstdio>
 #include <string>
 
-#include "tracer/torch_bridge/bridge_core.h"
-#include "tracer/torch_bridge/device_counters.h"
+#include "tracer/sources/torch_bridge/bridge_core.h"
+#include "tracer/sources/torch_bridge/device_counters.h"
 
 namespace {
 

@@ -34,14 +34,19 @@ constexpr size_t kReadBlock = 256 * 1024;
 constexpr int kAcceptPauseFirstMs = 50;
 constexpr int kAcceptPauseMaxMs = 1000;
 
+// A stream's shared ring is read after the stream ends, in slices of this long between two
+// polls, so that one process's ring (up to 64 MiB, written by that process) never keeps the
+// collector from the others' streams.
+constexpr int64_t kRecoverySliceNs = 10'000'000;
+
 bool IsResourceShortage(int error) {
   return error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM;
 }
 
-int64_t MonotonicMs() {
+int64_t MonotonicNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 // Whether `pid` is running and not on its way out: /proc/PID/stat's state is not a zombie's
@@ -65,6 +70,8 @@ bool ProcessRunning(pid_t pid) {
   constexpr unsigned long kPfExiting = 0x4;
   return state != 'Z' && state != 'X' && state != 'x' && (flags & kPfExiting) == 0;
 }
+
+int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
 
 const char* CloseReasonName(v1::CloseReason reason) {
   switch (reason) {
@@ -106,6 +113,13 @@ struct CollectorServer::Connection {
   uint64_t ring_position = 0;
   uint64_t ring_dropped = 0;
   uint64_t next_sequence = 0;
+  // Once closed: why, for the StreamClosed record written after the ring has been read.
+  v1::CloseReason close_reason = v1::CLOSE_REASON_UNSPECIFIED;
+  std::string close_error;
+  // The connection ended while its process still ran (StreamClosed.peer_running).
+  bool peer_running = false;
+  bool ring_read = false;
+  int64_t ring_read_from_ns = 0;  // when reading the ring began
 };
 
 namespace {
@@ -219,6 +233,8 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   const int next_overdue = CloseOverdueHandshakes();
   if (next_overdue >= 0 && (timeout_ms < 0 || timeout_ms > next_overdue)) timeout_ms = next_overdue;
   for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
+  // Rings still to read: look, serve what is ready, and read on.
+  if (!recovering_.empty()) timeout_ms = 0;
   const int ready = poll(fds.data(), fds.size(), timeout_ms);
   if (ready < 0) {
     if (errno != EINTR) LogLine("poll failed: " + ErrnoText());
@@ -231,6 +247,7 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   }
   if (fds[1].revents != 0 || (accept_pause_ms_ > 0 && !paused)) Accept();
   CloseOverdueHandshakes();
+  ContinueRecoveries(kRecoverySliceNs);
   return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
 }
 
@@ -467,31 +484,68 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
   std::unique_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
   close(fd);
+  c->close_reason = reason;
+  c->close_error = error;
   // Looked at before anything else: the process may be on its way out.
-  const bool peer_running =
+  c->peer_running =
       reason == v1::CLOSE_REASON_EOF && c->handshake_done && ProcessRunning(c->peer.pid);
-
-  SharedRingReader::Recovered recovered;
   if (c->file != nullptr && c->ring.adopted() && reason != v1::CLOSE_REASON_PROTOCOL_ERROR) {
     // The stream is over: whatever the process wrote into its ring and no frame carried
-    // (it died, or left with _exit, before its sender sent it) is read from the ring now.
+    // (it died, or left with _exit, before its sender sent it) is read from the ring now,
+    // a slice at a time (PollOnce reads on).
+    c->ring.StartRecovery(c->ring_position, c->ring_dropped, c->next_sequence);
+    c->ring_read = true;
+    c->ring_read_from_ns = MonotonicNs();
+    recovering_.push_back(std::move(c));
+    return;
+  }
+  FinishClose(std::move(c));
+}
+
+void CollectorServer::ContinueRecoveries(int64_t budget_ns) {
+  const int64_t deadline = budget_ns < 0 ? -1 : MonotonicNs() + budget_ns;
+  for (size_t i = 0; i < recovering_.size();) {
+    Connection* c = recovering_[i].get();
+    int64_t left = -1;
+    if (deadline >= 0) left = std::max<int64_t>(0, deadline - MonotonicNs());
     std::vector<std::string> frames;
-    recovered = c->ring.Recover(c->ring_position, c->ring_dropped, c->next_sequence, &frames);
+    const bool done = c->ring.ContinueRecovery(left, &frames);
     std::string bytes;
     for (const std::string& frame : frames) AppendWireFrameChunk(c->stream_id, frame, &bytes);
-    if (!bytes.empty()) Write(c.get(), bytes);
-    if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
-      LogLine(Describe(*c) + ": " + std::to_string(recovered.records) +
-              " records recovered from its shared ring");
+    if (!bytes.empty()) Write(c, bytes);
+    if (!done) {
+      ++i;
+      continue;
+    }
+    std::unique_ptr<Connection> finished = std::move(recovering_[i]);
+    recovering_.erase(recovering_.begin() + static_cast<std::ptrdiff_t>(i));
+    FinishClose(std::move(finished));
+  }
+}
+
+void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
+  SharedRingReader::Recovered recovered;
+  if (c->ring_read) {
+    recovered = c->ring.recovered();
+    const std::string read =
+        std::to_string(recovered.records) + " records recovered from its shared ring in " +
+        std::to_string((MonotonicNs() - c->ring_read_from_ns) / 1000000) + " ms";
+    if (!recovered.damage.empty()) {
+      // Always said: the process damaged its ring (or something did), and what it cost.
+      LogLine(Describe(*c) + ": its shared ring is damaged: " + recovered.damage + "; " + read);
+    } else if ((recovered.records > 0 || recovered.drops > 0) && options_.log_streams) {
+      LogLine(Describe(*c) + ": " + read);
     }
   }
+  const v1::CloseReason reason = c->close_reason;
+  const std::string& error = c->close_error;
   if (c->file != nullptr) {
     v1::TraceChunk closed;
     closed.set_stream_id(c->stream_id);
     v1::StreamClosed* record = closed.mutable_collector()->mutable_closed();
     record->set_ring_records_recovered(recovered.records);
     record->set_ring_drops_recovered(recovered.drops);
-    record->set_peer_running(peer_running);
+    record->set_peer_running(c->peer_running);
     record->set_reason(reason);
     record->set_error(error);
     record->set_bytes_received(c->bytes_received);
@@ -507,7 +561,7 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
     if (!error.empty()) line += ": " + error;
     line += " (" + std::to_string(c->bytes_received) + " bytes received)";
     if (failure && c->file == nullptr) line += "; nothing recorded";
-    if (peer_running) line += "; the process is still running (it closed the connection)";
+    if (c->peer_running) line += "; the process is still running (it closed the connection)";
     LogLine(line);
   }
   policy_->StreamFinished(c->stream_id, c->file);
@@ -528,6 +582,8 @@ void CollectorServer::Shutdown() {
   std::vector<int> fds;
   for (const auto& entry : connections_) fds.push_back(entry.first);
   for (int fd : fds) Close(fd, v1::CLOSE_REASON_COLLECTOR_SHUTDOWN, "");
+  // Every ring to its end: each is bounded by its size, whatever it holds.
+  ContinueRecoveries(-1);
 }
 
 }  // namespace cumemtrace

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collector/cli/trace_writer.h"
 #include "cumemtrace/v1/trace.pb.h"
@@ -78,7 +79,8 @@ class CollectorServer {
   // listening socket stays open (the owner removes its path).
   void Shutdown();
 
-  size_t open_streams() const { return connections_.size(); }
+  // Streams not yet closed, counting those whose shared ring is still being read.
+  size_t open_streams() const { return connections_.size() + recovering_.size(); }
 
   // Bytes that connections without a handshake may hold, all together.
   static constexpr size_t kMaxBytesBeforeHandshakes = 16u << 20;
@@ -102,8 +104,14 @@ class CollectorServer {
   bool ReadFrom(Connection* c, bool drain);
   // Validates and records one frame; false (with *error) on a protocol error.
   bool HandleFrame(Connection* c, std::string_view frame, std::string* out, std::string* error);
-  // Writes the StreamClosed record, logs, tells the policy, and forgets the connection.
+  // Ends the connection: its shared ring, if it has one to read, is read by
+  // ContinueRecoveries; then FinishClose.
   void Close(int fd, v1::CloseReason reason, const std::string& error);
+  // Reads the rings of closed streams for about budget_ns in all (< 0: to their ends), and
+  // finishes the streams whose ring is read.
+  void ContinueRecoveries(int64_t budget_ns);
+  // Writes the StreamClosed record, logs, tells the policy, and forgets the connection.
+  void FinishClose(std::unique_ptr<Connection> c);
   // Sends bytes to the stream's file, or holds them until the file is known.
   bool Write(Connection* c, std::string_view bytes);
   std::string Describe(const Connection& c) const;
@@ -114,6 +122,8 @@ class CollectorServer {
   uid_t uid_;
   uint32_t next_stream_id_ = 1;
   std::map<int, std::unique_ptr<Connection>> connections_;  // by socket descriptor
+  // Closed connections whose shared ring is being read, oldest first.
+  std::vector<std::unique_ptr<Connection>> recovering_;
   std::map<uint32_t, uint32_t> stream_by_handshake_pid_;
   std::string read_buffer_;
   int accept_pause_ms_ = 0;  // > 0 while accept() fails for want of descriptors or memory

@@ -237,6 +237,9 @@ int DaemonCommand(int argc, char** argv) {
     printf("export CUDA_INJECTION64_PATH=%s\n", quoted.c_str());
     printf("export NVTX_INJECTION64_PATH=%s\n", quoted.c_str());
     printf("export CUMEMTRACE_SOCKET=%s\n", ShellQuote(socket_path).c_str());
+    // The Python side (categories of tensors; sitecustomize runs any it shadows).
+    printf("export PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH}\n",
+           ShellQuote(PythonHookDir()).c_str());
     return fflush(stdout) == 0 ? 0 : 1;
   }
 

@@ -156,6 +156,7 @@ int MergeCommand(int argc, char** argv) {
       }
     }
   }
+  AppendFileEnd(merged.size(), &merged);
   std::string error;
   if (!WriteNewFile(output, merged, &error)) {
     LogLine(error + "; nothing was written");

@@ -3,11 +3,16 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
+
+#include <google/protobuf/stubs/logging.h>
 
 #include "proto/cumemtrace/v1/shared_ring.h"
 
@@ -23,11 +28,19 @@ uint64_t Load(const void* p) {
   return __atomic_load_n(static_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
 }
 
+int64_t ClockNs(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Records read between two looks at the clock.
+constexpr int kRecordsPerClockCheck = 64;
+
 // Builds the recovered batches.
 class BatchBuilder {
  public:
-  BatchBuilder(uint64_t sequence, std::vector<std::string>* frames)
-      : sequence_(sequence), frames_(frames) {}
+  explicit BatchBuilder(uint64_t sequence) : sequence_(sequence) {}
 
   uint32_t Intern(std::string_view value) {
     if (value.empty()) return 0;
@@ -56,8 +69,13 @@ class BatchBuilder {
     batch->set_sequence(sequence_++);
     batch->set_ring_position(position);
     batch->set_ring_dropped(dropped);
-    frames_->push_back(message_.SerializeAsString());
+    frames_.push_back(message_.SerializeAsString());
     message_.Clear();
+  }
+  // The frames finished so far, handed over.
+  void TakeFrames(std::vector<std::string>* frames) {
+    for (std::string& frame : frames_) frames->push_back(std::move(frame));
+    frames_.clear();
   }
 
  private:
@@ -65,7 +83,7 @@ class BatchBuilder {
 
   v1::StreamMessage message_;
   uint64_t sequence_;
-  std::vector<std::string>* frames_;
+  std::vector<std::string> frames_;
   std::unordered_map<std::string, uint32_t> ids_;
   uint32_t next_id_ = kFirstRecoveredStringId;
 };
@@ -93,7 +111,326 @@ std::string DriverErrorName(int code) {
 
 }  // namespace
 
+// One recovery in progress: the ring mapped, the span to read, and what was made so far.
+class SharedRingReader::Walk {
+ public:
+  Walk(int fd, uint64_t capacity, uint64_t position, uint64_t reported_drops, uint64_t sequence,
+       Recovered* recovered)
+      : capacity_(capacity), out_(sequence), recovered_(recovered) {
+    bytes_ = ring::kHeaderBytes + capacity;
+    void* view = mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    if (view == MAP_FAILED) {
+      recovered_->damage = "cannot map it: " + std::string(strerror(errno));
+      return;
+    }
+    view_ = static_cast<const unsigned char*>(view);
+    data_ = view_ + ring::kHeaderBytes;
+    memcpy(&header_, view_, sizeof(header_));
+    if (header_.magic != ring::kMagic || header_.layout_version < ring::kOldestLayoutVersion ||
+        header_.layout_version > ring::kLayoutVersion || header_.capacity != capacity) {
+      // Not a ring we understand: neither its records nor its counters mean anything.
+      Damage("its header is not a ring's of layout " + std::to_string(ring::kOldestLayoutVersion) +
+             " to " + std::to_string(ring::kLayoutVersion) + " and " + std::to_string(capacity) +
+             " bytes; nothing read from it");
+      return;
+    }
+    const uint32_t count = std::min(header_.api_count, ring::kMaxApis);
+    apis_.resize(count);
+    if (count > 0) {  // an empty vector's data() may be null, which memcpy must not get
+      memcpy(apis_.data(), view_ + ring::kApiTableOffset, count * sizeof(ring::ApiEntry));
+    }
+    for (ring::ApiEntry& api : apis_) api.name[sizeof(api.name) - 1] = '\0';
+    // Each read once: the process may still be changing them.
+    end_ = Load(view_ + offsetof(ring::Header, write_position));
+    const uint64_t dropped_total = Load(view_ + offsetof(ring::Header, dropped_total));
+    dropped_ = reported_drops;
+    position_ = end_;
+    if (end_ > position) {
+      // A frame never reaches past the write position, and the writer never overwrites what
+      // the last frame did not carry: more than a ring's worth behind means the ring lies.
+      // Whatever it says, at most one ring's worth is read.
+      position_ = end_ - position > capacity ? end_ - capacity : position;
+      if (end_ - position > capacity) {
+        Damage("its write position is more than the ring's size past the last frame's");
+      }
+    } else if (end_ < position) {
+      Damage("its write position is behind the last frame's");
+    }
+    if (dropped_total > reported_drops) {
+      // Each drop is counted under the tracer's lock, which takes far longer than a
+      // nanosecond: more drops than nanoseconds since the machine booted is a lie.
+      const uint64_t drops = dropped_total - reported_drops;
+      if (drops > static_cast<uint64_t>(ClockNs(CLOCK_BOOTTIME))) {
+        Damage("its count of dropped records (" + std::to_string(dropped_total) +
+               ") is more than the records a process could have dropped; not believed");
+      } else {
+        drops_ = drops;
+        dropped_ = dropped_total;
+      }
+    }
+  }
+  ~Walk() {
+    if (view_ != nullptr) munmap(const_cast<unsigned char*>(view_), bytes_);
+  }
+  Walk(const Walk&) = delete;
+  Walk& operator=(const Walk&) = delete;
+
+  // Reads until the end or `deadline_ns` (CLOCK_MONOTONIC; < 0: none). True at the end.
+  bool Step(int64_t deadline_ns) {
+    for (int n = 1; position_ < end_; ++n) {
+      if (deadline_ns >= 0 && n % kRecordsPerClockCheck == 0 &&
+          ClockNs(CLOCK_MONOTONIC) >= deadline_ns) {
+        return false;
+      }
+      const uint64_t offset = position_ % capacity_;
+      const uint64_t room = capacity_ - offset;  // to the end of the data area, >= 1
+      const uint64_t left = end_ - position_;
+      uint32_t size = 0;
+      bool whole = position_ % 8 == 0 && room >= 8;
+      if (whole) {
+        memcpy(&size, data_ + offset, sizeof(size));
+        whole = size >= 8 && size % 8 == 0 && size <= room && size <= left;
+      }
+      if (!whole) {
+        // No record can be read here, nor is it known where the next one starts, except at
+        // the start of the data area: a record never wraps (a padding record fills the end
+        // instead), so every lap begins with one.
+        ++damaged_spots_;
+        const uint64_t skip = std::min(room, left);
+        recovered_->skipped_bytes += skip;
+        position_ += skip;  // no overflow: skip <= end_ - position_
+        continue;
+      }
+      position_ += size;
+      if (data_[offset + offsetof(ring::Record, type)] == ring::kPadding) continue;
+      // Decoded from a copy: the fields checked are the fields used.
+      record_.resize(size);
+      memcpy(record_.data(), data_ + offset, size);
+      Decode();
+      out_.MaybeFinish(position_, dropped_);
+    }
+    if (drops_ > 0) {
+      recovered_->drops = drops_;
+      uint64_t first = header_.dropped_first_ns;
+      uint64_t last = header_.dropped_last_ns;
+      if (first > last) first = last = 0;  // not a window: unknown
+      v1::DroppedRecords* dropped = out_.Add(last)->mutable_dropped();
+      dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
+      dropped->set_count(drops_);
+      dropped->set_first_ns(first);
+      dropped->set_last_ns(last);
+      drops_ = 0;
+    }
+    out_.Finish(position_, dropped_);
+    if (damaged_spots_ > 0) {
+      Damage(std::to_string(damaged_spots_) + " place(s) where no record could start (" +
+             std::to_string(recovered_->skipped_bytes) + " bytes skipped)");
+    }
+    if (recovered_->skipped_records > 0) {
+      Damage(std::to_string(recovered_->skipped_records) +
+             " record(s) that could not be decoded, left out");
+    }
+    return true;
+  }
+
+  void TakeFrames(std::vector<std::string>* frames) { out_.TakeFrames(frames); }
+
+ private:
+  void Damage(const std::string& what) {
+    if (!recovered_->damage.empty()) recovered_->damage += "; ";
+    recovered_->damage += what;
+  }
+
+  std::string_view ApiName(uint16_t index) const {
+    return index < apis_.size() ? std::string_view(apis_[index].name) : std::string_view("unknown");
+  }
+
+  // The record in record_: an event, none (a record only the live tracer uses), or left out
+  // as damaged. Nothing is added to the batch before the record is known to be whole.
+  void Decode() {
+    const unsigned char* at = record_.data();
+    const uint64_t size = record_.size();
+    const uint8_t type = at[offsetof(ring::Record, type)];
+    if (type == ring::kTorchEvent) {
+      if (size < sizeof(ring::TorchRecord)) return Skip();
+      ring::TorchRecord r;
+      memcpy(&r, at, sizeof(r));
+      SetTorchEvent(r, out_.Add(r.timestamp_ns)->mutable_torch_allocator());
+      ++recovered_->records;
+      return;
+    }
+    if (size < sizeof(ring::Record)) return Skip();
+    ring::Record r;
+    memcpy(&r, at, sizeof(r));
+    const uint64_t strings =
+        uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes + r.payload_bytes;
+    if (strings > size - sizeof(ring::Record)) return Skip();
+    const char* text_at = reinterpret_cast<const char*>(at + sizeof(r));
+    const std::string_view text(text_at, r.text_bytes);
+    const std::string_view caller(text_at + r.text_bytes, r.caller_bytes);
+    const std::string_view domain(text_at + r.text_bytes + r.caller_bytes, r.domain_bytes);
+    const char* payload = text_at + r.text_bytes + r.caller_bytes + r.domain_bytes;
+    switch (r.type) {
+      case ring::kNvtx: {
+        const uint32_t domain_id = out_.Intern(domain);
+        const uint32_t message_id = out_.Intern(text);
+        v1::Nvtx* nvtx = out_.Add(r.timestamp_ns)->mutable_nvtx();
+        nvtx->set_operation(static_cast<v1::NvtxOperation>(r.nvtx_operation));
+        nvtx->set_thread_id(r.thread_id);
+        nvtx->set_domain_id(domain_id);
+        nvtx->set_message_id(message_id);
+        nvtx->set_range_id(r.range_id);
+        nvtx->set_category(r.category);
+        nvtx->set_color(r.color);
+        break;
+      }
+      case ring::kMemory: {
+        // A release names its address; the collector's sweep finds the size, kind and device
+        // of the allocation it ends. A cuMemUnmap ends the mapping at its own address only.
+        const uint32_t api_id = out_.Intern(ApiName(r.api));
+        const uint32_t caller_id = out_.Intern(caller);
+        v1::MemoryOp* op = out_.Add(r.timestamp_ns)->mutable_memory();
+        op->set_operation(r.release ? v1::MEMORY_OPERATION_RELEASE
+                                    : v1::MEMORY_OPERATION_ALLOCATE);
+        op->set_address(r.address);
+        op->set_bytes(r.release ? 0 : r.bytes);
+        op->set_kind(r.release ? v1::MEMORY_KIND_UNKNOWN
+                               : static_cast<v1::MemoryKind>(r.memory_kind));
+        op->set_device(r.device);
+        op->set_stream(r.stream_id);
+        op->set_is_async(r.is_async != 0);
+        op->set_correlation_id(r.correlation_id);
+        op->set_thread_id(r.thread_id);
+        op->set_api_name_id(api_id);
+        op->set_caller_module_id(caller_id);
+        break;
+      }
+      case ring::kFailedAllocation: {
+        const uint32_t api_id = out_.Intern(ApiName(r.api));
+        const uint32_t error_id = out_.Intern(DriverErrorName(r.error_code));
+        const uint32_t caller_id = out_.Intern(caller);
+        v1::FailedAllocation* failed = out_.Add(r.timestamp_ns)->mutable_failed_allocation();
+        failed->set_api_name_id(api_id);
+        failed->set_requested_bytes(r.bytes);
+        failed->set_error_code(r.error_code);
+        failed->set_error_name_id(error_id);
+        failed->set_device(r.device);
+        failed->set_device_free_bytes(r.device_free_bytes);
+        failed->set_device_total_bytes(r.device_total_bytes);
+        failed->set_thread_id(r.thread_id);
+        failed->set_correlation_id(r.correlation_id);
+        failed->set_kind(r.api < apis_.size() ? static_cast<v1::MemoryKind>(apis_[r.api].kind)
+                                              : v1::MEMORY_KIND_UNKNOWN);
+        failed->set_caller_module_id(caller_id);
+        break;
+      }
+      case ring::kThreadName: {
+        v1::ThreadName* name = out_.Add(r.timestamp_ns)->mutable_thread_name();
+        name->set_thread_id(r.thread_id);
+        name->set_name(std::string(text));
+        break;
+      }
+      case ring::kProcessExit:
+        out_.Add(r.timestamp_ns)->mutable_process_exit()->set_exit_code(r.error_code);
+        break;
+      case ring::kTorchAllocator: {  // layout 1's form
+        if (r.payload_bytes < sizeof(ring::TorchPayload)) return Skip();
+        ring::TorchPayload p;
+        memcpy(&p, payload, sizeof(p));
+        ring::TorchRecord t{};
+        t.action = p.action;
+        t.thread_id = r.thread_id;
+        t.device = r.device;
+        t.address = r.address;
+        t.requested_bytes = r.bytes;
+        t.stream = p.stream;
+        t.sequence = p.sequence;
+        t.allocated_total = p.allocated_total;
+        t.allocated_current = p.allocated_current;
+        t.reserved_current = p.reserved_current;
+        t.pool_first = p.pool_first;
+        t.pool_second = p.pool_second;
+        SetTorchEvent(t, out_.Add(r.timestamp_ns)->mutable_torch_allocator());
+        break;
+      }
+      case ring::kTorchBridgeState: {
+        // Parsed before it joins the batch: a state that is not a message (or has a string
+        // that is not UTF-8) would make the whole batch unreadable. Quietly: protobuf logs
+        // each such string, and a ring can hold 300,000 of them.
+        v1::TorchBridgeState state;
+        bool parsed = false;
+        {
+          google::protobuf::LogSilencer quiet;
+          parsed = state.ParseFromArray(payload, static_cast<int>(r.payload_bytes));
+        }
+        if (!parsed) return Skip();
+        *out_.Add(r.timestamp_ns)->mutable_torch_bridge() = std::move(state);
+        break;
+      }
+      case ring::kTensorCategory: {
+        if (r.category == v1::CATEGORY_UNSPECIFIED ||
+            !v1::Category_IsValid(static_cast<int>(r.category))) {
+          return Skip();
+        }
+        v1::TensorCategory* tag = out_.Add(r.timestamp_ns)->mutable_tensor_category();
+        tag->set_device(r.device);
+        tag->set_address(r.address);
+        tag->set_bytes(r.bytes);
+        tag->set_category(static_cast<v1::Category>(r.category));
+        break;
+      }
+      case ring::kLaunch: {
+        // The name comes with a thread's first launch of it; later ones carry only its key.
+        uint64_t key = 0;
+        if (r.payload_bytes >= sizeof(key)) memcpy(&key, payload, sizeof(key));
+        uint32_t name_id = 0;
+        if (!text.empty()) {
+          name_id = out_.Intern(text);
+          if (key != 0) launch_names_[key] = name_id;
+        } else {
+          const auto it = launch_names_.find(key);
+          name_id = it != launch_names_.end() ? it->second : out_.Intern("?");
+        }
+        v1::Kernel* kernel = out_.Add(r.timestamp_ns)->mutable_kernel();
+        kernel->set_name_id(name_id);
+        kernel->set_device(r.device);
+        kernel->set_correlation_id(r.correlation_id);
+        kernel->set_thread_id(r.thread_id);
+        kernel->set_launch_only(true);
+        break;
+      }
+      case ring::kCorrelation:
+      case ring::kDeviceSeen:  // only the live tracer can use them
+        return;
+      default:  // no record of this layout
+        return Skip();
+    }
+    ++recovered_->records;
+  }
+
+  void Skip() { ++recovered_->skipped_records; }
+
+  const uint64_t capacity_;
+  size_t bytes_ = 0;
+  const unsigned char* view_ = nullptr;
+  const unsigned char* data_ = nullptr;
+  ring::Header header_{};
+  std::vector<ring::ApiEntry> apis_;
+  uint64_t position_ = 0;
+  uint64_t end_ = 0;
+  uint64_t dropped_ = 0;  // the running total of drops believed
+  uint64_t drops_ = 0;    // drops to report, once the records are read
+  uint64_t damaged_spots_ = 0;
+  BatchBuilder out_;
+  std::unordered_map<uint64_t, uint32_t> launch_names_;  // kernel name key -> interned id
+  std::vector<unsigned char> record_;
+  Recovered* recovered_;
+};
+
+SharedRingReader::SharedRingReader() = default;
+
 SharedRingReader::~SharedRingReader() {
+  walk_.reset();
   if (fd_ >= 0) close(fd_);
 }
 
@@ -121,217 +458,35 @@ bool SharedRingReader::Adopt(int fd, const v1::SharedRing& announced, std::strin
   // A file that may shrink under the mapping would raise SIGBUS in the collector.
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("not sealed against shrinking");
+  walk_.reset();
   if (fd_ >= 0) close(fd_);
   fd_ = fd;
   capacity_ = capacity;
   return true;
 }
 
+void SharedRingReader::StartRecovery(uint64_t position, uint64_t reported_drops,
+                                     uint64_t sequence) {
+  recovered_ = Recovered();
+  walk_.reset();
+  if (fd_ < 0) return;
+  walk_ = std::make_unique<Walk>(fd_, capacity_, position, reported_drops, sequence, &recovered_);
+}
+
+bool SharedRingReader::ContinueRecovery(int64_t budget_ns, std::vector<std::string>* frames) {
+  if (walk_ == nullptr) return true;
+  const bool done = walk_->Step(budget_ns < 0 ? -1 : ClockNs(CLOCK_MONOTONIC) + budget_ns);
+  walk_->TakeFrames(frames);
+  if (done) walk_.reset();
+  return done;
+}
+
 SharedRingReader::Recovered SharedRingReader::Recover(uint64_t position, uint64_t reported_drops,
                                                       uint64_t sequence,
                                                       std::vector<std::string>* frames) {
-  Recovered recovered;
-  if (fd_ < 0) return recovered;
-  const size_t bytes = ring::kHeaderBytes + capacity_;
-  void* view = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd_, 0);
-  if (view == MAP_FAILED) return recovered;
-  const auto* base = static_cast<const unsigned char*>(view);
-  ring::Header header;
-  memcpy(&header, base, sizeof(header));
-  const uint64_t write = Load(base + offsetof(ring::Header, write_position));
-  const uint64_t dropped_total = Load(base + offsetof(ring::Header, dropped_total));
-  std::vector<ring::ApiEntry> apis;
-  if (header.magic == ring::kMagic && header.layout_version >= ring::kOldestLayoutVersion &&
-      header.layout_version <= ring::kLayoutVersion && header.capacity == capacity_) {
-    const uint32_t count = std::min(header.api_count, ring::kMaxApis);
-    apis.resize(count);
-    if (count > 0) {  // an empty vector's data() may be null, which memcpy must not get
-      memcpy(apis.data(), base + ring::kApiTableOffset, count * sizeof(ring::ApiEntry));
-    }
-    for (ring::ApiEntry& api : apis) api.name[sizeof(api.name) - 1] = '\0';
-  } else {
-    position = write;  // not a ring we understand: nothing to read
-  }
-  auto api_name = [&](uint16_t index) -> std::string_view {
-    return index < apis.size() ? std::string_view(apis[index].name) : std::string_view("unknown");
-  };
-
-  BatchBuilder out(sequence, frames);
-  std::unordered_map<uint64_t, uint32_t> launch_names;  // kernel name key -> interned id
-  const unsigned char* data = base + ring::kHeaderBytes;
-  // Never more than one ring's worth: anything older was overwritten (it cannot be, unless
-  // the ring lies), and a write position behind ours means nothing is left.
-  if (write > position + capacity_) position = write - capacity_;
-  while (position < write) {
-    const uint64_t offset = position % capacity_;
-    if (capacity_ - offset < 8) break;
-    uint32_t size = 0;
-    memcpy(&size, data + offset, sizeof(size));
-    const uint8_t type = data[offset + offsetof(ring::Record, type)];
-    if (size < 8 || size % 8 != 0 || size > capacity_ - offset) break;  // damaged: stop
-    position += size;
-    if (type == ring::kPadding) continue;
-    if (type == ring::kTorchEvent) {
-      if (size < sizeof(ring::TorchRecord)) break;
-      ring::TorchRecord r;
-      memcpy(&r, data + offset, sizeof(r));
-      SetTorchEvent(r, out.Add(r.timestamp_ns)->mutable_torch_allocator());
-      ++recovered.records;
-      out.MaybeFinish(position, reported_drops);
-      continue;
-    }
-    if (size < sizeof(ring::Record)) break;
-    ring::Record r;
-    memcpy(&r, data + offset, sizeof(r));
-    const uint64_t strings =
-        uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes + r.payload_bytes;
-    if (strings > size - sizeof(ring::Record)) break;
-    const char* text_at = reinterpret_cast<const char*>(data + offset + sizeof(r));
-    const std::string_view text(text_at, r.text_bytes);
-    const std::string_view caller(text_at + r.text_bytes, r.caller_bytes);
-    const std::string_view domain(text_at + r.text_bytes + r.caller_bytes, r.domain_bytes);
-    const char* payload = text_at + r.text_bytes + r.caller_bytes + r.domain_bytes;
-    bool made_event = true;
-    switch (r.type) {
-      case ring::kNvtx: {
-        const uint32_t domain_id = out.Intern(domain);
-        const uint32_t message_id = out.Intern(text);
-        v1::Nvtx* nvtx = out.Add(r.timestamp_ns)->mutable_nvtx();
-        nvtx->set_operation(static_cast<v1::NvtxOperation>(r.nvtx_operation));
-        nvtx->set_thread_id(r.thread_id);
-        nvtx->set_domain_id(domain_id);
-        nvtx->set_message_id(message_id);
-        nvtx->set_range_id(r.range_id);
-        nvtx->set_category(r.category);
-        nvtx->set_color(r.color);
-        break;
-      }
-      case ring::kMemory: {
-        // A release names its address; the collector's sweep finds the size, kind and device
-        // of the allocation it ends. A cuMemUnmap ends the mapping at its own address only.
-        const uint32_t api_id = out.Intern(api_name(r.api));
-        const uint32_t caller_id = out.Intern(caller);
-        v1::MemoryOp* op = out.Add(r.timestamp_ns)->mutable_memory();
-        op->set_operation(r.release ? v1::MEMORY_OPERATION_RELEASE
-                                    : v1::MEMORY_OPERATION_ALLOCATE);
-        op->set_address(r.address);
-        op->set_bytes(r.release ? 0 : r.bytes);
-        op->set_kind(r.release ? v1::MEMORY_KIND_UNKNOWN
-                               : static_cast<v1::MemoryKind>(r.memory_kind));
-        op->set_device(r.device);
-        op->set_stream(r.stream_id);
-        op->set_is_async(r.is_async != 0);
-        op->set_correlation_id(r.correlation_id);
-        op->set_thread_id(r.thread_id);
-        op->set_api_name_id(api_id);
-        op->set_caller_module_id(caller_id);
-        break;
-      }
-      case ring::kFailedAllocation: {
-        const uint32_t api_id = out.Intern(api_name(r.api));
-        const uint32_t error_id = out.Intern(DriverErrorName(r.error_code));
-        const uint32_t caller_id = out.Intern(caller);
-        v1::FailedAllocation* failed = out.Add(r.timestamp_ns)->mutable_failed_allocation();
-        failed->set_api_name_id(api_id);
-        failed->set_requested_bytes(r.bytes);
-        failed->set_error_code(r.error_code);
-        failed->set_error_name_id(error_id);
-        failed->set_device(r.device);
-        failed->set_device_free_bytes(r.device_free_bytes);
-        failed->set_device_total_bytes(r.device_total_bytes);
-        failed->set_thread_id(r.thread_id);
-        failed->set_correlation_id(r.correlation_id);
-        failed->set_kind(r.api < apis.size() ? static_cast<v1::MemoryKind>(apis[r.api].kind)
-                                             : v1::MEMORY_KIND_UNKNOWN);
-        failed->set_caller_module_id(caller_id);
-        break;
-      }
-      case ring::kThreadName: {
-        v1::ThreadName* name = out.Add(r.timestamp_ns)->mutable_thread_name();
-        name->set_thread_id(r.thread_id);
-        name->set_name(std::string(text));
-        break;
-      }
-      case ring::kProcessExit:
-        out.Add(r.timestamp_ns)->mutable_process_exit()->set_exit_code(r.error_code);
-        break;
-      case ring::kTorchAllocator: {  // layout 1's form
-        if (r.payload_bytes < sizeof(ring::TorchPayload)) {
-          made_event = false;
-          break;
-        }
-        ring::TorchPayload p;
-        memcpy(&p, payload, sizeof(p));
-        ring::TorchRecord t{};
-        t.action = p.action;
-        t.thread_id = r.thread_id;
-        t.device = r.device;
-        t.address = r.address;
-        t.requested_bytes = r.bytes;
-        t.stream = p.stream;
-        t.sequence = p.sequence;
-        t.allocated_total = p.allocated_total;
-        t.allocated_current = p.allocated_current;
-        t.reserved_current = p.reserved_current;
-        t.pool_first = p.pool_first;
-        t.pool_second = p.pool_second;
-        SetTorchEvent(t, out.Add(r.timestamp_ns)->mutable_torch_allocator());
-        break;
-      }
-      case ring::kTensorCategory: {
-        if (!v1::Category_IsValid(static_cast<int>(r.category))) {
-          made_event = false;
-          break;
-        }
-        v1::TensorCategory* tag = out.Add(r.timestamp_ns)->mutable_tensor_category();
-        tag->set_device(r.device);
-        tag->set_address(r.address);
-        tag->set_bytes(r.bytes);
-        tag->set_category(static_cast<v1::Category>(r.category));
-        break;
-      }
-      case ring::kTorchBridgeState:
-        made_event = out.Add(r.timestamp_ns)->mutable_torch_bridge()->ParseFromArray(
-            payload, static_cast<int>(r.payload_bytes));
-        break;
-      case ring::kLaunch: {
-        // The name comes with a thread's first launch of it; later ones carry only its key.
-        uint64_t key = 0;
-        if (r.payload_bytes >= sizeof(key)) memcpy(&key, payload, sizeof(key));
-        uint32_t name_id = 0;
-        if (!text.empty()) {
-          name_id = out.Intern(text);
-          if (key != 0) launch_names[key] = name_id;
-        } else {
-          const auto it = launch_names.find(key);
-          name_id = it != launch_names.end() ? it->second : out.Intern("?");
-        }
-        v1::Kernel* kernel = out.Add(r.timestamp_ns)->mutable_kernel();
-        kernel->set_name_id(name_id);
-        kernel->set_device(r.device);
-        kernel->set_correlation_id(r.correlation_id);
-        kernel->set_thread_id(r.thread_id);
-        kernel->set_launch_only(true);
-        break;
-      }
-      default:  // correlations and devices: only the live tracer can use them
-        made_event = false;
-        break;
-    }
-    if (made_event) ++recovered.records;
-    out.MaybeFinish(position, reported_drops);
-  }
-  if (dropped_total > reported_drops) {
-    recovered.drops = dropped_total - reported_drops;
-    v1::DroppedRecords* dropped = out.Add(header.dropped_last_ns)->mutable_dropped();
-    dropped->set_source(v1::DROP_SOURCE_TRACER_QUEUE);
-    dropped->set_count(recovered.drops);
-    dropped->set_first_ns(header.dropped_first_ns);
-    dropped->set_last_ns(header.dropped_last_ns);
-  }
-  out.Finish(position, dropped_total);
-  munmap(view, bytes);
-  return recovered;
+  StartRecovery(position, reported_drops, sequence);
+  ContinueRecovery(-1, frames);
+  return recovered_;
 }
 
 }  // namespace cumemtrace

@@ -1,11 +1,15 @@
 // The collector's side of a traced process's shared ring (proto/cumemtrace/v1/shared_ring.h):
 // the descriptor received with the handshake, kept until the stream ends, then read once for
 // the records no frame carried. Everything in the ring was written by the traced process, so
-// every offset, size and count is checked against the mapping before it is used; the memfd
-// must be sealed against shrinking, so reading it can never raise SIGBUS.
+// every offset, size and count is checked before it is used, and each record is copied out
+// of the mapping before it is decoded (the process, or a child that shares the mapping, may
+// still be writing); the memfd must be sealed against shrinking, so reading it can never
+// raise SIGBUS. Reading is bounded by the ring's size whatever the ring says, and can be
+// done in slices so that a collector serving other streams keeps serving them meanwhile.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,7 +19,7 @@ namespace cumemtrace {
 
 class SharedRingReader {
  public:
-  SharedRingReader() = default;
+  SharedRingReader();
   ~SharedRingReader();
   SharedRingReader(const SharedRingReader&) = delete;
   SharedRingReader& operator=(const SharedRingReader&) = delete;
@@ -28,17 +32,35 @@ class SharedRingReader {
   struct Recovered {
     uint64_t records = 0;  // host records turned into events
     uint64_t drops = 0;    // ring drops no frame had reported
+    // Damage met and passed over: records that could not be decoded (left out alone), and
+    // the bytes skipped to reach the next place a record must start.
+    uint64_t skipped_records = 0;
+    uint64_t skipped_bytes = 0;
+    std::string damage;  // what was wrong, for the log; "" when nothing was
   };
-  // Reads the records from `position` (the last EventBatch.ring_position received) to the
-  // ring's write position, and the drops past `reported_drops` (the last ring_dropped), as
-  // EventBatch frames (serialized StreamMessages) numbered from `sequence`, appended to
-  // *frames. Strings get ids from 2^31, never used by the tracer.
+  // Begins reading the records from `position` (the last EventBatch.ring_position received)
+  // to the ring's write position, and the drops past `reported_drops` (the last
+  // ring_dropped), as EventBatch frames (serialized StreamMessages) numbered from
+  // `sequence`. Strings get ids from 2^31, never used by the tracer.
+  void StartRecovery(uint64_t position, uint64_t reported_drops, uint64_t sequence);
+  // Reads on for about `budget_ns` (at least a few records; < 0: until the end), appending
+  // the frames completed to *frames. True once the recovery is complete: recovered() is
+  // then final and the ring is no longer mapped.
+  bool ContinueRecovery(int64_t budget_ns, std::vector<std::string>* frames);
+  bool recovering() const { return walk_ != nullptr; }
+  const Recovered& recovered() const { return recovered_; }
+
+  // StartRecovery and ContinueRecovery to the end.
   Recovered Recover(uint64_t position, uint64_t reported_drops, uint64_t sequence,
                     std::vector<std::string>* frames);
 
  private:
+  class Walk;
+
   int fd_ = -1;
   uint64_t capacity_ = 0;
+  std::unique_ptr<Walk> walk_;
+  Recovered recovered_;
 };
 
 }  // namespace cumemtrace

@@ -10,12 +10,30 @@
 #include <ctime>
 
 #include "collector/format/trace_file.h"
+#include "collector/format/varint.h"
 
 #ifndef CUMEMTRACE_VERSION
 #define CUMEMTRACE_VERSION "unknown"
 #endif
 
 namespace cumemtrace {
+namespace {
+
+// The length of the whole chunks at the start of `bytes` (framed chunks, the last maybe cut).
+uint64_t WholeChunksIn(std::string_view bytes) {
+  const auto* begin = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* end = begin + bytes.size();
+  const uint8_t* p = begin;
+  uint64_t whole = 0;
+  uint64_t length = 0;
+  while (ReadVarint(&p, end, &length) && length <= static_cast<uint64_t>(end - p)) {
+    p += length;
+    whole = static_cast<uint64_t>(p - begin);
+  }
+  return whole;
+}
+
+}  // namespace
 
 uint64_t RealtimeNs() {
   timespec ts{};
@@ -45,7 +63,12 @@ std::unique_ptr<TraceFileWriter> TraceFileWriter::Create(const std::string& path
   file_header->set_created_realtime_ns(RealtimeNs());
   file_header->set_hostname(HostName());
   cumemtrace::AppendChunk(header, &start);
-  if (!writer->Append(start, error)) return nullptr;
+  if (!writer->Append(start, error)) {
+    // Nothing of it is worth keeping, and a file left behind would refuse the retry.
+    writer.reset();
+    unlink(path.c_str());
+    return nullptr;
+  }
   return writer;
 }
 
@@ -65,6 +88,16 @@ bool TraceFileWriter::Append(std::string_view bytes, std::string* error) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       failure_ = "cannot write " + path_ + ": " + strerror(errno);
+      // The chunk that did not fit whole goes, so the file ends after its last whole chunk.
+      // Cutting a file back needs no free space.
+      const uint64_t whole = bytes_written_ - (bytes.size() - left) +
+                             WholeChunksIn(bytes.substr(0, bytes.size() - left));
+      if (ftruncate(fd_, static_cast<off_t>(whole)) == 0) {
+        bytes_written_ = whole;
+      } else {
+        failure_ += std::string(" (and cannot cut it back to its last whole chunk: ") +
+                    strerror(errno) + ")";
+      }
       *error = failure_;
       return false;
     }
@@ -83,13 +116,20 @@ bool TraceFileWriter::AppendChunk(const v1::TraceChunk& chunk, std::string* erro
 
 bool TraceFileWriter::Close(std::string* error) {
   if (fd_ < 0) return true;
+  bool ok = true;
+  if (failure_.empty()) {
+    // Without it a reader takes the file for one cut short.
+    std::string end;
+    AppendFileEnd(bytes_written_, &end);
+    ok = Append(end, error);
+  }
   const int rc = close(fd_);
   fd_ = -1;
-  if (rc != 0 && errno != EINTR) {
+  if (rc != 0 && errno != EINTR && ok) {
     *error = "cannot write " + path_ + ": " + strerror(errno);
     return false;
   }
-  return true;
+  return ok;
 }
 
 }  // namespace cumemtrace

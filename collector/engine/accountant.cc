@@ -244,7 +244,178 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention, cons
       retention_(retention),
       stats_(*stats),
       scan_inference_(options.infer_phases),
-      phases_(0, stream, rules) {}
+      phases_(0, stream, rules),
+      stream_(stream) {}
+
+void Accountant::SetCategoryPass(CategoryPass pass, const Accountant* previous,
+                                 std::vector<uint8_t>* categories) {
+  category_pass_ = pass;
+  previous_ = previous;
+  categories_ = categories;
+  if (pass == CategoryPass::kClassify) categories_->clear();
+}
+
+TensorLayer Accountant::LayerOf(uint32_t slot) const {
+  if (devices_[slot].kinds[kTorchAllocatedKind].allocations > 0) {
+    return TensorLayer::kTorchAllocated;
+  }
+  for (const Group& g : groups_[0]) {
+    if (g.slot == slot && g.stats.allocations > 0 &&
+        stream_->Resolve(g.id).find("Async") != std::string::npos) {
+      return TensorLayer::kAsync;
+    }
+  }
+  return TensorLayer::kDevice;
+}
+
+bool Accountant::IsTensor(const Allocation& a, TensorLayer layer) {
+  if (!IsDeviceMemory(a.kind)) return false;
+  switch (layer) {
+    case TensorLayer::kTorchAllocated:
+      return a.kind == kTorchAllocatedKind;
+    case TensorLayer::kAsync: {
+      auto [it, inserted] = async_api_.emplace(a.api_id, false);
+      if (inserted) it->second = stream_->Resolve(a.api_id).find("Async") != std::string::npos;
+      return it->second;
+    }
+    case TensorLayer::kDevice:
+      break;
+  }
+  return true;
+}
+
+uint8_t Accountant::FinalCategory(const Allocation& a, const LifetimeClassifier& classifier,
+                                  uint64_t end_ns) const {
+  if (a.tag != 0) return static_cast<uint8_t>(a.tag | kFromObjects);
+  const bool freed = a.death_pos != kNever;
+  return classifier.Categorize(a.birth_ns, a.phase, freed ? a.death_ns : end_ns,
+                               freed ? a.death_phase : -1, freed);
+}
+
+// kApply: a device allocation is born; its category, from the bytes kClassify wrote.
+void Accountant::CategoryBirth(Allocation& a, uint32_t slot) {
+  CategorySlot& c = category_slots_[slot];
+  const uint8_t code = a.ordinal < categories_->size() ? (*categories_)[a.ordinal] : 0;
+  const auto category = static_cast<uint8_t>(code & ~kFromObjects);
+  if (category == 0 || category >= kCategoryCount || !IsTensor(a, slot_layer_[slot])) {
+    c.other_live[a.caller_id] += a.bytes;
+    return;
+  }
+  a.category = code;
+  const bool objects = (code & kFromObjects) != 0;
+  c.now.bytes[category] += a.bytes;
+  ++c.allocations[category];
+  if (objects) {
+    c.now.objects[category] += a.bytes;
+    ++c.objects_allocations[category];
+  }
+  if (c.now.bytes[category] > c.own_peak.bytes[category]) {
+    c.own_peak.bytes[category] = c.now.bytes[category];
+    c.own_peak.objects[category] = c.now.objects[category];
+    c.own_peak_ns[category] = a.birth_ns;
+  }
+  c.tensor_live += a.bytes;
+  if (c.tensor_live > c.tensor_peak || !c.tensor_peak_seen) {
+    const DeviceCounters& d = devices_[slot];
+    c.tensor_peak_seen = true;
+    c.tensor_peak = c.tensor_live;
+    c.tensor_peak_ns = a.birth_ns;
+    c.at_tensor_peak = c.now;
+    const uint64_t reserved = d.kind_live[kTorchReservedKind];
+    c.cache_at_tensor_peak = reserved - std::min(reserved, d.kind_live[kTorchAllocatedKind]);
+    c.other_at_tensor_peak = d.in_use - std::min(d.in_use, c.tensor_live);
+    c.other_at_tensor_peak_by_library = c.other_live;
+  }
+}
+
+void Accountant::CategoryDeath(const Allocation& a) {
+  CategorySlot& c = category_slots_[a.slot];
+  const auto category = static_cast<uint8_t>(a.category & ~kFromObjects);
+  if (category == 0) {
+    auto it = c.other_live.find(a.caller_id);
+    if (it != c.other_live.end() && (it->second -= std::min(it->second, a.bytes)) == 0) {
+      c.other_live.erase(it);
+    }
+    return;
+  }
+  c.now.bytes[category] -= a.bytes;
+  if ((a.category & kFromObjects) != 0) c.now.objects[category] -= a.bytes;
+  c.tensor_live -= a.bytes;
+}
+
+void Accountant::EndClassify() {
+  live_.ForEachValue([&](uint32_t index) {
+    const Allocation& a = pool_[index];
+    if (IsDeviceMemory(a.kind) && a.ordinal < categories_->size()) {
+      (*categories_)[a.ordinal] = FinalCategory(a, *previous_->classifier_, previous_->end_ns_);
+    }
+  });
+}
+
+// A TensorCategory names the allocation live at its address: a tensor (the bridge's block)
+// first, else device memory there (async mode's cudaMallocAsync).
+void Accountant::Tag(const Event& e) {
+  ++tags_;
+  const bool known =
+      e.device < direct_slot_.size() ? direct_slot_[e.device] != 0 : far_slot_.count(e.device) != 0;
+  size_t found = AddressMap::kNotFound;
+  if (known && e.kind != 0) {
+    const uint32_t slot = SlotOf(e.device);
+    found = live_.Find(Key(slot, e.a, kTorchAllocatedKind));
+    if (found == AddressMap::kNotFound) {
+      found = live_.Find(Key(slot, e.a, v1::MEMORY_KIND_DEVICE));
+      if (found != AddressMap::kNotFound && !IsDeviceMemory(pool_[live_.ValueAt(found)].kind)) {
+        found = AddressMap::kNotFound;
+      }
+    }
+  }
+  if (found == AddressMap::kNotFound) {
+    ++tags_unmatched_;
+    return;
+  }
+  Allocation& a = pool_[live_.ValueAt(found)];
+  if (TagPriority(e.kind) > TagPriority(a.tag)) a.tag = e.kind;
+}
+
+void Accountant::FillCategories(const DecodedStream& s, ProcessReport* p) const {
+  const uint64_t first = p->first_timestamp_abs_ns;
+  for (uint32_t slot = 0; slot < category_slots_.size(); ++slot) {
+    auto device = std::find_if(p->devices.begin(), p->devices.end(), [&](const DeviceReport& d) {
+      return d.index == slot_device_[slot];
+    });
+    if (device == p->devices.end()) continue;
+    const CategorySlot& c = category_slots_[slot];
+    DeviceCategories& out = device->categories;
+    out.given = true;
+    out.tensor_layer =
+        slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated" : "device";
+    out.tensor_peak_bytes = c.tensor_peak;
+    out.tensor_peak_time_ns = c.tensor_peak_seen ? Since(first, c.tensor_peak_ns) : 0;
+    out.cache_at_tensor_peak_bytes = c.cache_at_tensor_peak;
+    out.not_torch_at_tensor_peak_bytes = c.other_at_tensor_peak;
+    out.cache_at_device_peak_bytes = c.cache_at_device_peak;
+    out.not_torch_at_device_peak_bytes = c.other_at_device_peak;
+    auto libraries = [&](const std::unordered_map<uint32_t, uint64_t>& live,
+                         std::map<std::string, uint64_t>* named) {
+      for (const auto& [id, bytes] : live) {
+        if (bytes > 0) (*named)[id != 0 ? s.Resolve(id) : "(not unwound)"] += bytes;
+      }
+    };
+    libraries(c.other_at_tensor_peak_by_library, &out.not_torch_at_tensor_peak_by_library);
+    libraries(c.other_at_device_peak_by_library, &out.not_torch_at_device_peak_by_library);
+    for (uint8_t k = 1; k < kCategoryCount; ++k) {
+      if (c.allocations[k] == 0) continue;
+      CategoryFigures& f = out.by_category[CategoryName(k)];
+      f.at_tensor_peak = CategoryBytes{c.at_tensor_peak.bytes[k], c.at_tensor_peak.objects[k]};
+      f.at_device_peak = CategoryBytes{c.at_device_peak.bytes[k], c.at_device_peak.objects[k]};
+      f.at_end = CategoryBytes{c.now.bytes[k], c.now.objects[k]};
+      f.own_peak = CategoryBytes{c.own_peak.bytes[k], c.own_peak.objects[k]};
+      f.own_peak_time_ns = Since(first, c.own_peak_ns[k]);
+      f.allocations = c.allocations[k];
+      f.objects_allocations = c.objects_allocations[k];
+    }
+  }
+}
 
 void Accountant::SetInferred(const PhaseInferenceReport& outcome, std::vector<Event> ranges) {
   inferred_ = true;
@@ -266,6 +437,12 @@ uint32_t Accountant::SlotOf(uint32_t device) {
   in_use_.push_back(0);
   freed_at_peak_.emplace_back();
   phases_.AddSlot();
+  if (category_pass_ == CategoryPass::kApply) {
+    category_slots_.emplace_back();
+    auto layer = previous_->layer_by_device_.find(device);
+    slot_layer_.push_back(layer == previous_->layer_by_device_.end() ? TensorLayer::kDevice
+                                                                     : layer->second);
+  }
   if (device < 4096) {
     if (direct_slot_.size() <= device) direct_slot_.resize(device + 1, 0);
     direct_slot_[device] = slot + 1;
@@ -315,6 +492,11 @@ void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
   }
   a.death_step = TimelineStep(a, ts);
   if (!IsDeviceMemory(a.kind)) return;
+  if (category_pass_ == CategoryPass::kClassify && a.ordinal < categories_->size()) {
+    (*categories_)[a.ordinal] = FinalCategory(a, *previous_->classifier_, previous_->end_ns_);
+  } else if (category_pass_ == CategoryPass::kApply) {
+    CategoryDeath(a);
+  }
   if (d.peak_pos != kNever && a.birth_pos <= d.peak_pos) {
     freed_at_peak_[a.slot].push_back(a);
     ++kept_at_peak_;
@@ -382,7 +564,15 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
     uint64_t& static_peak = d.report.not_program.static_peak_bytes;
     static_peak = std::max(static_peak, d.kind_live[6] + d.kind_live[7]);
   }
-  if (IsDeviceMemory(kind)) d.in_use += e.b;
+  if (IsDeviceMemory(kind)) {
+    d.in_use += e.b;
+    pool_[index].ordinal = next_ordinal_++;
+    if (category_pass_ == CategoryPass::kClassify) {
+      categories_->push_back(0);
+    } else if (category_pass_ == CategoryPass::kApply) {
+      CategoryBirth(pool_[index], slot);
+    }
+  }
   pool_[index].birth_step = TimelineStep(pool_[index], e.timestamp_ns);
   if (IsDeviceMemory(kind)) {
     if (d.in_use > d.peak || d.peak_pos == kNever) {
@@ -393,6 +583,14 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
       // None of those freed so far was live at this new peak.
       kept_at_peak_ -= freed_at_peak_[slot].size();
       freed_at_peak_[slot].clear();
+      if (category_pass_ == CategoryPass::kApply) {
+        CategorySlot& c = category_slots_[slot];
+        c.at_device_peak = c.now;
+        const uint64_t reserved = d.kind_live[kTorchReservedKind];
+        c.cache_at_device_peak = reserved - std::min(reserved, d.kind_live[kTorchAllocatedKind]);
+        c.other_at_device_peak = d.in_use - std::min(d.in_use, c.tensor_live);
+        c.other_at_device_peak_by_library = c.other_live;
+      }
     }
     in_use_[slot] = d.in_use;
     phases_.OnInUse(slot, d.in_use);
@@ -459,6 +657,9 @@ void Accountant::SweepOne(const Event& e) {
       break;
     case EventType::kMark:
       ++nvtx_marks_;
+      break;
+    case EventType::kCategory:
+      Tag(e);
       break;
     case EventType::kRelease:
       failed_.OnMemoryEvent(e);
@@ -588,14 +789,24 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   FillPeakContents(peak_contents, phases_, s, options_.top_allocations, first, &p);
 
   // Each phase's occurrences by start, for its report and for the lifetime classes.
-  const OccurrenceLists by_phase = phases_.OccurrencesByPhase();
-  FillPhaseReports(phases_, by_phase, sorted, s, first, &p);
-  const std::vector<IterationWindow> iterations =
-      AddIterations(phases_, by_phase, sorted, first, options_, &p);
+  by_phase_ = phases_.OccurrencesByPhase();
+  FillPhaseReports(phases_, by_phase_, sorted, s, first, &p);
+  iterations_ = AddIterations(phases_, by_phase_, sorted, first, options_, &p);
 
   // Lifetime classes: of what was live at the peak, and with kKeepAll of every allocation.
   const bool exited = p.complete && p.exit.signal == 0;
-  const LifetimeClassifier classifier(phases_, by_phase, iterations, exited);
+  classifier_ = std::make_unique<LifetimeClassifier>(phases_, by_phase_, iterations_, exited);
+  const LifetimeClassifier& classifier = *classifier_;
+  end_ns_ = last;
+  categories_given_ = HasTrainingPhases(phases_.names()) || tags_ > 0;
+  p.categories_given = categories_given_;
+  p.category_tags = tags_;
+  p.category_tags_unmatched = tags_unmatched_;
+  std::vector<TensorLayer> layers;
+  for (uint32_t slot = 0; slot < n_slots; ++slot) {
+    layers.push_back(LayerOf(slot));
+    layer_by_device_[slot_device_[slot]] = layers.back();
+  }
   auto classify = [&](const Allocation& a) {
     const bool freed = a.death_pos != kNever;
     return classifier.Classify(a.birth_ns, a.phase, freed ? a.death_ns : last,
@@ -618,6 +829,9 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
   if (retention_ != Retention::kKeepAll) return p;
 
   for (Allocation& a : pool_) {
+    if (categories_given_ && IsTensor(a, layers[a.slot])) {
+      a.category = FinalCategory(a, classifier, last);
+    }
     a.slot = new_slot[a.slot];
     if (!IsDeviceMemory(a.kind)) continue;
     const LifetimeClass lifetime_class = classify(a);
@@ -636,9 +850,11 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     row.death_ns = freed ? static_cast<int64_t>(Since(first, a.death_ns)) : -1;
     row.birth_phase = phases_.NameOf(a.phase);
     row.death_phase = freed ? phases_.NameOf(a.death_phase) : std::string();
-    row.birth_iteration = IterationOf(iterations, a.birth_ns);
-    row.death_iteration = freed ? IterationOf(iterations, a.death_ns) : -1;
+    row.birth_iteration = IterationOf(iterations_, a.birth_ns);
+    row.death_iteration = freed ? IterationOf(iterations_, a.death_ns) : -1;
     row.lifetime_class = LifetimeClassName(lifetime_class);
+    row.category = CategoryName(static_cast<uint8_t>(a.category & ~kFromObjects));
+    row.category_from_objects = (a.category & kFromObjects) != 0;
   }
   if (timeline != nullptr) {
     timeline->devices.resize(n_slots);

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
@@ -22,6 +23,8 @@
 #include "collector/engine/decoded_stream.h"
 #include "collector/engine/engine.h"
 #include "collector/engine/failed_allocations.h"
+#include "collector/engine/iterations.h"
+#include "collector/engine/lifetimes.h"
 #include "collector/engine/phase_inference.h"
 #include "collector/engine/phases.h"
 #include "collector/engine/report.h"
@@ -61,6 +64,11 @@ struct Allocation {
   int32_t death_phase = -1;        // phase it was freed in, -1 for none (or never freed)
   uint32_t group[2] = {~0u, ~0u};  // origin groups (by API, by calling module) of device memory
   uint8_t lifetime_class = 0;      // LifetimeClass, set at the end (kKeepAll) or at the peak
+  uint8_t tag = 0;                 // the highest-priority v1::Category a tag gave it, 0: none
+  // Its category byte (lifetimes.h): in the category pass, of a tensor allocation (0: not
+  // one); with kKeepAll, set at the end.
+  uint8_t category = 0;
+  uint32_t ordinal = 0;  // device memory: its place among the process's device allocations
   // kKeepAll, device memory: its birth's and death's steps in the device's timeline.
   uint32_t birth_step = kNoStep;
   uint32_t death_step = kNoStep;
@@ -81,6 +89,42 @@ struct DeviceCounters {
   // kKeepAll: the device's counter series, a step at each birth and death as swept (absolute
   // times until Finish).
   DeviceTimeline timeline;
+};
+
+// Which of a device's allocations are its tensor allocations (the ones with categories).
+enum class TensorLayer : uint8_t {
+  kTorchAllocated,  // the bridge's blocks (TORCH_ALLOCATED)
+  kAsync,           // device memory from a stream-ordered allocation (cudaMallocAsync)
+  kDevice,          // every device allocation (no PyTorch allocator seen)
+};
+
+// The two passes that give categories (docs/design.md), after the last accounting sweep:
+//   kClassify - every device allocation's final category (its tag, else inferred with the
+//               previous sweep's phases and iterations) into one byte by ordinal;
+//   kApply    - with those bytes known at each birth, the bytes of each category at the
+//               tensor and device peaks, at the end, and each category's own peak.
+enum class CategoryPass : uint8_t { kNone, kClassify, kApply };
+
+// A device's figures of the kApply pass: live bytes per category, now and at the peaks.
+struct CategoryLive {
+  std::array<uint64_t, kCategoryCount> bytes{};
+  std::array<uint64_t, kCategoryCount> objects{};  // of bytes, named by tags
+};
+struct CategorySlot {
+  CategoryLive now, at_tensor_peak, at_device_peak, own_peak;
+  std::array<uint64_t, kCategoryCount> own_peak_ns{};
+  std::array<uint64_t, kCategoryCount> allocations{};
+  std::array<uint64_t, kCategoryCount> objects_allocations{};
+  uint64_t tensor_live = 0;
+  uint64_t tensor_peak = 0;
+  uint64_t tensor_peak_ns = 0;
+  bool tensor_peak_seen = false;
+  uint64_t cache_at_tensor_peak = 0, cache_at_device_peak = 0;
+  uint64_t other_at_tensor_peak = 0, other_at_device_peak = 0;
+  // Device memory that is no tensor allocation, live by calling module (interned id): a
+  // handful of libraries, copied at each new peak.
+  std::unordered_map<uint32_t, uint64_t> other_live, other_at_tensor_peak_by_library,
+      other_at_device_peak_by_library;
 };
 
 class Accountant {
@@ -108,6 +152,18 @@ class Accountant {
   // After Finish(): the phases can be inferred, and need passes 2 and 3 (the outcome so far).
   bool needs_inference() const { return needs_inference_; }
   const PhaseInferenceReport& inference() const { return inference_; }
+  // After Finish(): the process has categories (training phases, or a tag), which the two
+  // category passes compute from this accountant's phases and iterations.
+  bool categories_given() const { return categories_given_; }
+
+  // Before the first event: this sweep is a category pass after `previous` (finished, kept
+  // alive), with `categories` (one byte per device allocation) to fill or to read.
+  void SetCategoryPass(CategoryPass pass, const Accountant* previous,
+                       std::vector<uint8_t>* categories);
+  // kClassify, after the last event: the category of every allocation still live.
+  void EndClassify();
+  // kApply, after the last event: the category figures into the report `p` (Finish's).
+  void FillCategories(const DecodedStream& s, ProcessReport* p) const;
 
   // The sweep's order: time, then the tie rule of design.md (Event::pad); arrival breaks the
   // remaining ties.
@@ -132,6 +188,15 @@ class Accountant {
   void Forget(uint32_t index);
   void Allocate(const Event& e, uint32_t slot);
   void Release(const Event& e, uint32_t slot);
+  void Tag(const Event& e);
+  // The tensor layer of each slot and whether `a` is one of its tensor allocations.
+  TensorLayer LayerOf(uint32_t slot) const;
+  bool IsTensor(const Allocation& a, TensorLayer layer);
+  // a's final category byte (tag or inferred), with the previous sweep's classifier and end.
+  uint8_t FinalCategory(const Allocation& a, const LifetimeClassifier& classifier,
+                        uint64_t end_ns) const;
+  void CategoryBirth(Allocation& a, uint32_t slot);
+  void CategoryDeath(const Allocation& a);
 
   const AnalysisOptions& options_;
   const Retention retention_;
@@ -172,6 +237,25 @@ class Accountant {
   uint64_t nvtx_marks_ = 0;
   uint64_t unmatched_range_closes_ = 0;
   std::vector<Event> swept_;  // kKeepAll: every event, as swept
+
+  const DecodedStream* stream_;
+  uint64_t tags_ = 0;
+  uint64_t tags_unmatched_ = 0;
+  uint32_t next_ordinal_ = 0;
+  // After Finish: whether categories are given, and what a category pass takes from here.
+  bool categories_given_ = false;
+  uint64_t end_ns_ = 0;
+  OccurrenceLists by_phase_;
+  std::vector<IterationWindow> iterations_;
+  std::unique_ptr<LifetimeClassifier> classifier_;
+  std::map<uint32_t, TensorLayer> layer_by_device_;
+  // Of a category pass.
+  CategoryPass category_pass_ = CategoryPass::kNone;
+  const Accountant* previous_ = nullptr;
+  std::vector<uint8_t>* categories_ = nullptr;
+  std::vector<TensorLayer> slot_layer_;  // kApply: by slot, as the previous sweep found it
+  std::vector<CategorySlot> category_slots_;
+  std::unordered_map<uint32_t, bool> async_api_;  // interned api id -> stream-ordered
 };
 
 class EventOrder;

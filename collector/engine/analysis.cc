@@ -41,8 +41,9 @@ void SayWhereTheProgramClosedItsConnection(Report* report) {
 }
 
 // kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and 3
-// of the inference; kFinal: the accountant with the inferred ranges.
-enum class Stage { kSweep, kBursts, kGradients, kFinal, kDone };
+// of the inference; kFinal: the accountant with the inferred ranges; kClassify, kCategories:
+// the two category passes (accountant.h CategoryPass), for a process with categories.
+enum class Stage { kSweep, kBursts, kGradients, kFinal, kClassify, kCategories, kDone };
 
 // One process: its order, what consumes it, and where its passes stand.
 struct Process {
@@ -60,6 +61,11 @@ struct Process {
   std::unique_ptr<BurstScan> bursts_scan;
   std::unique_ptr<GradientScan> gradient_scan;
   std::unique_ptr<EventOrder> order;
+  bool inferred = false;  // the last accounting sweep had inferred ranges (kFinal)
+  // The last accounting sweep's accountant, for the category passes, and their one byte per
+  // device allocation.
+  std::unique_ptr<Accountant> previous;
+  std::vector<uint8_t> categories;
 };
 
 class TraceAnalysis {
@@ -156,12 +162,26 @@ class TraceAnalysis {
       p.gradient_scan = std::make_unique<GradientScan>(p.outcome, p.bursts);
       p.order = MakeOrder(p.sorted, streaming_, p.gradient_scan.get(), &p.stats);
     } else {
-      const bool final = p.stage == Stage::kFinal;
+      const bool category_pass = p.stage == Stage::kClassify || p.stage == Stage::kCategories;
+      const bool final = p.stage == Stage::kFinal || (category_pass && p.inferred);
       if (final) AddInferredNames(&s);
-      p.accountant = std::make_unique<Accountant>(options_, mode_.retention, rules_, &s, &p.stats);
+      // The category passes keep only the live set: they add figures, not rows.
+      p.accountant = std::make_unique<Accountant>(
+          options_, category_pass ? Retention::kLiveAndPeak : mode_.retention, rules_, &s,
+          &p.stats);
       if (final) {
-        p.accountant->SetInferred(
-            p.outcome, InferredRanges(p.bursts, p.optimizer_end, p.forward_start, &p.outcome));
+        // A category pass makes the same ranges again: the outcome's counts stand.
+        PhaseInferenceReport again = p.outcome;
+        PhaseInferenceReport* outcome = category_pass ? &again : &p.outcome;
+        std::vector<Event> ranges =
+            InferredRanges(p.bursts, p.optimizer_end, p.forward_start, outcome);
+        p.accountant->SetInferred(p.outcome, std::move(ranges));
+        p.inferred = true;
+      }
+      if (category_pass) {
+        p.accountant->SetCategoryPass(
+            p.stage == Stage::kClassify ? CategoryPass::kClassify : CategoryPass::kApply,
+            p.previous.get(), &p.categories);
       }
       p.order = OrderFor(p.sorted, streaming_, p.accountant.get(), &p.stats);
     }
@@ -210,9 +230,26 @@ class TraceAnalysis {
         report = p.accountant->Finish(s, p.events, p.order->late_events(), timeline);
         const bool infer = p.stage == Stage::kSweep && p.accountant->needs_inference();
         if (infer) p.outcome = p.accountant->inference();
-        p.stage = infer ? Stage::kBursts : Stage::kDone;
+        if (infer) {
+          p.stage = Stage::kBursts;
+        } else if (p.accountant->categories_given()) {
+          p.previous = std::move(p.accountant);
+          p.stage = Stage::kClassify;
+        } else {
+          p.stage = Stage::kDone;
+        }
         break;
       }
+      case Stage::kClassify:
+        p.accountant->EndClassify();
+        p.stage = Stage::kCategories;
+        break;
+      case Stage::kCategories:
+        p.accountant->FillCategories(s, &report);
+        p.previous.reset();
+        std::vector<uint8_t>().swap(p.categories);
+        p.stage = Stage::kDone;
+        break;
       case Stage::kBursts:
         p.bursts = p.bursts_scan->Finish(&p.outcome);
         p.forward_start = p.bursts_scan->forward_start();
@@ -270,11 +307,8 @@ void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis, const Analysis
       next_progress = reader.consumed_bytes() + kProgressStep;
     }
   }
-  if (result == Result::kTruncated) {
-    analysis.MarkTruncated("the file ends inside a chunk after " +
-                           std::to_string(reader.consumed_bytes()) + " of " +
-                           std::to_string(reader.file_bytes()) + " bytes");
-  } else if (result == Result::kError) {
+  // Cut short or damaged: the reader says how and where.
+  if (result == Result::kTruncated || result == Result::kError) {
     analysis.MarkTruncated(reader.error());
   }
   if (options.progress) options.progress(pass, reader.file_bytes(), reader.file_bytes());

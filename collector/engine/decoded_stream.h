@@ -26,6 +26,9 @@ enum class EventType : uint8_t {
   kKernel,
   kMark,
   kRangeClose,  // NVTX pop or end
+  // A TensorCategory: what the live allocation at an address is. It sorts with the memory
+  // events (rank 1), so that at an equal timestamp arrival decides, as the program said it.
+  kCategory,
 };
 
 // Order at equal timestamps (design.md "Phases"): openings first, closings last.
@@ -49,10 +52,10 @@ inline uint64_t AddressKey(uint32_t device, uint64_t address) {
 // One timed event; field meaning depends on `type` (see stream_decoder.cc).
 struct Event {
   uint64_t timestamp_ns;
-  // kAllocate/kRelease: address. kKernel: end_ns. kRange*: range_id. kFailedAllocation:
-  // requested bytes.
+  // kAllocate/kRelease/kCategory: address. kKernel: end_ns. kRange*: range_id.
+  // kFailedAllocation: requested bytes.
   uint64_t a;
-  // kAllocate/kRelease: bytes. kFailedAllocation: device free bytes.
+  // kAllocate/kRelease/kCategory: bytes. kFailedAllocation: device free bytes.
   uint64_t b;
   // kFailedAllocation: device total bytes. kKernel, kAllocate, kRelease: CUPTI stream id.
   uint64_t c;
@@ -65,7 +68,7 @@ struct Event {
   uint32_t caller_id;  // interned calling module (allocation, failed allocation), 0 if unknown
   uint32_t device;
   EventType type;
-  uint8_t kind;     // v1::MemoryKind
+  uint8_t kind;     // v1::MemoryKind; kCategory: v1::Category
   uint8_t nvtx_op;  // v1::NvtxOperation
   uint8_t pad = 0;
   uint32_t stack_id = 0;  // kAllocate: wire stack id (`run --stacks`), 0 if none

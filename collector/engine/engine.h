@@ -122,6 +122,10 @@ struct TimelineAllocation {
   // Device memory, with AnalysisOptions::keep_lifetimes: its lifetime class ("temporary",
   // "activation", ..., lifetimes.h), as the sweep classified it; else null.
   const char* lifetime_class = nullptr;
+  // A tensor allocation of a process with categories: its v1::Category value, 0 otherwise
+  // (docs/phases.md "Categories"); category_from_objects: a tag named it.
+  uint8_t category = 0;
+  bool category_from_objects = false;
 };
 
 // One NVTX range occurrence.

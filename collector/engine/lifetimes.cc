@@ -3,12 +3,45 @@
 #include <algorithm>
 
 #include "collector/engine/phase_rules.h"
+#include "cumemtrace/v1/trace.pb.h"
 
 namespace cumemtrace::internal {
 
 const char* LifetimeClassName(LifetimeClass c) {
   static const char* const kNames[] = {"temporary", "activation", "gradient", "persistent"};
   return c < LifetimeClass::kOther ? kNames[static_cast<int>(c)] : "other";
+}
+
+const char* CategoryName(uint8_t category) {
+  static const char* const kNames[] = {"",           "parameter",       "buffer",
+                                       "gradient",   "optimizer_state", "input",
+                                       "activation", "temporary",       "autograd_other"};
+  return category < kCategoryCount ? kNames[category] : "";
+}
+
+const char* MemoryVizCategoryName(uint8_t category) {
+  // PyTorch's profiler has no buffer category: a module's buffers are its parameters' kin.
+  static const char* const kNames[] = {"unknown",    "parameter",       "parameter",
+                                       "gradient",   "optimizer_state", "input",
+                                       "activation", "temporary",       "autograd_detail"};
+  return category < kCategoryCount ? kNames[category] : "unknown";
+}
+
+int TagPriority(uint8_t category) {
+  switch (category) {
+    case v1::CATEGORY_PARAMETER:
+      return 6;
+    case v1::CATEGORY_BUFFER:
+      return 5;
+    case v1::CATEGORY_OPTIMIZER_STATE:
+      return 4;
+    case v1::CATEGORY_GRADIENT:
+      return 3;
+    case v1::CATEGORY_INPUT:
+      return 2;
+    default:
+      return category == 0 || category >= kCategoryCount ? 0 : 1;
+  }
 }
 
 bool HasTrainingPhases(const std::vector<PhaseName>& names) {
@@ -31,8 +64,13 @@ LifetimeClassifier::LifetimeClassifier(const PhaseTracker& phases,
     const PhaseName& n = names_[static_cast<size_t>(o.phase)];
     if (!n.iteration) last_phase_end_ns_ = std::max(last_phase_end_ns_, o.end_ns);
     if (IsOptimizerLikePhase(n.name)) optimizer_starts_.push_back(o.start_ns);
+    if (IsBackwardLikePhase(n.name)) backward_starts_.push_back(o.start_ns);
+    if (IsForwardLikePhase(n.name) && (first_forward_ns_ == 0 || o.start_ns < first_forward_ns_)) {
+      first_forward_ns_ = o.start_ns;
+    }
   }
   std::sort(optimizer_starts_.begin(), optimizer_starts_.end());
+  std::sort(backward_starts_.begin(), backward_starts_.end());
 }
 
 LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phase,
@@ -79,6 +117,44 @@ LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phas
   }
   if (!freed || crosses_iteration) return LifetimeClass::kPersistent;
   return LifetimeClass::kOther;
+}
+
+uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
+                                       int32_t death_phase, bool freed) const {
+  const LifetimeClass c = Classify(birth_ns, birth_phase, death_ns, death_phase, freed);
+  if (c == LifetimeClass::kTemporary) return v1::CATEGORY_TEMPORARY;
+  if (c == LifetimeClass::kActivation) return v1::CATEGORY_ACTIVATION;
+  const std::string none;
+  const PhaseName* born = birth_phase >= 0 ? &names_[static_cast<size_t>(birth_phase)] : nullptr;
+  const std::string& died = death_phase >= 0 ? names_[static_cast<size_t>(death_phase)].name : none;
+  // Born in forward, still live when a backward starts, and gone in backward or at teardown:
+  // what backward needed from forward (a one-step program frees some of it only on exit).
+  if (born != nullptr && IsForwardLikePhase(born->name)) {
+    auto backward = std::upper_bound(backward_starts_.begin(), backward_starts_.end(), birth_ns);
+    const bool teardown = last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ &&
+                          (freed ? death_ns > last_phase_end_ns_ : exited_);
+    if (backward != backward_starts_.end() && *backward < death_ns &&
+        ((freed && IsBackwardLikePhase(died)) || teardown)) {
+      return v1::CATEGORY_ACTIVATION;
+    }
+  }
+  if (c == LifetimeClass::kGradient) return v1::CATEGORY_GRADIENT;
+  // Born outside every phase (an iteration's range is no phase of its own here) and freed
+  // by the end of the iteration it was born in or before: a batch.
+  if (freed && (born == nullptr || born->iteration)) {
+    auto next = std::upper_bound(iterations_.begin(), iterations_.end(), birth_ns,
+                                 [](uint64_t t, const IterationWindow& w) { return t < w.end_ns; });
+    if (iterations_.empty() ? c != LifetimeClass::kPersistent
+                            : next != iterations_.end() && death_ns <= next->end_ns) {
+      return v1::CATEGORY_INPUT;
+    }
+  }
+  if (c == LifetimeClass::kPersistent) {
+    if (first_forward_ns_ != 0 && birth_ns < first_forward_ns_) return v1::CATEGORY_PARAMETER;
+    if (born != nullptr && IsOptimizerLikePhase(born->name)) return v1::CATEGORY_OPTIMIZER_STATE;
+    if (born != nullptr && IsBackwardLikePhase(born->name)) return v1::CATEGORY_GRADIENT;
+  }
+  return v1::CATEGORY_AUTOGRAD_OTHER;
 }
 
 }  // namespace cumemtrace::internal

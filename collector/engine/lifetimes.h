@@ -21,6 +21,20 @@ namespace cumemtrace::internal {
 
 enum class LifetimeClass : uint8_t { kTemporary, kActivation, kGradient, kPersistent, kOther };
 const char* LifetimeClassName(LifetimeClass c);
+
+// Categories (docs/phases.md "Categories"): what a tensor allocation's memory is, as a
+// v1::Category value (1..8; 0: none). An allocation's category byte is the value, with
+// kFromObjects set when a TensorCategory named it (else it was inferred).
+constexpr int kCategoryCount = 9;  // indexed by v1::Category value; 0 is unused
+constexpr uint8_t kFromObjects = 0x80;
+// "parameter", "buffer", ... (summary.json's keys); "" for 0.
+const char* CategoryName(uint8_t category);
+// PyTorch's memory_viz name: "parameter", "optimizer_state", "input", "temporary",
+// "activation", "gradient", "autograd_detail"; "unknown" for 0.
+const char* MemoryVizCategoryName(uint8_t category);
+// Which of two tags of one allocation wins: the higher (parameter > buffer >
+// optimizer_state > gradient > input > the rest).
+int TagPriority(uint8_t category);
 // A forward-like and a backward-like phase (phase_rules.h): the phases that define the
 // classes. Without them no class or activation figure is reported (LifetimeAtPeak).
 bool HasTrainingPhases(const std::vector<PhaseName>& names);
@@ -36,11 +50,16 @@ class LifetimeClassifier {
   // freed.
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
                          int32_t death_phase, bool freed) const;
+  // The inferred category (v1::Category) of an allocation no object named; same arguments.
+  uint8_t Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns, int32_t death_phase,
+                     bool freed) const;
 
  private:
   const std::vector<PhaseName>& names_;
   const OccurrenceLists& by_phase_;
   std::vector<uint64_t> optimizer_starts_;  // sorted
+  std::vector<uint64_t> backward_starts_;   // sorted
+  uint64_t first_forward_ns_ = 0;           // 0: no forward-like phase
   uint64_t last_phase_end_ns_ = 0;          // 0: no phase at all
   bool exited_ = false;
   const std::vector<IterationWindow>& iterations_;              // sorted, disjoint

@@ -133,6 +133,49 @@ struct LifetimeAtPeak {
 inline constexpr const char* kLifetimeClassOrder[] = {"persistent", "activation", "gradient",
                                                       "temporary", "other"};
 
+// One category's bytes at one instant, and how much of it the program's own objects named
+// (TensorCategory tags); the rest, bytes - objects_bytes, was inferred.
+struct CategoryBytes {
+  uint64_t bytes = 0;
+  uint64_t objects_bytes = 0;
+};
+
+struct CategoryFigures {
+  CategoryBytes at_tensor_peak;
+  CategoryBytes at_device_peak;
+  CategoryBytes at_end;    // live when the trace ended
+  CategoryBytes own_peak;  // this category alone, at its highest (objects: at that instant)
+  uint64_t own_peak_time_ns = 0;  // the first instant it was reached
+  uint64_t allocations = 0;
+  uint64_t objects_allocations = 0;  // of them, named by the program's objects
+};
+
+// Device memory by category: what the tensor allocations are (docs/phases.md
+// "Categories"). Given for a process with training phases or with at least one tag.
+struct DeviceCategories {
+  bool given = false;
+  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), or
+  // "device" (device allocations: async mode, or no PyTorch caching allocator).
+  std::string tensor_layer;
+  // The tensors' own peak (torch.cuda.max_memory_allocated with the bridge), and when.
+  uint64_t tensor_peak_bytes = 0;
+  uint64_t tensor_peak_time_ns = 0;
+  // Beside the tensors at each peak: PyTorch's cache beyond its tensors (reserved - allocated,
+  // with the bridge), and device memory PyTorch never sees, in all and by library.
+  uint64_t cache_at_tensor_peak_bytes = 0;
+  uint64_t cache_at_device_peak_bytes = 0;
+  uint64_t not_torch_at_tensor_peak_bytes = 0;
+  uint64_t not_torch_at_device_peak_bytes = 0;
+  std::map<std::string, uint64_t> not_torch_at_tensor_peak_by_library;
+  std::map<std::string, uint64_t> not_torch_at_device_peak_by_library;
+  // By category name ("parameter", "buffer", ...; kCategoryOrder), those with allocations.
+  std::map<std::string, CategoryFigures> by_category;
+};
+// The categories in the order every output lists them.
+inline constexpr const char* kCategoryOrder[] = {"parameter", "buffer",        "optimizer_state",
+                                                 "gradient",  "input",         "activation",
+                                                 "temporary", "autograd_other"};
+
 // PyTorch's two layers on one device, when the bridge to its caching allocator is attached
 // (design.md "Tensors"): tensors (the allocator's blocks, TORCH_ALLOCATED) and the segments
 // it holds from the driver (TORCH_RESERVED); device memory in use counts tensors plus the
@@ -166,6 +209,7 @@ struct DeviceReport {
   uint64_t kernel_busy_ns = 0;  // sum of end - start (overlaps counted twice)
   uint64_t reallocated_live_address = 0;  // allocation at an address already live (anomaly)
   TorchLayers torch;
+  DeviceCategories categories;
 };
 
 // Device memory in use at one occurrence's entry and at its highest point inside:
@@ -296,6 +340,8 @@ struct AllocationLifetime {
   int64_t birth_iteration = -1;  // 0-based; -1 outside every iteration
   int64_t death_iteration = -1;
   std::string lifetime_class;
+  std::string category;  // "" for memory that is no tensor allocation or without categories
+  bool category_from_objects = false;
 };
 
 // The bridge to PyTorch's caching allocator, for one process.
@@ -379,6 +425,11 @@ struct ProcessReport : StreamFacts {
   IterationReport iterations;
   std::vector<AllocationLifetime> lifetimes;  // device memory; only with keep_lifetimes
   TorchBridgeReport torch;
+  // TensorCategory tags received, and those whose address held no live allocation (ignored).
+  // Categories are given (DeviceCategories) when categories_given.
+  bool categories_given = false;
+  uint64_t category_tags = 0;
+  uint64_t category_tags_unmatched = 0;
 };
 
 // One rank of a distributed job, on the device where its memory peaked highest.

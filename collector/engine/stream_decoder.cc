@@ -273,8 +273,19 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
     case v1::Event::kNativeModule:
       stream.stacks.Add(event.native_module());
       return;
+    case v1::Event::kTensorCategory: {
+      const v1::TensorCategory& t = event.tensor_category();
+      Event& e = stream.events.emplace_back();
+      e.timestamp_ns = event.timestamp_ns();
+      e.type = EventType::kCategory;
+      e.a = t.address();
+      e.b = t.bytes();
+      e.device = t.device();
+      // A newer writer's category is not one this reader can name: kept as unspecified.
+      e.kind = static_cast<uint8_t>(v1::Category_IsValid(t.category()) ? t.category() : 0);
+      return;
+    }
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
-    case v1::Event::kTensorCategory:  // read by the categories' analysis
     case v1::Event::PAYLOAD_NOT_SET:
       return;
   }
@@ -418,9 +429,9 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
         continue;
       }
       // A second oneof member (replace or merge semantics) is protobuf's business.
-      // Fields past the last one this reader knows (Event.native_module = 18) are a newer
+      // Fields past the last one this reader knows (Event.tensor_category = 19) are a newer
       // writer's: protobuf's business too.
-      if (field < 2 || field > 18 || wire_type != kLengthDelimited || payload != 0) return false;
+      if (field < 2 || field > 19 || wire_type != kLengthDelimited || payload != 0) return false;
       payload = field;
       if (!in.Bytes(&payload_bytes)) return false;
     }

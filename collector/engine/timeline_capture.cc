@@ -51,6 +51,8 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.api = name_of(a.api_id);
     t.library = name_of(a.caller_id);
     t.kind = a.kind;
+    t.category = static_cast<uint8_t>(a.category & ~kFromObjects);
+    t.category_from_objects = (a.category & kFromObjects) != 0;
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
     }

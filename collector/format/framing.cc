@@ -42,6 +42,7 @@ FrameDecoder::Status FrameDecoder::Next(std::string_view* frame) {
   }
   if (available - header < length) return Status::kNeedMore;
   *frame = std::string_view(input.data() + read_pos_ + header, static_cast<size_t>(length));
+  last_prefix_bytes_ = header;
   read_pos_ += header + static_cast<size_t>(length);
   consumed_ += header + length;
   return Status::kFrame;

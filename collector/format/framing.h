@@ -40,6 +40,9 @@ class FrameDecoder {
   size_t pending_bytes() const { return Input().size() - read_pos_; }
   // Total bytes consumed as whole frames (length prefix included).
   uint64_t consumed_bytes() const { return consumed_; }
+  // Length of the last frame's prefix: its bytes lie just before the frame's body, in the
+  // same buffer (a checksum over the whole frame reads them there).
+  size_t last_prefix_bytes() const { return last_prefix_bytes_; }
 
  private:
   std::string_view Input() const { return bytes_.data() != nullptr ? bytes_ : buffer_; }
@@ -49,6 +52,7 @@ class FrameDecoder {
   std::string_view bytes_;  // UseBytes()
   size_t read_pos_ = 0;
   uint64_t consumed_ = 0;
+  size_t last_prefix_bytes_ = 0;
   std::string error_;
 };
 

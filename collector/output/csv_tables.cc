@@ -55,7 +55,8 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
                     "activation_memory_bytes"});
   CsvTable lifetimes({"stream_id", "pid", "device", "stream", "kind", "api", "library", "address",
                       "bytes", "birth_ns", "death_ns", "birth_phase", "death_phase",
-                      "birth_iteration", "death_iteration", "lifetime_class"});
+                      "birth_iteration", "death_iteration", "lifetime_class", "category",
+                      "category_source"});
   auto spread = [](CsvTable& t, const Spread& s) {
     for (int64_t v : {s.median, s.min, s.max}) t.Field(CellIf(s.count > 0, v));
   };
@@ -119,7 +120,8 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
                  a.birth_ns, CellIf(dead, a.death_ns), PhaseName(a.birth_phase),
                  dead ? PhaseName(a.death_phase) : std::string(),
                  CellIf(a.birth_iteration >= 0, a.birth_iteration),
-                 CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class);
+                 CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class, a.category,
+                 a.category.empty() ? "" : a.category_from_objects ? "objects" : "inferred");
     }
   }
   return {{"devices.csv", devices.Text()},

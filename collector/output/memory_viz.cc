@@ -13,9 +13,12 @@
 //   live in them (active_allocated) and the gaps (inactive); the trace has segment_alloc/
 //   segment_free for segments, alloc/free_requested/free_completed for tensors, and memory
 //   PyTorch never sees as one-block segments, as in async mode.
-// Every entry has `category`: the phase of origin of its allocation, "unknown" without one.
-// When every allocation has a phase, one `snapshot` entry (the end of the trace) carries
-// "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
+// Every entry has `category`: for a process with categories (docs/phases.md "Categories"),
+// PyTorch's name of its allocation's category ("parameter", "optimizer_state", "input",
+// "temporary", "activation", "gradient", "autograd_detail"; "unknown" for memory that is no
+// tensor allocation; a buffer is a "parameter" there); otherwise the phase of origin of its
+// allocation, "unknown" without one. When no entry is "unknown", one `snapshot` entry (the
+// end of the trace) carries "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
 // field (`snapshot.categores.push`), and stops with a TypeError before drawing anything.
 // With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
 // allocating stack as PyTorch's `frames` ({"filename", "line", "name"}, innermost first);
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "collector/engine/engine.h"
+#include "collector/engine/lifetimes.h"
 #include "collector/output/exports.h"
 #include "collector/output/pickle_writer.h"
 #include "collector/output/slice_tracks.h"
@@ -285,14 +289,18 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
         const FailedAllocationReport& f = *failures[next_failure];
         // PyTorch's OOM entry carries the device's free bytes in `addr`.
         entry("oom", f.device_free_bytes, f.requested_bytes, f.time_ns,
-              f.phase.empty() ? "unknown" : f.phase);
+              f.phase.empty() || p.categories_given ? "unknown" : f.phase);
       }
       if (i == steps.size()) break;
       const TimelineAllocation& a = *steps[i].a;
       // Which of PyTorch's entries the allocation has: a segment's and a block's.
       const bool segment = !bridged || !IsTensor(a);
       const bool block = bridged ? !IsTorchSegment(a) : blocks_known;
-      const std::string category = internal::PhaseLabel(t, a.phase, "unknown");
+      // With categories, PyTorch's own names (memory that is no tensor allocation is
+      // "unknown"); else the phase of origin.
+      const std::string category =
+          p.categories_given ? internal::MemoryVizCategoryName(a.category)
+                             : internal::PhaseLabel(t, a.phase, "unknown");
       if (steps[i].birth) {
         if (segment) entry("segment_alloc", a.address, a.bytes, now, category, a.stack);
         if (block) entry("alloc", a.address, a.bytes, now, category, a.stack);

@@ -114,6 +114,73 @@ void PrintOrigins(std::ostream& out, const char* title,
           });
 }
 
+// What the tensors are (report.h DeviceCategories): each category at the peaks and at its own,
+// and what of its own peak the program's objects named.
+void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {
+  const DeviceCategories& c = d.categories;
+  if (!c.given) return;
+  const bool torch = c.tensor_layer == "torch_allocated";
+  std::vector<Row> rows;
+  if (torch) {
+    rows.push_back({"", "at tensor peak", "at device peak", "own peak", "at", "objects",
+                    "inferred"});
+  } else {
+    rows.push_back({"", "at peak", "own peak", "at", "objects", "inferred"});
+  }
+  for (const char* name : kCategoryOrder) {
+    auto it = c.by_category.find(name);
+    if (it == c.by_category.end()) continue;
+    const CategoryFigures& f = it->second;
+    Row row{name};
+    if (torch) row.push_back(Bytes(f.at_tensor_peak.bytes));
+    row.insert(row.end(), {Bytes(f.at_device_peak.bytes), Bytes(f.own_peak.bytes),
+                           At(f.own_peak_time_ns), Bytes(f.own_peak.objects_bytes),
+                           Bytes(f.own_peak.bytes - f.own_peak.objects_bytes)});
+    rows.push_back(std::move(row));
+  }
+  auto beside = [&](const std::string& label, uint64_t at_tensor, uint64_t at_device) {
+    Row row{label};
+    if (torch) row.push_back(Bytes(at_tensor));
+    row.push_back(Bytes(at_device));
+    rows.push_back(std::move(row));
+  };
+  if (torch) {
+    beside("PyTorch's cache", c.cache_at_tensor_peak_bytes, c.cache_at_device_peak_bytes);
+  }
+  std::set<std::string> libraries;
+  for (const auto& [library, bytes] : c.not_torch_at_tensor_peak_by_library) {
+    libraries.insert(library);
+  }
+  for (const auto& [library, bytes] : c.not_torch_at_device_peak_by_library) {
+    libraries.insert(library);
+  }
+  for (const std::string& library : libraries) {
+    auto bytes = [&library](const std::map<std::string, uint64_t>& m) {
+      auto it = m.find(library);
+      return it == m.end() ? uint64_t{0} : it->second;
+    };
+    beside("not PyTorch's: " + library, bytes(c.not_torch_at_tensor_peak_by_library),
+           bytes(c.not_torch_at_device_peak_by_library));
+  }
+  out << "    by category:\n";
+  PrintTable(out, "      ", rows, "l");
+  if (torch) {
+    out << "      (tensor peak " << Bytes(c.tensor_peak_bytes) << " at " << At(c.tensor_peak_time_ns)
+        << "; objects: named by the program's parameters, buffers, .grad and optimizer state)\n";
+  } else {
+    out << "      (objects: named by the program's parameters, buffers, .grad and optimizer"
+           " state)\n";
+  }
+  if (p.category_tags_unmatched > 0) {
+    out << "      (" << Plural(p.category_tags_unmatched, "tag")
+        << " named no live allocation: ignored)\n";
+  }
+  if (p.category_tags == 0) {
+    out << "      (no tags from the program's objects: every category is inferred, as for a"
+           " LibTorch program)\n";
+  }
+}
+
 void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {
   out << "  GPU " << d.index;
   if (d.has_info) out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
@@ -169,6 +236,7 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
              " tensors: reads low)\n";
     }
   }
+  PrintCategories(out, p, d);
   static const std::set<std::string> kShownAbove = {
       "DEVICE", "ARRAY", "DEVICE_STATIC", "MANAGED_STATIC", "TORCH_ALLOCATED", "TORCH_RESERVED"};
   std::vector<std::string> other;

@@ -32,6 +32,20 @@
 //                                            socketpair on each of those numbers, and
 //                                            between the ranges write 20 lines to the file
 //                                            or 20 pings through the socketpair
+//               [--damage-ring=wrap|bridge|drops|magic|fill|size]  after the work, once
+//                                            the tracer has sent it, damage the tracer's
+//                                            shared ring as a hostile program could, then
+//                                            SIGKILL itself:
+//                                            wrap: a write position of 2^64-8 over padding
+//                                            records that would carry a reader past 2^64;
+//                                            bridge: 1000 copies of a "step" range, a
+//                                            TorchBridgeState record whose torch_version is
+//                                            not UTF-8, 1000 more copies; drops: a dropped
+//                                            count of 2^64-1; magic: a wrong magic with a
+//                                            dropped count of 5; fill: a whole ring of NVTX
+//                                            pushes, each with a name of its own; size: 100
+//                                            ranges to the ring's end, 50 from its start, the
+//                                            26th's push with a size no record can have
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -55,6 +69,8 @@
 #include <thread>
 #include <vector>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
+
 namespace {
 
 struct Options {
@@ -76,6 +92,7 @@ struct Options {
   std::string hijack;
   bool child_quick_exit = false;
   bool child_fill_fds = false;
+  std::string damage_ring;
 };
 
 uint64_t NowNs() {
@@ -125,6 +142,7 @@ Options Parse(int argc, char** argv) {
     else if (const char* v16 = value("--child-exit="))
       o.child_quick_exit = strcmp(v16, "_exit") == 0;
     else if (arg == "--child-fill-fds") o.child_fill_fds = true;
+    else if (const char* v17 = value("--damage-ring=")) o.damage_ring = v17;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
       exit(2);
@@ -190,6 +208,157 @@ bool UseHijackedFd(const int ends[2], int i) {
     echo.append(buffer, static_cast<size_t>(n));
   }
   return echo == line;
+}
+
+namespace ring = cumemtrace::v1::ring;
+
+// The tracer's shared ring as this process maps it (the tracer maps it writable), or null.
+unsigned char* FindOwnRing() {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return nullptr;
+  char line[512];
+  unsigned char* found = nullptr;
+  while (found == nullptr && fgets(line, sizeof(line), maps) != nullptr) {
+    if (strstr(line, "/memfd:cumemtrace-ring") == nullptr) continue;
+    unsigned long start = 0;
+    unsigned long end = 0;
+    if (sscanf(line, "%lx-%lx", &start, &end) == 2 && end - start > ring::kHeaderBytes) {
+      found = reinterpret_cast<unsigned char*>(start);
+    }
+  }
+  fclose(maps);
+  return found;
+}
+
+uint64_t LoadU64(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+void StoreU64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+// Damages the ring as --damage-ring says, then dies by SIGKILL. Returns only on failure
+// (an exit code).
+int DamageRingAndDie(const std::string& how) {
+  unsigned char* base = FindOwnRing();
+  if (base == nullptr) return 89;
+  auto* header = reinterpret_cast<ring::Header*>(base);
+  unsigned char* data = base + ring::kHeaderBytes;
+  const uint64_t capacity = header->capacity;
+  // Everything recorded so far reaches the collector on the socket first: the tracer frees
+  // a record's space only once its frame is in the kernel's hands.
+  for (int i = 0; i < 5000; ++i) {
+    if (LoadU64(&header->freed_position) == LoadU64(&header->write_position)) break;
+    usleep(1000);
+  }
+  const uint64_t write = LoadU64(&header->write_position);
+  if (LoadU64(&header->freed_position) != write) return 88;
+  // Whole "step" ranges as the tracer wrote them: its push and pop records, to copy.
+  const unsigned char* push = nullptr;
+  const unsigned char* pop = nullptr;
+  for (uint64_t at = 0; at < write && at < capacity && (push == nullptr || pop == nullptr);) {
+    ring::Record r;
+    memcpy(&r, data + at, sizeof(r));
+    if (r.size < 8) return 87;
+    if (r.type == ring::kNvtx && push != nullptr && r.text_bytes == 0) pop = data + at;
+    if (r.type == ring::kNvtx && r.text_bytes == 4 &&
+        memcmp(data + at + sizeof(r), "step", 4) == 0) {
+      push = data + at;
+    }
+    at += r.size;
+  }
+  if (push == nullptr || pop == nullptr) return 86;
+  uint32_t push_size = 0;
+  uint32_t pop_size = 0;
+  memcpy(&push_size, push, 4);
+  memcpy(&pop_size, pop, 4);
+  // Copied out first: the copies may be written where these are.
+  const std::string range_bytes = std::string(reinterpret_cast<const char*>(push), push_size) +
+                                  std::string(reinterpret_cast<const char*>(pop), pop_size);
+  const uint64_t range = range_bytes.size();
+  unsigned char* out = data + write % capacity;
+  auto append = [&](const void* bytes, uint64_t size) {
+    memcpy(out, bytes, size);
+    out += size;
+  };
+  auto append_range = [&] { append(range_bytes.data(), range); };
+  if (how == "wrap") {
+    // Recovery starts a ring's length before the write position: at an 8-byte padding
+    // record at the data's end, then one as long as the ring at its start.
+    auto* tail = reinterpret_cast<ring::Record*>(data + capacity - 8);
+    tail->size = 8;
+    tail->type = ring::kPadding;
+    auto* head = reinterpret_cast<ring::Record*>(data);
+    head->size = static_cast<uint32_t>(capacity);
+    head->type = ring::kPadding;
+    StoreU64(&header->write_position, ~uint64_t{0} - 7);
+  } else if (how == "bridge") {
+    // attached = true, torch_version = "\xc3\x28" (not UTF-8).
+    const unsigned char state[] = {0x08, 0x01, 0x12, 0x02, 0xc3, 0x28};
+    ring::Record bridge{};
+    bridge.size = static_cast<uint32_t>((sizeof(bridge) + sizeof(state) + 7) / 8 * 8);
+    bridge.type = ring::kTorchBridgeState;
+    bridge.payload_bytes = sizeof(state);
+    const uint64_t need = 2000 * range + bridge.size;
+    if (write % capacity + need > capacity) return 85;
+    for (int half = 0; half < 2; ++half) {
+      for (int i = 0; i < 1000; ++i) append_range();
+      if (half == 0) {
+        unsigned char* at = out;
+        append(&bridge, sizeof(bridge));
+        memcpy(at + sizeof(bridge), state, sizeof(state));
+        out = at + bridge.size;
+      }
+    }
+    StoreU64(&header->write_position, write + need);
+  } else if (how == "size") {
+    // 100 ranges up to the data's end (padding after them), then 50 from its start, the
+    // next lap; the push of the 26th has a size no record can have.
+    const uint64_t start = write % capacity;
+    if (capacity - start < 100 * range + 8 || start < 50 * range) return 85;
+    for (int i = 0; i < 100; ++i) append_range();
+    ring::Record pad{};
+    pad.size = static_cast<uint32_t>(capacity - (start + 100 * range));
+    pad.type = ring::kPadding;
+    memcpy(out, &pad, std::min<uint64_t>(sizeof(pad), pad.size));
+    out = data;
+    for (int i = 0; i < 50; ++i) append_range();
+    const uint32_t bad = 13;
+    memcpy(data + start + 25 * range, &bad, sizeof(bad));
+    StoreU64(&header->write_position, write + (capacity - start) + 50 * range);
+  } else if (how == "drops") {
+    StoreU64(&header->dropped_total, ~uint64_t{0});
+  } else if (how == "magic") {
+    header->magic = ring::kMagic ^ 1;
+    StoreU64(&header->dropped_total, 5);
+  } else if (how == "fill") {
+    // A whole lap of NVTX pushes, each with a name of its own: the most a ring can make
+    // the collector decode and intern.
+    ring::Record r{};
+    r.size = static_cast<uint32_t>(sizeof(r) + 8);
+    r.type = ring::kNvtx;
+    r.nvtx_operation = 1;
+    r.text_bytes = 8;
+    const uint64_t start = write % capacity;
+    uint64_t made = 0;
+    for (const auto& [from, to] : {std::pair<uint64_t, uint64_t>{start, capacity}, {0, start}}) {
+      uint64_t at = from;
+      for (; at + r.size <= to; at += r.size) {
+        char name[32];
+        snprintf(name, sizeof(name), "r%07llu", static_cast<unsigned long long>(made++ % 10000000));
+        r.timestamp_ns = made;
+        memcpy(data + at, &r, sizeof(r));
+        memcpy(data + at + sizeof(r), name, 8);
+      }
+      if (at < to) {
+        ring::Record pad{};
+        pad.size = static_cast<uint32_t>(to - at);
+        pad.type = ring::kPadding;
+        memcpy(data + at, &pad, std::min<uint64_t>(sizeof(pad), to - at));
+      }
+    }
+    StoreU64(&header->write_position, write + capacity);
+  } else {
+    return 84;
+  }
+  raise(SIGKILL);
+  return 83;
 }
 
 }  // namespace
@@ -310,6 +479,7 @@ int main(int argc, char** argv) {
     close(o.done_fd);
   }
   if (o.death_fd >= 0) ReadToEof(o.death_fd);
+  if (!o.damage_ring.empty()) return DamageRingAndDie(o.damage_ring);
   if (o.die == "kill") raise(SIGKILL);
   if (o.die == "segv") raise(SIGSEGV);
   if (o.die == "abort") abort();

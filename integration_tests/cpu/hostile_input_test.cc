@@ -443,21 +443,38 @@ class FullDisk : public HostileInput {
     if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
     HostileInput::TearDown();
   }
-  // Runs the CLI where writes fail: under the file size limit when there is no tmpfs.
-  Result RunWhereFull(const std::vector<std::string>& args, const EnvOverrides& env = {}) {
+  // Starts the CLI where writes fail: under the file size limit when there is no tmpfs.
+  Child SpawnWhereFull(const std::vector<std::string>& args, const EnvOverrides& env = {}) {
     std::vector<std::string> full = {kCli};
     full.insert(full.end(), args.begin(), args.end());
-    if (mounted_) return Finish(Spawn(full, tmp_, env));
+    if (mounted_) return Spawn(full, tmp_, env);
     rlimit saved{};
     getrlimit(RLIMIT_FSIZE, &saved);
     rlimit low = saved;
-    low.rlim_cur = 64 << 10;
+    low.rlim_cur = size_limit_;
     void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
     setrlimit(RLIMIT_FSIZE, &low);
     Child child = Spawn(full, tmp_, env);
     setrlimit(RLIMIT_FSIZE, &saved);
     signal(SIGXFSZ, old_handler);
-    return Finish(child);
+    return child;
+  }
+  Result RunWhereFull(const std::vector<std::string>& args, const EnvOverrides& env = {}) {
+    return Finish(SpawnWhereFull(args, env));
+  }
+  // Takes the last free bytes too: not even a file's first bytes fit.
+  void FillUp() {
+    size_limit_ = 0;
+    if (!mounted_) return;
+    const int fd = open((dir_ + "/filler").c_str(), O_WRONLY | O_APPEND);
+    ASSERT_GE(fd, 0);
+    const std::string block(4096, 'f');
+    while (write(fd, block.data(), block.size()) > 0) {
+    }
+    const std::string byte(1, 'f');
+    while (write(fd, byte.data(), 1) > 0) {
+    }
+    close(fd);
   }
   // Makes room again (for a retry).
   void FreeSpace() {
@@ -477,6 +494,7 @@ class FullDisk : public HostileInput {
   }
   std::string dir_;
   bool mounted_ = false;
+  rlim_t size_limit_ = 64 << 10;
 };
 
 // `run -o` on a full disk once left 0-byte summary.json and report.html and still said
@@ -498,9 +516,97 @@ TEST_F(FullDisk, RunSaysWhatWasWrittenAndKeepsTheProgramsStatus) {
     EXPECT_NE(r.err.find("summary.json"), std::string::npos) << r.err;
   }
   EXPECT_EQ(LeftoversIn(dir_), std::vector<std::string>());
-  // What was kept reads back, cut at the last whole chunk.
+  // What was kept reads back: whole chunks only, said to be cut short.
+  const TraceContents kept = ReadTrace(out + "/trace.cmtrace");
+  EXPECT_EQ(kept.end, TraceFileReader::Result::kTruncated);
+  EXPECT_NE(kept.error.find("without its end record"), std::string::npos) << kept.error;
   const Result report = RunCli({"report", out + "/trace.cmtrace"}, tmp_);
   EXPECT_EQ(report.exit_code, 0) << report.err;
+}
+
+// With no room at all, `run` once left a 0-byte trace.cmtrace, so the retry was refused ("File
+// exists"), and the daemon left 0-byte traces that `report` calls "not a cumemtrace trace
+// file". A trace file that cannot even be started is removed now.
+TEST_F(FullDisk, NoRoomLeavesNoEmptyTraceAndTheRetryWorks) {
+  const std::string out = dir_ + "/run";
+  const std::string traces = dir_ + "/traces";
+  ASSERT_EQ(mkdir(out.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir(traces.c_str(), 0700), 0);
+  FillUp();
+  const std::vector<std::string> run = {"run", "-o", out, "--quiet", "--", kFake, "--events=5"};
+  const Result r = RunWhereFull(run);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write " + out + "/trace.cmtrace: "), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out + "/trace.cmtrace"));
+
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  Child daemon = SpawnWhereFull({"daemon", "--socket", socket, "--output-dir", traces});
+  LineReader log(daemon.err_fd);
+  const std::optional<std::string> ready = log.Next();
+  ASSERT_TRUE(ready.has_value() && ready->find("listening on") != std::string::npos);
+  const Result client =
+      Finish(Spawn({kFake, "--socket=" + socket, "--events=5", "--keep-going"}, tmp_, {}));
+  EXPECT_EQ(client.exit_code, 0) << client.err;
+  bool said = false;
+  while (std::optional<std::string> line = log.Next(/*timeout_ms=*/5000)) {
+    if (line->find("cannot write " + traces + "/") != std::string::npos) {
+      said = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(said) << "the daemon names the file it could not write";
+  kill(daemon.pid, SIGTERM);
+  Finish(daemon);
+  EXPECT_TRUE(fs::is_empty(traces));
+  EXPECT_EQ(LeftoversIn(dir_), std::vector<std::string>());
+
+  FreeSpace();
+  size_limit_ = 64 << 10;
+  const Result again = RunWhereFull(run);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(ReadTrace(out + "/trace.cmtrace").end, TraceFileReader::Result::kEnd);
+}
+
+// The daemon's trace on a disk that fills up once ended inside a chunk, although docs/cli.md
+// promises the last whole chunk. It ends after one now, and readers say it was cut short.
+TEST_F(FullDisk, DaemonKeepsWholeChunksAndTheTraceSaysItWasCut) {
+  const std::string traces = dir_ + "/traces";
+  ASSERT_EQ(mkdir(traces.c_str(), 0700), 0);
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  Child daemon = SpawnWhereFull({"daemon", "--socket", socket, "--output-dir", traces});
+  LineReader log(daemon.err_fd);
+  const std::optional<std::string> ready = log.Next();
+  ASSERT_TRUE(ready.has_value() && ready->find("listening on") != std::string::npos);
+  const Result client = Finish(Spawn(
+      {kFake, "--socket=" + socket, "--batches=200", "--events=200", "--keep-going"}, tmp_, {}));
+  EXPECT_EQ(client.exit_code, 0) << client.err;
+  bool closed = false;
+  while (std::optional<std::string> line = log.Next(/*timeout_ms=*/5000)) {
+    if (line->find("closed: ") != std::string::npos) {
+      closed = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(closed);
+  kill(daemon.pid, SIGTERM);
+  Finish(daemon);
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(traces)) files.push_back(entry.path());
+  ASSERT_EQ(files.size(), 1u);
+  TraceFileReader reader;
+  ASSERT_TRUE(reader.Open(files[0])) << reader.error();
+  v1::TraceChunk chunk;
+  int chunks = 0;
+  TraceFileReader::Result end;
+  while ((end = reader.Next(&chunk)) == TraceFileReader::Result::kChunk) ++chunks;
+  EXPECT_GT(chunks, 2);
+  EXPECT_EQ(end, TraceFileReader::Result::kTruncated);
+  EXPECT_EQ(reader.consumed_bytes(), reader.file_bytes()) << "ends inside a chunk";
+  EXPECT_NE(reader.error().find("without its end record"), std::string::npos) << reader.error();
+  const Result report = RunCli({"report", files[0]}, tmp_);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_NE(report.err.find("without its end record"), std::string::npos) << report.err;
+  EXPECT_EQ(LeftoversIn(dir_), std::vector<std::string>());
 }
 
 // `report -o`, `merge -o` and `export -o` once left partial files, and a retry of `merge`

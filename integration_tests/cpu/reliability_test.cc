@@ -236,6 +236,22 @@ class TracerFaults : public ::testing::Test {
     }
     ADD_FAILURE() << "the daemon never logged '" << needle << "'";
   }
+  // The daemon's log from here up to the first line that contains `needle`, that line
+  // included ("" after 20 s without one).
+  std::string DaemonLogUntil(const std::string& needle) {
+    std::string text;
+    size_t line_start = 0;
+    char c;
+    pollfd p{daemon_.err_fd, POLLIN, 0};
+    while (poll(&p, 1, 20000) == 1 && read(daemon_.err_fd, &c, 1) == 1) {
+      text.push_back(c);
+      if (c != '\n') continue;
+      if (text.find(needle, line_start) != std::string::npos) return text;
+      line_start = text.size();
+    }
+    ADD_FAILURE() << "the daemon never logged '" << needle << "': " << text;
+    return "";
+  }
   // SIGTERM, then the daemon's whole stderr.
   std::string StopDaemon() {
     kill(daemon_.pid, SIGTERM);
@@ -536,6 +552,177 @@ TEST_F(TracerFaults, ProgramDyingRightAfterItsWorkLosesNothingRecorded) {
            label.c_str(), kept, c.threads * c.ranges,
            static_cast<unsigned long long>(s.closed->ring_records_recovered()));
   }
+}
+
+// --- the program damages its shared ring ---------------------------------------------------
+
+// The ring lives in memory the traced program can write: everything the collector reads
+// there is untrusted. The probe sends its work, damages its real ring (--damage-ring), and
+// kills itself; the collector reads the ring at the end of the stream.
+struct RingRun {
+  Exit exit;
+  TraceFacts trace;
+  bool summary_written = false;
+};
+
+RingRun RunWithDamagedRing(const std::string& out, const std::string& damage,
+                           const std::string& queue_events = "") {
+  RingRun r;
+  std::vector<std::pair<std::string, std::string>> env = {{"CUMEMTRACE_TRACER_LIB", kTracer}};
+  if (!queue_events.empty()) env.emplace_back("CUMEMTRACE_QUEUE_EVENTS", queue_events);
+  r.exit = Finish(Spawn({kCli, "run", "--quiet", "-o", out, "--", kProbe, "--ranges=100",
+                         "--damage-ring=" + damage},
+                        env),
+                  30);
+  r.trace = ReadTrace(out + "/trace.cmtrace");
+  r.summary_written = fs::exists(out + "/summary.json");
+  return r;
+}
+
+// A write position of 2^64-8 over padding records that carried recovery past 2^64 once
+// made it loop forever: `run` spun at 100% CPU, wrote no summary and lost the exit status.
+TEST_F(TracerFaults, ARingThatWrapsPastTwoToTheSixtyFourEndsItsRecovery) {
+  const RingRun r = RunWithDamagedRing(tmp_ + "/run", "wrap");
+  EXPECT_EQ(r.exit.code(), 128 + SIGKILL) << r.exit.err;
+  EXPECT_TRUE(r.summary_written);
+  ASSERT_EQ(r.trace.streams.count(1), 1u) << r.exit.err;
+  const StreamFacts& s = r.trace.streams.at(1);
+  EXPECT_EQ(s.pushes.count("step") ? s.pushes.at("step") : 0, 100);  // all sent before
+  ASSERT_TRUE(s.launcher_exit.has_value());
+  EXPECT_EQ(s.launcher_exit->signal(), SIGKILL);
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_EQ(s.closed->ring_records_recovered(), 0u);
+  printf("[ figure ] ring wrapping past 2^64: run ended in %.2f s, exit %d\n", r.exit.seconds,
+         r.exit.code());
+}
+
+// One record that cannot be decoded (a TorchBridgeState whose torch_version is not UTF-8)
+// between 2 x 1000 whole ranges: recovery skips it alone. It once made the whole recovered
+// batch unreadable (100 of 2,100 ranges kept).
+TEST_F(TracerFaults, ADamagedRecordInTheRingCostsOnlyItself) {
+  const RingRun r = RunWithDamagedRing(tmp_ + "/run", "bridge");
+  EXPECT_EQ(r.exit.code(), 128 + SIGKILL) << r.exit.err;
+  ASSERT_EQ(r.trace.streams.count(1), 1u) << r.exit.err;
+  const StreamFacts& s = r.trace.streams.at(1);
+  const int kept = s.pushes.count("step") ? s.pushes.at("step") : 0;
+  EXPECT_EQ(kept, 2100);
+  EXPECT_EQ(s.pops, 2101);  // and "startup"'s
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_EQ(s.closed->ring_records_recovered(), 4000u);
+  printf("[ figure ] one undecodable record in the ring: %d of 2100 ranges kept\n", kept);
+}
+
+// A record size no record can have: the ranges before it are kept, and reading resumes at
+// the next lap (a record never wraps, so every lap begins with one). In a 64 KiB ring: 100
+// ranges to its end, the 26th's push damaged, 50 from its start.
+TEST_F(TracerFaults, ReadingResumesAtTheNextLapAfterADamagedSize) {
+  const RingRun r = RunWithDamagedRing(tmp_ + "/run", "size", "512");
+  EXPECT_EQ(r.exit.code(), 128 + SIGKILL) << r.exit.err;
+  ASSERT_EQ(r.trace.streams.count(1), 1u) << r.exit.err;
+  const StreamFacts& s = r.trace.streams.at(1);
+  const int kept = s.pushes.count("step") ? s.pushes.at("step") : 0;
+  EXPECT_EQ(kept, 100 + 25 + 50);  // sent, before the damage, the next lap
+  EXPECT_EQ(s.pops, 1 + 100 + 25 + 50);
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_EQ(s.closed->ring_records_recovered(), 2u * (25 + 50));
+  EXPECT_NE(r.exit.err.find("bytes skipped"), std::string::npos) << r.exit.err;
+  printf("[ figure ] a damaged size mid-ring: %d of 250 ranges kept (75 lost in the lap)\n", kept);
+}
+
+// Counters in a damaged ring are not believed: a dropped count of 2^64-1, and any count
+// under a header whose magic is wrong.
+TEST_F(TracerFaults, DropCountsOfADamagedRingAreNotBelieved) {
+  for (const std::string damage : {"drops", "magic"}) {
+    const RingRun r = RunWithDamagedRing(tmp_ + "/run-" + damage, damage);
+    EXPECT_EQ(r.exit.code(), 128 + SIGKILL) << damage << ": " << r.exit.err;
+    ASSERT_EQ(r.trace.streams.count(1), 1u) << damage << ": " << r.exit.err;
+    const StreamFacts& s = r.trace.streams.at(1);
+    EXPECT_EQ(s.pushes.count("step") ? s.pushes.at("step") : 0, 100) << damage;
+    EXPECT_EQ(s.dropped, 0u) << damage;
+    ASSERT_TRUE(s.closed.has_value()) << damage;
+    EXPECT_EQ(s.closed->ring_drops_recovered(), 0u) << damage;
+    EXPECT_NE(r.exit.err.find("shared ring"), std::string::npos) << damage << ": " << r.exit.err;
+  }
+}
+
+// A daemon records every process: one hostile ring must not stop it recording the others,
+// one connected before the hostile process dies and working after, one started after.
+TEST_F(TracerFaults, DaemonKeepsRecordingOthersWhileAHostileRingIsRecovered) {
+  StartDaemon();
+  Pipe ready;
+  Pipe go;
+  const Child before = Spawn({kProbe, "--ranges=1000", "--ready-fd=3", "--go-fd=4"}, TracedEnv(),
+                             {{ready.fds[1], 3}, {go.fds[0], 4}});
+  ready.CloseWrite();
+  go.CloseRead();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");
+  const Child hostile = Spawn({kProbe, "--ranges=100", "--damage-ring=wrap"}, TracedEnv());
+  const Exit hostile_exit = Finish(hostile, 30);
+  EXPECT_EQ(hostile_exit.code(), 128 + SIGKILL) << hostile_exit.err;
+  go.CloseWrite();
+  const Exit before_exit = Finish(before, 30);
+  EXPECT_EQ(before_exit.code(), 0) << before_exit.err;
+  const Child after = Spawn({kProbe, "--ranges=500"}, TracedEnv());
+  const Exit after_exit = Finish(after, 30);
+  EXPECT_EQ(after_exit.code(), 0) << after_exit.err;
+  // SIGTERM must still stop it, promptly.
+  kill(daemon_.pid, SIGTERM);
+  const Exit daemon_exit = Finish(daemon_, 20);
+  daemon_.pid = -1;
+  EXPECT_EQ(daemon_exit.code(), 0) << daemon_exit.err;
+
+  std::map<uint32_t, StreamFacts> streams = DaemonStreams();
+  for (const auto& [pid, ranges] :
+       {std::pair<pid_t, int>{before.pid, 1000}, {hostile.pid, 100}, {after.pid, 500}}) {
+    ASSERT_EQ(streams.count(static_cast<uint32_t>(pid)), 1u) << ranges << daemon_exit.err;
+    const StreamFacts& s = streams.at(static_cast<uint32_t>(pid));
+    EXPECT_EQ(s.pushes.count("step") ? s.pushes.at("step") : 0, ranges);
+    EXPECT_TRUE(s.closed.has_value()) << ranges;
+  }
+}
+
+// The most a ring can make the collector read (a whole 32 MiB ring of NVTX pushes, each with
+// a name of its own) takes about a second: read in slices, it holds up no other stream. A
+// process connected before the ring's owner dies is recorded, start to end, meanwhile.
+TEST_F(TracerFaults, DaemonServesOthersWhileItReadsAFullRing) {
+  StartDaemon();
+  Pipe ready;
+  Pipe go;
+  const Child other = Spawn({kProbe, "--ranges=1000", "--ready-fd=3", "--go-fd=4"}, TracedEnv(),
+                            {{ready.fds[1], 3}, {go.fds[0], 4}});
+  ready.CloseWrite();
+  go.CloseRead();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");
+  const Child full = Spawn({kProbe, "--ranges=100", "--damage-ring=fill"}, TracedEnv());
+  AwaitDaemonLog(" opened -> ");
+  const Exit full_exit = Finish(full, 30);  // its socket is closed before it can be reaped
+  EXPECT_EQ(full_exit.code(), 128 + SIGKILL) << full_exit.err;
+  go.CloseWrite();
+  const Exit other_exit = Finish(other, 30);
+  EXPECT_EQ(other_exit.code(), 0) << other_exit.err;
+  const std::string other_pid = "(pid " + std::to_string(other.pid) + " ";
+  const std::string full_pid = "(pid " + std::to_string(full.pid) + " ";
+  const std::string until_other_closed = DaemonLogUntil(other_pid);
+  EXPECT_NE(until_other_closed.find(" closed: end of stream"), std::string::npos)
+      << until_other_closed;
+  EXPECT_EQ(until_other_closed.find(full_pid), std::string::npos)
+      << "the full ring was read before the other stream was served: " << until_other_closed;
+  const std::string until_full_read = DaemonLogUntil(full_pid);
+  const size_t in = until_full_read.find(" records recovered from its shared ring in ");
+  ASSERT_NE(in, std::string::npos) << until_full_read;
+  const std::string log = StopDaemon();
+
+  std::map<uint32_t, StreamFacts> streams = DaemonStreams();
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(other.pid)), 1u) << log;
+  EXPECT_EQ(streams.at(static_cast<uint32_t>(other.pid)).pushes.at("step"), 1000);
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(full.pid)), 1u) << log;
+  const StreamFacts& s = streams.at(static_cast<uint32_t>(full.pid));
+  ASSERT_TRUE(s.closed.has_value());
+  EXPECT_GT(s.closed->ring_records_recovered(), 250000u);  // 32 MiB / 120 bytes
+  const size_t count_at = until_full_read.rfind(": ", in) + 2;
+  printf("[ figure ] a full ring read: %s", until_full_read.substr(count_at).c_str());
 }
 
 // Python multiprocessing workers: forked, do their work, leave with os._exit().

@@ -82,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     AppendChunk(chunk, &trace);
   }
   if (index != accepted.size() || reread.pending_bytes() != 0) abort();
+  AppendFileEnd(trace.size(), &trace);
 
   AnalysisOptions sorted;
   sorted.sorted = true;

@@ -1,7 +1,7 @@
 // Rewrites a trace so it can be checked in: command-line arguments that are absolute paths,
 // and the path of PyTorch's allocator library, keep only their file name, and host names
-// become "gpu-host". The frames that hold them are encoded again; every other byte is copied
-// unchanged.
+// become "gpu-host". The frames that hold them are encoded again; every other chunk is copied
+// unchanged, framed in the current format (checksums, the closing FileEnd).
 //   golden_scrub_trace IN OUT
 #include <cstdio>
 #include <string>
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     }
     AppendChunk(chunk, &out);
   }
+  AppendFileEnd(out.size(), &out);
   FILE* f = fopen(argv[2], "wb");
   if (f == nullptr || fwrite(out.data(), 1, out.size(), f) != out.size()) return 1;
   fclose(f);

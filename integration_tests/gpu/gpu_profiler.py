@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The program's own profiler under cumemtrace (the CUPTI multiplexer, tracer/cupti_mux.h), in
-the two steps of gpu_suite.py:
+"""The program's own profiler under cumemtrace (the CUPTI multiplexer,
+tracer/sources/cupti/cupti_mux.h), in the two steps of gpu_suite.py:
 
   gpu_profiler.py run   --cumemtrace BIN --programs DIR --results DIR   (needs the GPU)
   gpu_profiler.py check --results DIR                                   (reads results only)

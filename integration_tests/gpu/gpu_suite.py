@@ -331,8 +331,8 @@ def check(args):
     t.check("torch_profiler", "exit status", 0, profiled["status"])
     t.check("torch_profiler", "the program's profiler still works", "profiler saw True",
             profiled["stdout"].strip())
-    # cumemtrace shares CUPTI with the profiler (tracer/cupti_mux.h): no hand-over, and the
-    # product made inside the profiler is in the trace (gpu_profiler.py checks it all).
+    # cumemtrace shares CUPTI with the profiler (tracer/sources/cupti/cupti_mux.h): no hand-over,
+    # and the product made inside the profiler is in the trace (gpu_profiler.py checks it all).
     t.check("torch_profiler", "cumemtrace kept CUPTI (no hand-over)", False,
             "handed CUPTI over" in profiled["stderr"])
     profiled_process = main_process(load(os.path.join(args.results, "torch_profiler",

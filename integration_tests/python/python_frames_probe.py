@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Does `run --stacks=python` read this Python's frames without the GIL? (docs/design.md,
-"Stacks"). Builds tracer/python_frames.cc alone into a small library (it needs no Python
-headers: the API is found with dlsym) and calls it through ctypes, which lets go of the GIL
-around the call as PyTorch's operators do, then through ctypes.PyDLL, which keeps it.
+"Stacks"). Builds tracer/sources/python/python_frames.cc alone, with the code names it fills
+(tracer/recording/code_names.cc), into a small library (it needs no Python headers: the API
+is found with dlsym) and calls it through ctypes, which lets go of the GIL around the call as
+PyTorch's operators do, then through ctypes.PyDLL, which keeps it.
 
     python3 integration_tests/python/python_frames_probe.py [--cxx g++]
 
@@ -22,7 +23,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 SHIM = r"""
 #include <cstdio>
 #include <string>
-#include "tracer/python_frames.h"
+#include "tracer/sources/python/python_frames.h"
 extern "C" int probe_frames(char* out, int size) {
   uint64_t pairs[2 * 64];
   const uint32_t n = cumemtrace::tracer::CapturePythonFrames(pairs, 64);
@@ -44,7 +45,8 @@ def build(cxx, folder):
         f.write(SHIM)
     library = os.path.join(folder, "libprobe.so")
     command = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", TOP, shim,
-               os.path.join(TOP, "tracer", "python_frames.cc"), "-o", library, "-ldl"]
+               os.path.join(TOP, "tracer", "sources", "python", "python_frames.cc"),
+               os.path.join(TOP, "tracer", "recording", "code_names.cc"), "-o", library, "-ldl"]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
         print(built.stderr, file=sys.stderr)

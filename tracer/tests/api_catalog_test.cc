@@ -1,4 +1,4 @@
-#include "tracer/api_catalog.h"
+#include "tracer/recording/api_catalog.h"
 
 #include <cupti_driver_cbid.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "tracer/caller_module.h"
+#include "tracer/sources/cupti/caller_module.h"
 
 #include <gtest/gtest.h>
 

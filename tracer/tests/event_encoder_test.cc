@@ -1,4 +1,4 @@
-#include "tracer/event_encoder.h"
+#include "tracer/sending/event_encoder.h"
 
 #include <gtest/gtest.h>
 

@@ -10,9 +10,9 @@
 #include "collector/engine/native_symbolizer.h"
 #include "cumemtrace/v1/trace.pb.h"
 #include "proto/cumemtrace/v1/shared_ring.h"
-#include "tracer/event_encoder.h"
-#include "tracer/stack_capture.h"
-#include "tracer/stack_interner.h"
+#include "tracer/sending/event_encoder.h"
+#include "tracer/sending/stack_interner.h"
+#include "tracer/sources/stacks/stack_capture.h"
 
 namespace cumemtrace::tracer {
 namespace {

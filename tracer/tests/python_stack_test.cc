@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cumemtrace/v1/trace.pb.h"
-#include "tracer/event_encoder.h"
-#include "tracer/python_frames.h"
-#include "tracer/stack_capture.h"
-#include "tracer/stack_interner.h"
+#include "tracer/sending/event_encoder.h"
+#include "tracer/sending/stack_interner.h"
+#include "tracer/sources/python/python_frames.h"
+#include "tracer/sources/stacks/stack_capture.h"
 
 namespace cumemtrace::tracer {
 namespace {

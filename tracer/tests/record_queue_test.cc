@@ -1,4 +1,4 @@
-#include "tracer/record_queue.h"
+#include "tracer/recording/record_queue.h"
 
 #include "cumemtrace/v1/trace.pb.h"
 
@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+#include "tracer/sources/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
 namespace {
@@ -130,6 +132,13 @@ cumemtrace_torch_event TorchEvent(uint64_t n) {
   return event;
 }
 
+// A bridge event as the bridge's hook writes it (TorchRecordOf, then PushTorchRecord).
+bool PushTorch(RecordQueue& queue, uint64_t n, uint32_t thread_id, uint64_t timestamp_ns,
+               const uint64_t* stack = nullptr, uint32_t stack_words = 0) {
+  ring::TorchRecord record = TorchRecordOf(TorchEvent(n), thread_id, timestamp_ns);
+  return queue.PushTorchRecord(record, stack, stack_words);
+}
+
 void ExpectTorchRecord(const HostRecord& r, uint64_t n, uint32_t thread_id) {
   const cumemtrace_torch_event e = TorchEvent(n);
   EXPECT_EQ(r.type, HostRecord::Type::kTorchAllocator);
@@ -155,7 +164,7 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   RecordQueue queue(1024);
   const int fd = queue.Create();
   if (fd >= 0) close(fd);
-  ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(5), 42, 1005));
+  ASSERT_TRUE(PushTorch(queue, 5, 42, 1005));
   HostRecord state = At(6);
   state.type = HostRecord::Type::kTorchBridgeState;
   v1::TorchBridgeState bridge;
@@ -198,8 +207,8 @@ TEST(RecordQueue, TorchEventsWrapAroundBesideOtherRecordsAndAreDroppedWhenFull) 
   for (int round = 0; round < 300; ++round) {  // about 20 times around the ring
     for (int i = 0; i < 29; ++i, ++next) {
       const uint32_t stack_words = static_cast<uint32_t>(next % 5 == 0 ? 0 : next % 41);
-      ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(next), 7, 1000 + next,
-                                       stack_words > 0 ? words.data() : nullptr, stack_words));
+      ASSERT_TRUE(PushTorch(queue, next, 7, 1000 + next, stack_words > 0 ? words.data() : nullptr,
+                            stack_words));
       ASSERT_TRUE(queue.Push(At(next, std::string(next % 50, 'x'))));
     }
     queue.TakeAll(&out, &ends);
@@ -218,8 +227,8 @@ TEST(RecordQueue, TorchEventsWrapAroundBesideOtherRecordsAndAreDroppedWhenFull) 
     queue.Free(ends.back());
   }
   uint64_t pushed = 0;
-  while (queue.PushTorchEvent(TorchEvent(pushed), 7, 1000 + pushed)) ++pushed;
-  EXPECT_FALSE(queue.PushTorchEvent(TorchEvent(0), 7, 99));
+  while (PushTorch(queue, pushed, 7, 1000 + pushed)) ++pushed;
+  EXPECT_FALSE(PushTorch(queue, 0, 7, 99));
   EXPECT_GT(pushed, 600u);  // 96 bytes each (176 as a Record with a payload)
   const DropWindow drops = queue.TakeAll(&out);
   ASSERT_EQ(out.size(), pushed);
@@ -245,7 +254,7 @@ TEST(RecordQueue, CarriesAllocationStacksAfterThePayload) {
   HostRecord plain = At(3);
   plain.type = HostRecord::Type::kMemory;
   ASSERT_TRUE(queue.Push(memory));
-  ASSERT_TRUE(queue.PushTorchEvent(TorchEvent(9), 1, 1009, words, 3));
+  ASSERT_TRUE(PushTorch(queue, 9, 1, 1009, words, 3));
   ASSERT_TRUE(queue.Push(plain));
   std::vector<HostRecord> out;
   queue.TakeAll(&out);

@@ -1,15 +1,15 @@
 // Fabricated host records (what the driver callbacks record) and CUPTI records (built with
 // the real struct layouts from the toolkit headers), through the same translator the sender
 // thread uses.
-#include "tracer/record_translator.h"
+#include "tracer/sending/record_translator.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 
-#include "tracer/api_catalog.h"
-#include "tracer/nvtx_domain.h"
+#include "tracer/recording/api_catalog.h"
+#include "tracer/recording/nvtx_domain.h"
 
 namespace cumemtrace::tracer {
 namespace {

@@ -1,4 +1,4 @@
-#include "tracer/tsc_clock.h"
+#include "tracer/recording/tsc_clock.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -12,8 +12,8 @@
 #include "collector/engine/tests/trace_builder.h"
 // The tracer's side of the bridge, header-only: the end-to-end test below drives the very
 // code the shim runs, so the two halves of the block-size rule are checked together.
-#include "tracer/torch_bridge/bridge_core.h"
-#include "tracer/torch_bridge/tests/fabricated_entry.h"
+#include "tracer/sources/torch_bridge/bridge_core.h"
+#include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
 
 namespace cumemtrace {
 namespace {

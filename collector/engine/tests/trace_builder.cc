@@ -290,6 +290,7 @@ std::string FileBytes(const std::vector<v1::TraceChunk>& chunks) {
   header.mutable_file_header()->set_hostname("node1");
   AppendChunk(header, &out);
   for (const v1::TraceChunk& chunk : chunks) AppendChunk(chunk, &out);
+  AppendFileEnd(out.size(), &out);
   return out;
 }
 

@@ -39,7 +39,8 @@ TEST(TraceFile, ReaderReturnsEveryChunkThenEnd) {
 TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
   const auto chunks = SmallTrace();
   const std::string bytes = FileBytes(chunks);
-  // Chunk end offsets, to know how many whole chunks precede each cut.
+  // Chunk end offsets, to know how many whole chunks precede each cut (the closing FileEnd
+  // is the reader's own, never returned).
   std::vector<size_t> ends;
   {
     std::string out(TraceFilePreamble());
@@ -52,6 +53,7 @@ TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
       AppendChunk(c, &out);
       ends.push_back(out.size());
     }
+    AppendFileEnd(out.size(), &out);
     ASSERT_EQ(out, bytes);
   }
   for (size_t cut = 8; cut <= bytes.size(); ++cut) {
@@ -65,19 +67,26 @@ TEST(TraceFile, CutAtEveryByteReadsWholeChunksThenTruncated) {
     TraceFileReader::Result r;
     while ((r = reader.Next(&chunk)) == TraceFileReader::Result::kChunk) ++got;
     EXPECT_EQ(got, whole) << "cut " << cut;
-    const bool on_boundary = cut == 8 || (whole > 0 && ends[whole - 1] == cut);
-    EXPECT_EQ(r, on_boundary ? TraceFileReader::Result::kEnd : TraceFileReader::Result::kTruncated)
+    const bool complete = cut == bytes.size();
+    EXPECT_EQ(r, complete ? TraceFileReader::Result::kEnd : TraceFileReader::Result::kTruncated)
         << "cut " << cut;
 
-    // The analyzer still produces a report, marked truncated exactly when cut mid-chunk.
+    // The analyzer still produces a report, marked truncated unless the file is whole: a cut
+    // at a chunk boundary lacks the FileEnd.
     std::string error;
     auto report = testing::AnalyzeFile(path, AnalysisOptions(), &error);
     ASSERT_NE(report, nullptr) << "cut " << cut << ": " << error;
-    EXPECT_EQ(report->truncated, !on_boundary) << "cut " << cut;
-    if (!on_boundary) {
-      const size_t expected_at = whole == 0 ? 8 : ends[whole - 1];
+    EXPECT_EQ(report->truncated, !complete) << "cut " << cut;
+    if (complete) continue;
+    const size_t last_whole = whole == 0 ? 8 : ends[whole - 1];
+    if (last_whole == cut) {
+      EXPECT_EQ(report->truncation_reason,
+                "the file ends after " + std::to_string(cut) +
+                    " bytes, at a chunk boundary, without its end record (its writer "
+                    "stopped before closing it, or the copy is incomplete)");
+    } else {
       EXPECT_EQ(report->truncation_reason, "the file ends inside a chunk after " +
-                                               std::to_string(expected_at) + " of " +
+                                               std::to_string(last_whole) + " of " +
                                                std::to_string(cut) + " bytes")
           << report->truncation_reason;
     }
@@ -110,13 +119,15 @@ TEST(TraceFile, MissingFileNamesTheFile) {
 
 TEST(TraceFile, CorruptChunkAfterValidStartGivesTruncatedReport) {
   std::string bytes = FileBytes(SmallTrace());
-  bytes += std::string("\x05\xff\xff\xff\xff\xff", 6);  // a 5-byte chunk that is not a message
+  bytes += std::string("\x05\xff\xff\xff\xff\xff", 6);  // a 5-byte chunk after the end
   const std::string path = WriteTempFile("corrupt.cmtrace", bytes);
   std::string error;
   auto report = testing::AnalyzeFile(path, AnalysisOptions(), &error);
   ASSERT_NE(report, nullptr) << error;
   EXPECT_TRUE(report->truncated);
-  EXPECT_NE(report->truncation_reason.find("corrupt"), std::string::npos);
+  EXPECT_NE(report->truncation_reason.find("damaged file: bytes follow its end record"),
+            std::string::npos)
+      << report->truncation_reason;
   ASSERT_EQ(report->processes.size(), 1u);
   EXPECT_EQ(report->processes[0].devices.at(0).peak.bytes, 4096u + 8192u);
 }
@@ -135,6 +146,7 @@ TEST(TraceFile, WireFrameChunkParsesWithTheGeneratedParser) {
       EXPECT_EQ(decoder.pending_bytes(), 0u);
       v1::TraceChunk chunk;
       ASSERT_TRUE(chunk.ParseFromArray(body.data(), static_cast<int>(body.size())));
+      EXPECT_NE(chunk.checksum(), 0u);  // written last, where the reader looks for it
       EXPECT_EQ(chunk.stream_id(), stream_id);
       EXPECT_EQ(chunk.content_case(), v1::TraceChunk::kWireFrame);
       EXPECT_EQ(chunk.wire_frame(), frame);

@@ -540,11 +540,77 @@ TEST(MemoryVizExport, SnapshotOfTheSyntheticTrace) {
                          "segment_alloc", "alloc", "segment_alloc", "alloc", "free_requested",
                          "free_completed", "segment_free", "segment_alloc", "alloc", "oom",
                          "free_requested", "free_completed", "segment_free"}));
-  EXPECT_EQ(category[0x1000], "forward");
-  EXPECT_EQ(category[0x2000], "a,\"quoted\" phase");
-  EXPECT_EQ(category[0x3000], "backward");
-  // 0x9000 was allocated inside the "dom" range, the innermost one open on its thread.
-  EXPECT_EQ(v["device_traces"][1][0]["category"], "dom: backward");
+  // The trace has forward and backward phases: categories, in PyTorch's names.
+  EXPECT_EQ(category[0x1000], "activation");
+  EXPECT_EQ(category[0x2000], "autograd_detail");
+  EXPECT_EQ(category[0x3000], "gradient");
+  EXPECT_EQ(v["device_traces"][1][0]["category"], "autograd_detail");
+}
+
+// A backprop step with a tagged weight: memory_viz's `category` is PyTorch's name of each
+// allocation's category, summary.json and the text give the figures by category.
+TEST(MemoryVizExport, CategoriesUsePyTorchsNames) {
+  StreamBuilder s(1, 10);
+  s.String(1, "forward").String(2, "backward").String(3, "optimizer");
+  s.Alloc(1, 0, 0x1000, 1000, kDevice, 10);  // a weight, named by the program
+  v1::Event tag;
+  tag.set_timestamp_ns(2);
+  tag.mutable_tensor_category()->set_address(0x1000);
+  tag.mutable_tensor_category()->set_bytes(1000);
+  tag.mutable_tensor_category()->set_category(v1::CATEGORY_PARAMETER);
+  s.Raw(tag);
+  s.Push(10, 10, 1).Alloc(11, 0, 0x2000, 500, kDevice, 10).Pop(12, 10);
+  s.Push(20, 10, 2).Alloc(21, 0, 0x3000, 1000, kDevice, 10);
+  s.Free(22, 0, 0x2000, 500, kDevice, 10).Pop(23, 10);
+  s.Push(30, 10, 3).Alloc(31, 0, 0x4000, 2000, kDevice, 10).Pop(32, 10);
+  s.Exit(40, 0).LauncherExit(0, 0);
+  const std::string path = WriteTempFile(
+      "categories." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
+  auto trace = Load(path);
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream out;
+  WriteMemoryVizSnapshot(*trace, 0, out);
+  const json v = Unpickle(out.str());
+  std::map<uint64_t, std::string> category;
+  bool unknown = false;
+  for (const json& e : v.at("device_traces").at(0)) {
+    if (e.at("action") == "alloc") category[e.at("addr")] = e.at("category");
+    unknown |= e.at("category") == "unknown";
+  }
+  EXPECT_EQ(category[0x1000], "parameter");
+  EXPECT_EQ(category[0x2000], "activation");
+  EXPECT_EQ(category[0x3000], "gradient");
+  EXPECT_EQ(category[0x4000], "optimizer_state");
+  EXPECT_TRUE(unknown);  // the page needs one (see memory_viz.cc)
+
+  const json summary = json::parse(SummaryJson(*trace->report));
+  const json& p = summary.at("processes").at(0);
+  EXPECT_EQ(p.at("categories").at("source"), "objects_and_inferred");
+  EXPECT_EQ(p.at("categories").at("tags"), 1);
+  const json& c = p.at("devices").at(0).at("categories");
+  EXPECT_EQ(c.at("tensor_layer"), "device");
+  const json& parameter = c.at("by_category").at("parameter");
+  EXPECT_EQ(parameter.at("at_end").at("objects_bytes"), 1000);
+  EXPECT_EQ(parameter.at("at_device_peak").at("inferred_bytes"), 0);
+  EXPECT_EQ(c.at("by_category").at("activation").at("own_peak").at("bytes"), 500);
+  EXPECT_EQ(c.at("by_category").at("activation").at("own_peak").at("time_ns"), 10);
+  EXPECT_EQ(c.at("by_category").at("activation").at("at_device_peak").at("bytes"), 0);
+  EXPECT_EQ(c.at("by_category").at("buffer").at("allocations"), 0);
+  std::ostringstream text;
+  PrintSummaryText(*trace->report, text);
+  EXPECT_NE(text.str().find("    by category:\n"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("      activation"), std::string::npos) << text.str();
+
+  // Without training phases or tags, no categories: the phase of origin, as before.
+  StreamBuilder plain(1, 10);
+  plain.String(1, "load").Push(1, 10, 1).Alloc(2, 0, 0x1000, 1000, kDevice, 10).Pop(3, 10);
+  plain.Exit(4, 0).LauncherExit(0, 0);
+  auto untagged = Load(WriteTempFile("no_categories." + std::to_string(getpid()) + ".cmtrace",
+                                     FileBytes(plain.Chunks())));
+  ASSERT_NE(untagged, nullptr);
+  std::ostringstream viz;
+  WriteMemoryVizSnapshot(*untagged, 0, viz);
+  EXPECT_EQ(Unpickle(viz.str()).at("device_traces").at(0).at(1).at("category"), "load");
 }
 
 // Phases inferred from a program without NVTX (the calling thread runs forward and the

@@ -65,8 +65,8 @@ static_assert(sizeof(Header) <= kApiTableOffset, "the header overlaps the API ta
 // One record, 8-byte aligned; `size` covers the record and its strings, padded to 8. A record
 // never wraps: a padding record fills the end of the data area instead.
 enum RecordType : uint8_t {
-  // 0..127: the tracer's host record types (tracer/host_record.h), 0..10 so far; from 128 on,
-  // records of the ring's own
+  // 0..127: the tracer's host record types (tracer/recording/host_record.h), 0..10 so far;
+  // from 128 on, records of the ring's own
   kCorrelation = 0,
   kMemory = 1,
   kNvtx = 2,

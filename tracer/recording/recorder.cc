@@ -1,0 +1,55 @@
+#include "tracer/recording/recorder.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "tracer/recording/clock.h"
+
+namespace cumemtrace::tracer {
+
+uint32_t g_tid_generation = 1;
+
+namespace {
+
+constexpr size_t kDefaultQueueRecords = 1u << 20;
+
+size_t QueueCapacityFromEnv() {
+  const char* value = getenv("CUMEMTRACE_QUEUE_EVENTS");
+  if (value == nullptr || *value == '\0') return kDefaultQueueRecords;
+  char* end = nullptr;
+  const unsigned long long n = strtoull(value, &end, 10);
+  return (end != nullptr && *end == '\0' && n > 0) ? static_cast<size_t>(n) : kDefaultQueueRecords;
+}
+
+}  // namespace
+
+Recorder& Recorder::Get() {
+  static Recorder* recorder = new Recorder();
+  return *recorder;
+}
+
+Recorder::Recorder() : queue_(QueueCapacityFromEnv()) {}
+
+void Recorder::StartPending(uint64_t first_event_ns) {
+  if (start_ != nullptr) start_(first_event_ns);
+  start_pending_.store(false, std::memory_order_release);
+}
+
+void Recorder::Notice(v1::NoticeLevel level, const std::string& code, const std::string& text) {
+  std::lock_guard<std::mutex> lock(notices_mutex_);
+  for (const std::string& printed : printed_codes_) {
+    if (printed == code) return;  // each notice once per process
+  }
+  printed_codes_.push_back(code);
+  if (!quiet_) fprintf(stderr, "cumemtrace: %s\n", text.c_str());
+  notices_.push_back(PendingNotice{level, code, text});
+}
+
+void Recorder::ResetNoticesInChildAfterFork() {
+  // Rebuilt, never destroyed: another parent thread may have held them.
+  new (&notices_mutex_) std::mutex();
+  new (&notices_) std::vector<PendingNotice>();
+}
+
+}  // namespace cumemtrace::tracer

@@ -1,0 +1,310 @@
+// The bridge's handling of trace entries, driven with fabricated entries shaped like torch's
+// TraceEntry (the same template code the shim instantiates with the real type).
+#include "tracer/sources/torch_bridge/bridge_core.h"
+
+#include <gtest/gtest.h>
+
+#include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace cumemtrace::torch_bridge {
+namespace {
+
+int Collect(const cumemtrace_torch_event* event, void* context) {
+  static_cast<std::vector<cumemtrace_torch_event>*>(context)->push_back(*event);
+  return 1;
+}
+
+// Counters of a fake device 0 and 1, as the allocator would report them.
+struct Counters {
+  DeviceCounters device[2];
+  std::function<void()> during_read;  // runs inside a read (an event slipping in)
+};
+
+struct Reader {
+  Counters* counters;
+  bool operator()(uint32_t device, DeviceCounters* out) const {
+    if (device > 1) return false;
+    if (counters->during_read) {
+      auto hook = std::move(counters->during_read);
+      counters->during_read = nullptr;
+      hook();
+    }
+    *out = counters->device[device];
+    return true;
+  }
+};
+
+TEST(TorchBridgeConvert, MapsEveryActionAndTheEntryFields) {
+  const std::pair<FabricatedEntry::Action, uint32_t> cases[] = {
+      {FabricatedEntry::ALLOC, CUMEMTRACE_TORCH_ALLOC},
+      {FabricatedEntry::FREE_REQUESTED, CUMEMTRACE_TORCH_FREE_REQUESTED},
+      {FabricatedEntry::FREE_COMPLETED, CUMEMTRACE_TORCH_FREE_COMPLETED},
+      {FabricatedEntry::SEGMENT_ALLOC, CUMEMTRACE_TORCH_SEGMENT_ALLOC},
+      {FabricatedEntry::SEGMENT_FREE, CUMEMTRACE_TORCH_SEGMENT_FREE},
+      {FabricatedEntry::SEGMENT_MAP, CUMEMTRACE_TORCH_SEGMENT_MAP},
+      {FabricatedEntry::SEGMENT_UNMAP, CUMEMTRACE_TORCH_SEGMENT_UNMAP},
+      {FabricatedEntry::OOM, CUMEMTRACE_TORCH_OOM},
+  };
+  for (const auto& [action, expected] : cases) {
+    FabricatedEntry entry = Entry(action, 3, 0x7f0000001000, 1000);
+    entry.mempool_ = {7, 9};
+    cumemtrace_torch_event event{};
+    ASSERT_TRUE(ConvertEntry(entry, &event));
+    EXPECT_EQ(event.action, expected);
+    EXPECT_EQ(event.device, 3u);
+    EXPECT_EQ(event.address, 0x7f0000001000u);
+    EXPECT_EQ(event.requested_bytes, 1000u);
+    EXPECT_EQ(event.stream, 0x5000u);
+    EXPECT_EQ(event.pool_id_first, 7u);
+    EXPECT_EQ(event.pool_id_second, 9u);
+  }
+}
+
+TEST(TorchBridgeConvert, SkipsSnapshotsUnknownActionsAndBadDevices) {
+  cumemtrace_torch_event event{};
+  EXPECT_FALSE(ConvertEntry(Entry(FabricatedEntry::SNAPSHOT, 0, 0, 0), &event));
+  FabricatedEntry later = Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1);
+  later.action_ = static_cast<FabricatedEntry::Action>(42);  // an action a later torch added
+  EXPECT_FALSE(ConvertEntry(later, &event));
+  EXPECT_FALSE(ConvertEntry(Entry(FabricatedEntry::ALLOC, -1, 0x1000, 1), &event));
+}
+
+// Where torch times its entries with the TSC, each event carries that time for the tracer
+// to map; otherwise none, and the tracer reads its own clock. Probes have no entry: none.
+TEST(TorchBridgeCore, CarriesTorchsTscTimeOnlyWhereItIsTheTsc) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader, /*kTimeIsTsc=*/true> tsc_core(Collect, &events, Reader{&counters});
+  tsc_core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000, /*tsc=*/123456789));
+  tsc_core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000, 123456999));
+  tsc_core.Probe();
+  BridgeCore<Reader> clock_core(Collect, &events, Reader{&counters});
+  clock_core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x2000, 1000, 123457000));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].tsc, 123456789u);
+  EXPECT_EQ(events[1].tsc, 123456999u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].tsc, 0u);
+  EXPECT_EQ(events[3].tsc, 0u);
+  // An entry type without torch's time field (an older torch): none either.
+  struct Plain {
+    int action_;
+  };
+  EXPECT_FALSE((HasApproximateTime<Plain>::value));
+  EXPECT_TRUE((HasApproximateTime<FabricatedEntry>::value));
+}
+
+TEST(TorchBridgeCore, NumbersEventsPerDeviceAndCarriesTheCounters) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  counters.device[0] = {5120, 3072, 20971520};  // the ALLOC's block was 1024 bytes
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 1, 0x9000, 10));
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
+  core.OnEntry(Entry(FabricatedEntry::SNAPSHOT, 0, 0, 0));  // not sent, not numbered
+  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x1000, 1000));  // not sent
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_EQ(events[0].allocated_bytes_total, 4096u);
+  EXPECT_EQ(events[0].allocated_bytes_current, 2048u);
+  EXPECT_EQ(events[0].reserved_bytes_current, 20971520u);
+  EXPECT_EQ(events[1].device, 1u);
+  EXPECT_EQ(events[1].sequence, 1u);
+  EXPECT_EQ(events[2].sequence, 2u);
+  // A free reads no counters: frees never move the cumulative one.
+  EXPECT_EQ(events[2].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[2].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[2].reserved_bytes_current, 0u);
+  // Numbered right after the FREE_REQUESTED: no gap, so no event counts as lost.
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  // The block size the collector derives: the next counted event's total minus the ALLOC's.
+  EXPECT_EQ(events[3].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+}
+
+TEST(TorchBridgeCore, AnAllocationFollowedOnlyByFreesIsSettledByTheProbe) {
+  // Frees (a completed one, late, from its stream's events; then requested ones) after an
+  // ALLOC carry no counters: the probe reads them, with the sequence of the last free.
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  counters.device[0] = {5120, 3072, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::FREE_COMPLETED, 0, 0x8000, 512));
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 1000));
+  counters.device[0] = {5120, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x2000, 1000));
+  core.Probe();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[3].allocated_bytes_total - events[0].allocated_bytes_total, 1024u);
+  core.Probe();  // that ALLOC is settled: nothing more
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x3000, 1000));
+  core.Probe();  // a free alone settles nothing
+  EXPECT_EQ(events.size(), 5u);
+  // An event with counters after an ALLOC settles it: no probe is needed.
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  core.OnEntry(Entry(FabricatedEntry::SEGMENT_ALLOC, 0, 0x9000000, 2097152));
+  core.Probe();
+  EXPECT_EQ(events.size(), 7u);
+  EXPECT_EQ(events[6].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_SEGMENT_ALLOC));
+  EXPECT_EQ(events[6].allocated_bytes_total, 5120u);
+}
+
+TEST(TorchBridgeCore, ProbesOnlyATrailingAllocationAndOnlyOnce) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.Probe();  // nothing happened yet
+  EXPECT_TRUE(events.empty());
+  counters.device[0] = {0, 0, 2097152};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 2097152};
+  core.Probe();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[1].device, 0u);
+  EXPECT_EQ(events[1].sequence, 1u);
+  EXPECT_EQ(events[1].allocated_bytes_total, 512u);
+  core.Probe();  // already settled
+  EXPECT_EQ(events.size(), 2u);
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 100));
+  core.Probe();  // only a free since the settled ALLOC: nothing to settle
+  EXPECT_EQ(events.size(), 3u);
+}
+
+TEST(TorchBridgeCore, DropsAProbeWhenAnEventSlipsInDuringTheRead) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 0};
+  // The counters read by the probe already include a later allocation: they would give the
+  // first one the wrong size, so the probe must not be sent.
+  counters.during_read = [&] {
+    counters.device[0] = {512, 512, 0};
+    core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x2000, 100));
+    counters.device[0] = {1024, 1024, 0};
+  };
+  core.Probe();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  core.Probe();  // now the second one is trailing and settled
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].sequence, 2u);
+  EXPECT_EQ(events[2].allocated_bytes_total, 1024u);
+}
+
+// A probe the tracer had no room for (its ring full) is read and sent again at the next
+// call; one it took is not.
+TEST(TorchBridgeCore, SendsAProbeAgainWhenTheTracerHadNoRoomForIt) {
+  struct Sink {
+    std::vector<cumemtrace_torch_event> events;
+    int refusals = 0;  // probes to refuse
+  } sink;
+  auto emit = [](const cumemtrace_torch_event* event, void* context) {
+    auto* s = static_cast<Sink*>(context);
+    if (event->action == CUMEMTRACE_TORCH_STATS_PROBE && s->refusals > 0) {
+      --s->refusals;
+      return 0;
+    }
+    s->events.push_back(*event);
+    return 1;
+  };
+  Counters counters;
+  BridgeCore<Reader> core(emit, &sink, Reader{&counters});
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  counters.device[0] = {512, 512, 2097152};
+  sink.refusals = 2;
+  core.Probe();
+  core.Probe();
+  ASSERT_EQ(sink.events.size(), 1u);  // the ALLOC; both probes refused
+  // Read again, not kept: the probe that goes out carries the counters of its own call.
+  counters.device[0] = {512, 512, 4194304};
+  core.Probe();
+  ASSERT_EQ(sink.events.size(), 2u);
+  EXPECT_EQ(sink.events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(sink.events[1].sequence, 1u);
+  EXPECT_EQ(sink.events[1].reserved_bytes_current, 4194304u);
+  core.Probe();  // taken: not sent again
+  EXPECT_EQ(sink.events.size(), 2u);
+}
+
+// torch's round_size for the small pool: 512-byte steps up to 1 MiB, unless the divisions
+// of roundup_power2_divisions apply to the size (above 512 bytes times the divisions).
+TEST(TorchBridgeRounding, KnowsOnlySmallPoolBlocksThatAre512ByteSteps) {
+  EXPECT_EQ(RoundedSmallBlock(1, 0), 512u);
+  EXPECT_EQ(RoundedSmallBlock(1000, 0), 1024u);
+  EXPECT_EQ(RoundedSmallBlock(1024, 1), 1024u);  // 1 division is no division
+  EXPECT_EQ(RoundedSmallBlock(1u << 20, 0), 1u << 20);
+  EXPECT_EQ(RoundedSmallBlock((1u << 20) + 1, 0), 0u);  // the large pool: split or not
+  EXPECT_EQ(RoundedSmallBlock(2048, 4), 2048u);
+  EXPECT_EQ(RoundedSmallBlock(4200, 4), 0u);  // torch: 5120 (quarters of 4096), not 4608
+  EXPECT_EQ(RoundedSmallBlock(2049, 4), 0u);  // torch: 2560, as 512-byte steps; not relied on
+  EXPECT_EQ(RoundedSmallBlock(0, 0), 0u);     // no tensor allocates nothing
+}
+
+// A rounded ALLOC reads no counters and carries none; the next counted event includes its
+// block, and a probe follows it as it follows a counted ALLOC, to check it.
+TEST(TorchBridgeCore, ARoundedAllocationReadsNoCountersAndIsProbed) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  int reads = 0;
+  auto read = [&](uint32_t device, DeviceCounters* out) {
+    ++reads;
+    return Reader{&counters}(device, out);
+  };
+  auto small = [](uint64_t requested) { return RoundedSmallBlock(requested, 0); };
+  BridgeCore<decltype(read), false, decltype(small)> core(Collect, &events, read, small);
+  counters.device[0] = {4096, 2048, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 1000));
+  EXPECT_EQ(reads, 0);
+  counters.device[0] = {5120, 3072, 20971520};
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x200000, 3u << 20));  // counted
+  EXPECT_EQ(reads, 1);
+  counters.device[0] = {5120 + (3u << 20), 3072 + (3u << 20), 20971520};
+  core.Probe();
+  EXPECT_EQ(reads, 2);
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1400, 100));  // rounded: probed again
+  counters.device[0] = {5632 + (3u << 20), 3584 + (3u << 20), 20971520};
+  core.Probe();
+  core.Probe();  // nothing since
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC_ROUNDED));
+  EXPECT_EQ(events[0].requested_bytes, 1000u);
+  EXPECT_EQ(events[0].allocated_bytes_total, 0u);
+  EXPECT_EQ(events[0].allocated_bytes_current, 0u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC));
+  EXPECT_EQ(events[1].allocated_bytes_total, 5120u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].sequence, 2u);
+  EXPECT_EQ(events[3].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_ALLOC_ROUNDED));
+  EXPECT_EQ(events[3].sequence, 3u);
+  EXPECT_EQ(events[4].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[4].sequence, 3u);
+  EXPECT_EQ(events[4].allocated_bytes_current, 3584u + (3u << 20));
+}
+
+TEST(TorchBridgeCore, StopsEmitting) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.Stop();
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  core.Probe();
+  EXPECT_TRUE(events.empty());
+}
+
+}  // namespace
+}  // namespace cumemtrace::torch_bridge
