@@ -561,7 +561,6 @@ void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
     if (!error.empty()) line += ": " + error;
     line += " (" + std::to_string(c->bytes_received) + " bytes received)";
     if (failure && c->file == nullptr) line += "; nothing recorded";
-    if (c->peer_running) line += "; the process is still running (it closed the connection)";
     LogLine(line);
   }
   policy_->StreamFinished(c->stream_id, c->file);

@@ -312,8 +312,8 @@ void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record
                                       exit.signal(), exit.core_dumped()};
   } else if (record.has_notice()) {
     const v1::TracerNotice& n = record.notice();
-    stream.notices.push_back(Notice{Named(n.level(), {"", "info", "warning"}), n.code(),
-                                    n.text(), /*from_launcher=*/true});
+    stream.notices.push_back(Notice{Named(n.level(), {"", "info", "warning"}), n.code(), n.text(),
+                                    /*from_launcher=*/true});
   }
 }
 
