@@ -48,15 +48,19 @@ std::string TerminalText(std::string_view text, size_t max_chars, bool keep_newl
   out.reserve(std::min(text.size(), max_chars) + 8);
   size_t chars = 0;
   for (size_t i = 0; i < text.size();) {
-    if (chars == max_chars) {
-      out += "...";
-      break;
-    }
     const unsigned char c = static_cast<unsigned char>(text[i]);
     if (c == '\n' && keep_newlines) {
       out += '\n';
       chars = 0;  // a limit is per line
       ++i;
+      continue;
+    }
+    if (chars == max_chars) {
+      out += "...";
+      if (!keep_newlines) break;
+      const size_t newline = text.find('\n', i);  // the next line has its own limit
+      if (newline == std::string_view::npos) break;
+      i = newline;
       continue;
     }
     ++chars;
