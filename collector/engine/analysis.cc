@@ -33,7 +33,10 @@ void SayWhereTheProgramClosedItsConnection(Report* report) {
     }
     p.complete = false;
     p.incomplete_reasons.push_back(
-        "the program closed the tracer's connection while it ran; " +
+        // The daemon writes each stream to a file of its own: an exec's next stream may not
+        // be in this trace.
+        "the program closed the tracer's connection while it ran (or exec'd, and the new "
+        "program's stream is not in this trace); " +
         std::to_string(p.ring_records_recovered) +
         " records were recovered from its shared ring, and nothing it did after is in the "
         "trace (the tracer stops recording there)");
