@@ -9,7 +9,7 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 packages=(cmake ninja-build g++ protobuf-compiler libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libre2-dev pkg-config clang-14 libclang-rt-14-dev chromium
-          libdw-dev python3-dev zlib1g-dev)
+          libdw-dev python3-dev python3-pytest zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

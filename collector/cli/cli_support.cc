@@ -58,6 +58,8 @@ std::string PythonHookDir() {
   return ExecutableDir() + "/../share/cumemtrace/python";
 }
 
+std::string PytestPluginDir() { return ExecutableDir() + "/../share/cumemtrace/pytest"; }
+
 std::string RuntimeBaseDir() {
   for (const char* name : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
     const char* value = getenv(name);

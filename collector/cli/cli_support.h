@@ -35,6 +35,8 @@ std::string TracerLibraryPath();
 
 // <executable dir>/../share/cumemtrace/python: the Python start-up hooks of `run --phase`.
 std::string PythonHookDir();
+// <executable dir>/../share/cumemtrace/pytest: the pytest plugin (cumemtrace_pytest.py).
+std::string PytestPluginDir();
 
 // Where private runtime files go: $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp.
 std::string RuntimeBaseDir();

@@ -475,6 +475,7 @@ bool CollectorServer::HandleFrame(Connection* c, std::string_view frame, std::st
     }
   }
   AppendWireFrameChunk(c->stream_id, frame, out);
+  policy_->MessageRecorded(c->stream_id, c->validator.message());
   return true;
 }
 

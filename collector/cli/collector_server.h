@@ -41,6 +41,9 @@ class StreamPolicy {
                                            std::string* error) = 0;
   // The stream has ended and its StreamClosed record was written (when it had a file).
   virtual void StreamFinished(uint32_t stream_id, TraceFileWriter* file) = 0;
+  // Each valid message of a stream once it is recorded, as the validator parsed it (so a
+  // reader of the live stream, `run --live`, parses nothing again). By default ignored.
+  virtual void MessageRecorded(uint32_t /*stream_id*/, const v1::StreamMessage& /*message*/) {}
 };
 
 // CUMEMTRACE_HANDSHAKE_TIMEOUT_MS when it is a positive number, else 10 s.

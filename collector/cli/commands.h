@@ -11,5 +11,7 @@ int ExportCommand(int argc, char** argv);
 int CompareCommand(int argc, char** argv);
 int SweepCommand(int argc, char** argv);
 int MergeCommand(int argc, char** argv);
+int CheckCommand(int argc, char** argv);
+int TopCommand(int argc, char** argv);
 
 }  // namespace cumemtrace

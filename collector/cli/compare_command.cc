@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "collector/cli/log.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/engine/engine.h"
+#include "collector/output/budgets.h"
 #include "collector/output/exports.h"
 #include "collector/output/run_figures.h"
 
@@ -33,12 +35,18 @@ Options:
                           with difference_from_first) instead of the table
       --csv=FILE          also write the table as CSV (label,pid,device,metric,bytes,
                           difference_from_first); refused if FILE exists
+      --fail-above=LIMIT  exit with status 86 when a run's peak, activation memory, a
+                          lifetime class at the peak or a phase's peak grew against the
+                          first run (the baseline) by more than LIMIT: a percentage of
+                          the baseline's figure (5%) or a size (64MiB); a last line on
+                          stderr names each figure that grew, by how much
       --html=FILE         also write the compare page (the runs' memory on one time axis,
                           aligned at their first steady-state iteration; opens in a
                           browser); refused if FILE exists
   -h, --help              show this help
 %s
-Exit status: 0, 1 when a run cannot be read, 2 for bad usage.
+Exit status: 0, 86 when a figure grew beyond --fail-above, 1 when a run cannot be read, 2
+for bad usage.
 )";
 
 }  // namespace
@@ -48,11 +56,13 @@ int CompareCommand(int argc, char** argv) {
       {"csv", required_argument, nullptr, 'c'},
       {"html", required_argument, nullptr, 'H'},
       {"json", no_argument, nullptr, 'j'},
+      {"fail-above", required_argument, nullptr, 'F'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::string csv_path, html_path;
   bool as_json = false;
+  std::optional<GrowthLimit> fail_above;
   opterr = 0;
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":h", kOptions.data(), nullptr)) != -1;) {
@@ -66,6 +76,13 @@ int CompareCommand(int argc, char** argv) {
         html_path = optarg;
         break;
       case 'j': as_json = true; break;
+      case 'F': {
+        GrowthLimit limit;
+        std::string error;
+        if (!ParseGrowthLimit(optarg, &limit, &error)) return UsageError("compare", error);
+        fail_above = limit;
+        break;
+      }
       case 'h': PrintHelpWithAnalysisOptions(kCompareHelp); return 0;
       case ':': return UsageError("compare", std::string("option '") + argv[optind - 1] +
                                                  "' needs a value");
@@ -125,6 +142,11 @@ int CompareCommand(int argc, char** argv) {
       return 1;
     }
     LogLine("open " + html_path);
+  }
+  if (fail_above) {
+    const std::vector<Growth> grown = GrowthBeyond(runs, *fail_above);
+    LogLine(GrowthVerdict(runs, *fail_above, grown));
+    if (!grown.empty()) return kExitBudgetExceeded;
   }
   return 0;
 }

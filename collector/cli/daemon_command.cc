@@ -4,6 +4,9 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,7 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -20,6 +27,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
+#include "collector/cli/live_view.h"
 #include "collector/cli/log.h"
 #include "collector/cli/trace_writer.h"
 
@@ -46,9 +54,31 @@ Options:
                           this daemon, then exit
   -h, --help              show this help
 
+While it runs, `cumemtrace top` shows the memory of the processes it is recording (it
+answers on PATH.live, beside the socket).
+
 Exit status: 0 after a clean stop, 1 when the socket or output folder cannot be used,
 2 for bad usage.
 )";
+
+constexpr char kTopHelp[] = R"(Usage: cumemtrace top [OPTIONS]
+
+Shows, for every process a running `cumemtrace daemon` is recording, its device memory now
+and its peak so far, per GPU, by the phase that allocated it, with the iteration count and
+the last iteration's rise, redrawn every second on a terminal until Ctrl-C. When stdout is
+not a terminal (or with --once), prints one snapshot and exits.
+
+Options:
+      --socket=PATH       the daemon's socket (default: the daemon's default); the
+                          snapshot is read from PATH.live
+      --once              print one snapshot and exit
+  -h, --help              show this help
+
+Exit status: 0, 1 when no daemon answers, 2 for bad usage.
+)";
+
+// Where a daemon listening on `socket_path` serves its live snapshots.
+std::string LiveSocketPath(const std::string& socket_path) { return socket_path + ".live"; }
 
 std::string DefaultSocketPath() {
   const char* runtime = getenv("XDG_RUNTIME_DIR");
@@ -138,7 +168,8 @@ std::string FileNamePart(const std::string& text) {
 // One file per stream, named after the process's handshake.
 class FilePerStreamPolicy : public StreamPolicy {
  public:
-  explicit FilePerStreamPolicy(std::string dir) : dir_(std::move(dir)) {}
+  explicit FilePerStreamPolicy(std::string dir)
+      : dir_(std::move(dir)), live_(std::make_shared<const PhaseRules>(PhaseRules::Defaults())) {}
 
   TraceFileWriter* FileAtAccept(uint32_t, const PeerInfo&) override { return nullptr; }
 
@@ -161,7 +192,12 @@ class FilePerStreamPolicy : public StreamPolicy {
     return raw;
   }
 
+  void MessageRecorded(uint32_t stream_id, const v1::StreamMessage& message) override {
+    live_.Add(stream_id, message);
+  }
+
   void StreamFinished(uint32_t stream_id, TraceFileWriter*) override {
+    live_.Forget(stream_id);  // `top` shows the processes still running
     auto it = files_.find(stream_id);
     if (it == files_.end()) return;
     std::string error;
@@ -170,14 +206,120 @@ class FilePerStreamPolicy : public StreamPolicy {
   }
 
   size_t recorded() const { return recorded_; }
+  const LiveTally& live() const { return live_; }
 
  private:
   std::string dir_;
+  LiveTally live_;
   std::map<uint32_t, std::unique_ptr<TraceFileWriter>> files_;
   size_t recorded_ = 0;
 };
 
+// Answers each waiting `top` of our own user with one snapshot, then closes.
+void ServeLive(int listen_fd, const LiveTally& live, double elapsed_s) {
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: none left (the listening socket is non-blocking)
+    ucred cred{};
+    socklen_t size = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &size) == 0 && cred.uid == geteuid()) {
+      // A reader that does not read cannot hold the daemon: at most 200 ms per snapshot.
+      const timeval timeout = {0, 200000};
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+      const std::string json = LiveJson(live.Snapshot(), elapsed_s);
+      size_t done = 0;
+      while (done < json.size()) {
+        const ssize_t n = send(fd, json.data() + done, json.size() - done, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        done += static_cast<size_t>(n);
+      }
+    }
+    close(fd);
+  }
+}
+
+// One snapshot from the daemon's live socket; false with *error when none answers.
+bool ReadLiveSnapshot(const std::string& path, std::string* text, std::string* error) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    *error = "no daemon answers on " + path + ": " + ErrnoText() +
+             " (start one with `cumemtrace daemon`)";
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  text->clear();
+  char chunk[65536];
+  for (;;) {
+    pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, 2000) <= 0) break;
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n <= 0) break;
+    text->append(chunk, static_cast<size_t>(n));
+  }
+  close(fd);
+  return true;
+}
+
 }  // namespace
+
+int TopCommand(int argc, char** argv) {
+  static const option kOptions[] = {
+      {"socket", required_argument, nullptr, 's'},
+      {"once", no_argument, nullptr, '1'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  std::string socket_path;
+  bool once = false;
+  opterr = 0;
+  optind = 1;
+  for (int opt; (opt = getopt_long(argc, argv, ":h", kOptions, nullptr)) != -1;) {
+    switch (opt) {
+      case 's':
+        if (*optarg == '\0') return EmptyValueError("top", "--socket");
+        socket_path = optarg;
+        break;
+      case '1': once = true; break;
+      case 'h': fputs(kTopHelp, stdout); return 0;
+      case ':':
+        return UsageError("top", std::string("option '") + argv[optind - 1] + "' needs a value");
+      default: return UsageError("top", std::string("unknown option '") + argv[optind - 1] + "'");
+    }
+  }
+  if (optind < argc) {
+    return UsageError("top", std::string("unexpected argument '") + argv[optind] + "'");
+  }
+  if (socket_path.empty()) socket_path = DefaultSocketPath();
+  const std::string path = LiveSocketPath(socket_path);
+  const bool terminal = !once && isatty(STDOUT_FILENO) != 0;
+  for (;;) {
+    std::string text, error;
+    std::vector<LiveTally::Process> processes;
+    double elapsed_s = 0;
+    if (!ReadLiveSnapshot(path, &text, &error) ||
+        !ParseLiveJson(text, &processes, &elapsed_s, &error)) {
+      LogLine(error);
+      return 1;
+    }
+    size_t width = 200, rows = 1000;
+    winsize size{};
+    if (terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_row > 1) {
+      width = size.ws_col > 1 ? size.ws_col - 1u : 1u;
+      rows = size.ws_row - 1u;
+    }
+    std::string out = terminal ? "\x1b[H\x1b[2J" : "";
+    for (const std::string& line : LiveText(processes, elapsed_s, width, rows, "cumemtrace top")) {
+      out += line + "\n";
+    }
+    fwrite(out.data(), 1, out.size(), stdout);
+    fflush(stdout);
+    if (!terminal) return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
 
 int DaemonCommand(int argc, char** argv) {
   static const option kOptions[] = {
@@ -270,6 +412,21 @@ int DaemonCommand(int argc, char** argv) {
     LogLine(error);
     return 1;
   }
+  // The live snapshots for `cumemtrace top`, beside the socket (so in its private folder).
+  // The wake descriptor handed to the server is an epoll set of the signals and this socket
+  // (level-triggered: it is readable while either is, until they are read below).
+  const std::string live_path = LiveSocketPath(socket_path);
+  int live_fd = -1;
+  if (ClearStaleSocket(live_path, &error)) live_fd = ListenOnUnixSocket(live_path, &error);
+  if (live_fd < 0) LogLine(error + "; `cumemtrace top` will not see this daemon");
+  const int wake_fd = epoll_create1(EPOLL_CLOEXEC);
+  for (const int fd : {signal_fd, live_fd}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    if (fd >= 0 && wake_fd >= 0) epoll_ctl(wake_fd, EPOLL_CTL_ADD, fd, &event);
+  }
+  const auto started = std::chrono::steady_clock::now();
   FilePerStreamPolicy policy(output_dir);
   CollectorServerOptions options;
   options.log_streams = true;
@@ -278,7 +435,12 @@ int DaemonCommand(int argc, char** argv) {
     LogLine("daemon listening on " + socket_path + ", writing traces to " + output_dir +
             "/ (stop with Ctrl-C)");
     for (bool stop = false; !stop;) {
-      if (!server.PollOnce(-1, signal_fd)) continue;
+      if (!server.PollOnce(-1, wake_fd >= 0 ? wake_fd : signal_fd)) continue;
+      if (live_fd >= 0) {
+        ServeLive(live_fd, policy.live(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                      .count());
+      }
       signalfd_siginfo info;
       while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
         stop = true;
@@ -287,6 +449,11 @@ int DaemonCommand(int argc, char** argv) {
     server.Shutdown();
   }
   unlink(socket_path.c_str());
+  if (live_fd >= 0) {
+    close(live_fd);
+    unlink(live_path.c_str());
+  }
+  if (wake_fd >= 0) close(wake_fd);
   close(signal_fd);
   LogLine("daemon stopped; " + std::to_string(policy.recorded()) + " stream(s) recorded in " +
           output_dir + "/");

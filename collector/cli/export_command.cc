@@ -53,6 +53,8 @@ Options:
   -o, --output=PATH     where to write (a folder for csv)
   -f, --force           replace an existing output
       --pid=PID         memory-viz: the traced process to export
+      --at=oom          memory-viz: the state at the process's first out-of-memory (PyTorch's
+                        OOM, else the first failed allocation) instead of the trace's end
   -h, --help            show this help
 %s
 Exit status: 0 on success (also for a truncated trace, with a warning), 1 when TRACE
@@ -154,12 +156,14 @@ int ExportCommand(int argc, char** argv) {
       {"output", required_argument, nullptr, 'o'},
       {"force", no_argument, nullptr, 'f'},
       {"pid", required_argument, nullptr, 'p'},
+      {"at", required_argument, nullptr, 'a'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::string format_name, output;
   bool force = false;
   long pid = -1;
+  std::string at;
   opterr = 0;
   optind = 1;
   for (int opt; (opt = getopt_long(argc, argv, ":F:o:fh", kOptions.data(), nullptr)) != -1;) {
@@ -179,6 +183,12 @@ int ExportCommand(int argc, char** argv) {
         pid = parsed;
         break;
       }
+      case 'a':
+        if (std::string(optarg) != "oom") {
+          return UsageError("export", std::string("--at takes 'oom', not '") + optarg + "'");
+        }
+        at = optarg;
+        break;
       case 'h': PrintHelpWithAnalysisOptions(kExportHelp); return 0;
       case ':': return UsageError("export", std::string("option '") + argv[optind - 1] +
                                                 "' needs a value");
@@ -198,6 +208,9 @@ int ExportCommand(int argc, char** argv) {
   }
   if (pid >= 0 && format != Format::kMemoryViz) {
     return UsageError("export", "--pid applies to --format memory-viz only");
+  }
+  if (!at.empty() && format != Format::kMemoryViz) {
+    return UsageError("export", "--at applies to --format memory-viz only");
   }
   if (optind >= argc) return UsageError("export", "no trace file given");
   std::string error;
@@ -271,6 +284,16 @@ int ExportCommand(int argc, char** argv) {
         return 1;
       }
       size_t process = ProcessWithHighestPeak(report);
+      uint64_t unused = 0;
+      if (!at.empty() && pid < 0 && !FirstOutOfMemory(report.processes[process], &unused)) {
+        // --at oom: the first process that ran out of memory, rather than the highest peak.
+        for (size_t i = 0; i < report.processes.size(); ++i) {
+          if (FirstOutOfMemory(report.processes[i], &unused)) {
+            process = i;
+            break;
+          }
+        }
+      }
       if (pid >= 0) {
         process = report.processes.size();
         for (size_t i = 0; i < report.processes.size(); ++i) {
@@ -283,11 +306,26 @@ int ExportCommand(int argc, char** argv) {
         LogLine("note: " + std::to_string(report.processes.size()) +
                 " processes in the trace; exporting pid " +
                 std::to_string(report.processes[process].pid) +
-                ", the one with the highest device memory peak (choose with --pid)");
+                (at.empty() ? ", the one with the highest device memory peak"
+                            : ", the first that ran out of memory") +
+                " (choose with --pid)");
+      }
+      uint64_t at_ns = 0;
+      if (!at.empty() && !FirstOutOfMemory(report.processes[process], &at_ns)) {
+        LogLine("pid " + std::to_string(report.processes[process].pid) + " in " + path +
+                " never ran out of memory: nothing to export --at oom");
+        return 1;
       }
       ok = WriteOutputFile(
           output, placement,
-          [&](std::ostream& out) { WriteMemoryVizSnapshot(*trace, process, out); }, &error);
+          [&](std::ostream& out) {
+            if (at.empty()) {
+              WriteMemoryVizSnapshot(*trace, process, out);
+            } else {
+              WriteMemoryVizSnapshotAt(*trace, process, at_ns, out);
+            }
+          },
+          &error);
       break;
     }
     case Format::kCsv:

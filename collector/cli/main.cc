@@ -22,11 +22,15 @@ Commands:
                                          summarize it
   report [OPTIONS] TRACE                 summarize a trace file or a run's output folder
   daemon [OPTIONS]                       collect traces from many processes at once
+  top [--socket PATH]                    memory of the processes a daemon is recording,
+                                         now and at their peak, redrawn every second
   export --format FORMAT TRACE           convert a trace for Perfetto, chrome://tracing,
                                          PyTorch's memory_viz, CSV or the HTML viewer
   compare RUN RUN...                     runs side by side: peaks, lifetime classes,
                                          activation memory, per-phase figures
   sweep --param NAME=V1,V2 -- CMD        run once per value and tabulate memory vs NAME
+  check --budget KEY=SIZE TRACE          memory budgets over a recorded trace: exit
+                                         status 86 when one is exceeded
   merge -o OUT TRACE TRACE...            one job from several hosts' traces (torchrun,
                                          SLURM): per-rank peaks on one time base
 
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
   if (command == "export") return cumemtrace::ExportCommand(argc - 1, argv + 1);
   if (command == "compare") return cumemtrace::CompareCommand(argc - 1, argv + 1);
   if (command == "sweep") return cumemtrace::SweepCommand(argc - 1, argv + 1);
+  if (command == "top") return cumemtrace::TopCommand(argc - 1, argv + 1);
+  if (command == "check") return cumemtrace::CheckCommand(argc - 1, argv + 1);
   if (command == "merge") return cumemtrace::MergeCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");
 }

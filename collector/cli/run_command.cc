@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "collector/cli/analysis_flags.h"
+#include "collector/cli/budget_check.h"
 #include "collector/cli/cli_support.h"
 #include "collector/cli/collector_server.h"
 #include "collector/cli/commands.h"
+#include "collector/cli/live_view.h"
 #include "collector/cli/log.h"
 #include "collector/cli/report_html.h"
 #include "collector/cli/trace_summary.h"
@@ -65,7 +67,19 @@ Options:
                           it has a Python stack. The summary lists the stacks that held the
                           most memory at the peak; report.html and the memory_viz export
                           show each allocation's stack
-      --quiet             silence the tracer's notices and do not print the summary
+      --budget=KEY[@SCOPE]=SIZE
+                          an upper limit on a figure of the summary (repeatable), e.g.
+                          peak=20GiB, forward=8GiB, activation=6GiB, peak@gpu1=20GiB,
+                          peak@rank3=20GiB; the keys are those of `cumemtrace check
+                          --help`. After the summary, a table of the budgets and a last
+                          line naming each one exceeded, by how much and where
+      --live              while the program runs, show each process's device memory now
+                          and its peak so far, per GPU, by the phase that allocated it,
+                          with the iteration count and the last iteration's rise, in the
+                          bottom lines of the terminal, redrawn every second (the program's
+                          output scrolls above it). Only when stderr is a terminal
+      --quiet             silence the tracer's notices and do not print the summary (nor
+                          the budgets, unless one is exceeded)
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
                           named PHASE, without editing the program (repeatable), e.g.
@@ -81,7 +95,9 @@ The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) a
 summary.json, and report.html, the viewer (one file; open it in a browser). Exit status:
 the program's own, 128+N when it was killed by signal N,
 127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage, 1 when the
-output folder or trace file cannot be created.
+output folder or trace file cannot be created. When the program exits with 0: 86 when a
+budget is exceeded, 2 when a budget names a figure the run does not have (the message lists
+the valid keys).
 )";
 
 // How the traced program ended.
@@ -205,7 +221,8 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
                                           const std::string& kernels,
                                           const std::string& stacks, bool quiet,
                                           const std::vector<std::string>& python_phases,
-                                          bool categories) {
+                                          bool categories,
+                                          const std::string& pytest_budget_file) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -247,6 +264,19 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
     set("CUMEMTRACE_ALLOCATOR_MODE", "native");
   }
   if (!categories) set("CUMEMTRACE_CATEGORIES", "0");
+  auto prepend_python_path = [&](const std::string& dir) {
+    const char* path = value_of("PYTHONPATH");
+    set("PYTHONPATH", path != nullptr && *path != '\0' ? dir + ":" + path : dir);
+  };
+  if (!pytest_budget_file.empty()) {
+    // pytest: the plugin that puts each test in its own range and reads its memory limits.
+    prepend_python_path(PytestPluginDir());
+    const char* plugins = value_of("PYTEST_PLUGINS");
+    set("PYTEST_PLUGINS", plugins != nullptr && *plugins != '\0'
+                              ? std::string(plugins) + ",cumemtrace_pytest"
+                              : std::string("cumemtrace_pytest"));
+    set("CUMEMTRACE_BUDGET_FILE", pytest_budget_file);
+  }
   if (!python_phases.empty()) {
     std::string spec;
     for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
@@ -255,9 +285,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   if (categories || !python_phases.empty()) {
     // A sitecustomize on PYTHONPATH installs the Python side at interpreter start (and then
     // runs any sitecustomize it shadows); the program's files are not touched.
-    const char* path = value_of("PYTHONPATH");
-    const std::string hooks = PythonHookDir();
-    set("PYTHONPATH", path != nullptr && *path != '\0' ? hooks + ":" + path : hooks);
+    prepend_python_path(PythonHookDir());
   }
   return env;
 }
@@ -265,17 +293,24 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
 // The run's one trace file receives every stream.
 class SharedFilePolicy : public StreamPolicy {
  public:
-  explicit SharedFilePolicy(TraceFileWriter* file) : file_(file) {}
+  // With `live`, every message also goes to the live view's tally.
+  SharedFilePolicy(TraceFileWriter* file, LiveTally* live) : file_(file), live_(live) {}
   TraceFileWriter* FileAtAccept(uint32_t, const PeerInfo&) override { return file_; }
   TraceFileWriter* FileAtHandshake(uint32_t, const PeerInfo&, const v1::Handshake&,
                                    std::string* error) override {
     *error = "no trace file";  // unreachable: FileAtAccept always answers
     return nullptr;
   }
-  void StreamFinished(uint32_t, TraceFileWriter*) override {}
+  void StreamFinished(uint32_t stream_id, TraceFileWriter*) override {
+    if (live_ != nullptr) live_->StreamEnded(stream_id);
+  }
+  void MessageRecorded(uint32_t stream_id, const v1::StreamMessage& message) override {
+    if (live_ != nullptr) live_->Add(stream_id, message);
+  }
 
  private:
   TraceFileWriter* file_;
+  LiveTally* live_;
 };
 
 int64_t MonotonicMs() {
@@ -321,6 +356,17 @@ std::string RunName(char** argv) {
   return program;
 }
 
+// A pytest session: pytest or py.test, or a Python interpreter running `-m pytest`.
+bool IsPytest(char** argv) {
+  const std::string program = BaseName(argv[0]);
+  if (program.rfind("pytest", 0) == 0 || program.rfind("py.test", 0) == 0) return true;
+  if (program.rfind("python", 0) != 0) return false;
+  for (char** a = argv + 1; *a != nullptr && a[1] != nullptr; ++a) {
+    if (std::string(*a) == "-m") return std::string(a[1]) == "pytest";
+  }
+  return false;
+}
+
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
@@ -333,10 +379,13 @@ int RunCommand(int argc, char** argv) {
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"no-categories", no_argument, nullptr, 'C'},
+      {"budget", required_argument, nullptr, 'b'},
+      {"live", no_argument, nullptr, 'L'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
   std::vector<std::string> python_phases;
+  std::vector<Budget> budgets;
   std::string output_dir;
   // The program as it is: the bridge sees tensors without changing PyTorch's allocator.
   std::string allocator = "native";
@@ -344,6 +393,7 @@ int RunCommand(int argc, char** argv) {
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
   bool categories = true;
+  bool live = false;
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
@@ -376,8 +426,16 @@ int RunCommand(int argc, char** argv) {
         }
         break;
       case 'q': quiet = true; break;
+      case 'L': live = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'C': categories = false; break;
+      case 'b': {
+        Budget budget;
+        std::string budget_error;
+        if (!ParseBudget(optarg, &budget, &budget_error)) return UsageError("run", budget_error);
+        budgets.push_back(std::move(budget));
+        break;
+      }
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
@@ -481,7 +539,22 @@ int RunCommand(int argc, char** argv) {
     RemoveCreated(trace_path, created_dirs);
     return 1;
   }
-  SharedFilePolicy policy(trace.get());
+  // The live view: off, with one line saying so, when stderr is not a terminal.
+  std::unique_ptr<LiveTally> live_tally;
+  std::unique_ptr<LiveTerminal> live_terminal;
+  if (live) {
+    live_terminal = std::make_unique<LiveTerminal>(STDERR_FILENO);
+    if (live_terminal->Active()) {
+      live_tally = std::make_unique<LiveTally>(
+          analysis_options.phase_rules != nullptr
+              ? analysis_options.phase_rules
+              : std::make_shared<const PhaseRules>(PhaseRules::Defaults()));
+    } else {
+      live_terminal.reset();
+      if (!quiet) LogLine("--live: stderr is not a terminal; no live view");
+    }
+  }
+  SharedFilePolicy policy(trace.get(), live_tally.get());
   CollectorServer server(listen_fd, &policy, CollectorServerOptions());
 
   // Signals arrive through a signalfd. SIGINT/SIGQUIT are read and dropped while the
@@ -497,9 +570,18 @@ int RunCommand(int argc, char** argv) {
     return 1;
   }
 
+  // The pytest plugin's budget file, by an absolute path: tests may change directory.
+  std::string pytest_budget_file;
+  if (IsPytest(program_argv)) {
+    char* absolute = realpath(output_dir.c_str(), nullptr);
+    if (absolute != nullptr) {
+      pytest_budget_file = std::string(absolute) + "/" + kPytestBudgetFile;
+      free(absolute);
+    }
+  }
   const std::vector<std::string> env_strings =
       ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
-                       categories);
+                       categories, pytest_budget_file);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);
@@ -567,11 +649,22 @@ int RunCommand(int argc, char** argv) {
     if (!quiet) LogLine("warning: " + nvtx_notice);
   }
 
-  // Serve until the program ends.
+  // Serve until the program ends; with the live view, redraw it every second.
   ChildStatus status;
   bool child_done = false;
+  const int64_t started_ms = MonotonicMs();
+  int64_t next_draw_ms = started_ms + 1000;
   while (!child_done) {
-    if (!server.PollOnce(-1, signal_fd)) continue;
+    int timeout_ms = -1;
+    if (live_terminal != nullptr) {
+      const int64_t now = MonotonicMs();
+      if (now >= next_draw_ms) {
+        live_terminal->Draw(*live_tally, static_cast<double>(now - started_ms) / 1000.0);
+        next_draw_ms = now + 1000;
+      }
+      timeout_ms = static_cast<int>(next_draw_ms - now);
+    }
+    if (!server.PollOnce(timeout_ms, signal_fd)) continue;
     signalfd_siginfo info;
     while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
       const int sig = static_cast<int>(info.ssi_signo);
@@ -627,6 +720,7 @@ int RunCommand(int argc, char** argv) {
   }
   server.Shutdown();
   remove_socket();
+  if (live_terminal != nullptr) live_terminal->Finish();  // before the summary is printed
   // What reached the disk, said exactly: a trace whose writes failed (a full disk) keeps every
   // whole chunk written before, and readers stop there.
   std::string trace_problem = trace->failure();
@@ -657,6 +751,7 @@ int RunCommand(int argc, char** argv) {
     }
     if (!quiet) fputs(summary.text.c_str(), stderr);
   }
+
   if (trace_problem.empty() && not_written.empty()) {
     LogLine("trace written to " + output_dir +
             "/ \xe2\x80\x94 look again with: cumemtrace report " + trace_path);
@@ -673,6 +768,20 @@ int RunCommand(int argc, char** argv) {
     }
     LogLine(line);
     if (PathExists(output_dir + "/report.html")) LogLine("open " + output_dir + "/report.html");
+  }
+  // Budgets last, so that the verdict is the last line. The program's own failure comes first:
+  // a budget's status replaces only a 0.
+  if (!budgets.empty() || PathExists(output_dir + "/" + kPytestBudgetFile)) {
+    if (!ReadBudgetFile(output_dir + "/" + kPytestBudgetFile, &budgets, &error)) {
+      LogLine(error);
+    }
+    int budget_status = 1;
+    if (detailed == nullptr) {
+      LogLine("budgets not checked: the trace could not be analyzed");
+    } else {
+      budget_status = CheckBudgets("run", *detailed->report, budgets, stderr, quiet);
+    }
+    if (status.ShellStatus() == 0) return budget_status;
   }
   return status.ShellStatus();
 }

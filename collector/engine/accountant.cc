@@ -243,6 +243,7 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention, cons
     : options_(options),
       retention_(retention),
       stats_(*stats),
+      stream_(stream),
       scan_inference_(options.infer_phases),
       phases_(0, stream, rules),
       stream_(stream) {}
@@ -253,6 +254,15 @@ void Accountant::SetCategoryPass(CategoryPass pass, const Accountant* previous,
   previous_ = previous;
   categories_ = categories;
   if (pass == CategoryPass::kClassify) categories_->clear();
+  scan_inference_ = false;  // the phases are known by now
+}
+
+void Accountant::KeepOnlyClassifier() {
+  live_ = AddressMap();
+  std::vector<Allocation>().swap(pool_);
+  std::vector<uint32_t>().swap(free_);
+  std::vector<Event>().swap(swept_);
+  for (std::vector<Allocation>& list : freed_at_peak_) std::vector<Allocation>().swap(list);
 }
 
 TensorLayer Accountant::LayerOf(uint32_t slot) const {
@@ -288,8 +298,11 @@ uint8_t Accountant::FinalCategory(const Allocation& a, const LifetimeClassifier&
                                   uint64_t end_ns) const {
   if (a.tag != 0) return static_cast<uint8_t>(a.tag | kFromObjects);
   const bool freed = a.death_pos != kNever;
+  // The tags of the whole process (the previous pass's, in a category pass): where the
+  // program's objects named anything, what they did not name is none of theirs.
+  const bool objects = (previous_ != nullptr ? previous_->tags_ : tags_) > 0;
   return classifier.Categorize(a.birth_ns, a.phase, freed ? a.death_ns : end_ns,
-                               freed ? a.death_phase : -1, freed);
+                               freed ? a.death_phase : -1, freed, objects);
 }
 
 // kApply: a device allocation is born; its category, from the bytes kClassify wrote.
@@ -387,8 +400,9 @@ void Accountant::FillCategories(const DecodedStream& s, ProcessReport* p) const 
     const CategorySlot& c = category_slots_[slot];
     DeviceCategories& out = device->categories;
     out.given = true;
-    out.tensor_layer =
-        slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated" : "device";
+    out.tensor_layer = slot_layer_[slot] == TensorLayer::kTorchAllocated ? "torch_allocated"
+                       : slot_layer_[slot] == TensorLayer::kAsync        ? "async"
+                                                                         : "device";
     out.tensor_peak_bytes = c.tensor_peak;
     out.tensor_peak_time_ns = c.tensor_peak_seen ? Since(first, c.tensor_peak_ns) : 0;
     out.cache_at_tensor_peak_bytes = c.cache_at_tensor_peak;
@@ -673,7 +687,15 @@ void Accountant::SweepOne(const Event& e) {
       if (e.type == EventType::kAllocate) {
         Allocate(e, slot);
       } else {
-        failed_.OnFailed(e, slot, attribution_, in_use_[slot]);
+        // What held the device's memory then, for the post-mortem (oom.h).
+        std::vector<HeldAllocation> live;
+        live_.ForEachValue([&](uint32_t index) {
+          const Allocation& a = pool_[index];
+          if (a.slot != slot || !IsDeviceMemory(a.kind)) return;
+          live.push_back(HeldAllocation{a.address, a.bytes, a.phase, a.caller_id, a.stack_id,
+                                        a.kind});
+        });
+        failed_.OnFailed(*stream_, e, slot, attribution_, in_use_[slot], live);
       }
       break;
     }

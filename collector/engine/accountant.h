@@ -160,6 +160,9 @@ class Accountant {
   // alive), with `categories` (one byte per device allocation) to fill or to read.
   void SetCategoryPass(CategoryPass pass, const Accountant* previous,
                        std::vector<uint8_t>* categories);
+  // After Finish, kept for the category passes: frees what they do not read (the live set,
+  // and with kKeepAll every allocation and event), keeping the phases and iterations.
+  void KeepOnlyClassifier();
   // kClassify, after the last event: the category of every allocation still live.
   void EndClassify();
   // kApply, after the last event: the category figures into the report `p` (Finish's).
@@ -201,6 +204,7 @@ class Accountant {
   const AnalysisOptions& options_;
   const Retention retention_;
   StreamingStats& stats_;
+  const DecodedStream* stream_;  // the post-mortem of a failure reads its allocator events
   bool needs_inference_ = false;
   bool scan_inference_;
 

@@ -237,6 +237,7 @@ class TraceAnalysis {
           p.stage = Stage::kBursts;
         } else if (p.accountant->categories_given()) {
           p.previous = std::move(p.accountant);
+          p.previous->KeepOnlyClassifier();
           p.stage = Stage::kClassify;
         } else {
           p.stage = Stage::kDone;

@@ -19,7 +19,7 @@
 namespace cumemtrace::internal {
 
 enum class EventType : uint8_t {
-  kRangeOpen,   // NVTX push or start
+  kRangeOpen,  // NVTX push or start
   kAllocate,
   kRelease,
   kFailedAllocation,
@@ -57,7 +57,8 @@ struct Event {
   uint64_t a;
   // kAllocate/kRelease/kCategory: bytes. kFailedAllocation: device free bytes.
   uint64_t b;
-  // kFailedAllocation: device total bytes. kKernel, kAllocate, kRelease: CUPTI stream id.
+  // kFailedAllocation: device total bytes, or for PyTorch's OOM (kind TORCH_ALLOCATED) the
+  // index of its TorchOomRecord. kKernel, kAllocate, kRelease: CUPTI stream id.
   uint64_t c;
   uint32_t thread_id;
   // Interned ids: api name (memory, failed), kernel name, NVTX message.
@@ -128,8 +129,36 @@ struct TorchDeviceDecode {
   uint64_t allocated = 0;                       // sum of live
 };
 
+// One of the caching allocator's segment events (SEGMENT_ALLOC/FREE/MAP/UNMAP): what the
+// post-mortem of a failed allocation replays to rebuild its segments (oom.h).
+struct TorchSegmentEvent {
+  uint64_t timestamp_ns = 0;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t stream = 0;
+  uint64_t pool_first = 0;
+  uint64_t pool_second = 0;
+  uint32_t device = 0;
+  uint32_t thread_id = 0;
+  uint8_t action = 0;  // v1::TorchAllocatorAction
+};
+
+// The allocator's OOM event, which the stream's events carry as a failed allocation whose
+// `c` indexes these.
+struct TorchOomRecord {
+  uint64_t stream = 0;
+  uint64_t pool_first = 0;
+  uint64_t pool_second = 0;
+  size_t segment_events = 0;  // segment_log's size then: the segments it saw
+  uint64_t released_before_bytes = 0;  // segments freed since the device's last block event
+};
+
 struct TorchDecodeState {
   std::map<uint32_t, TorchDeviceDecode> devices;
+  std::vector<TorchSegmentEvent> segment_log;  // in arrival order (each device's own order)
+  std::vector<TorchOomRecord> ooms;
+  // Per device: bytes of segments freed since its last block event (ALLOC, FREE_REQUESTED).
+  std::map<uint32_t, uint64_t> released_since_block_event;
   // (device, address) of the caching allocator's live driver memory (its segments).
   std::unordered_set<uint64_t> segments;
   // Interned caller ids known to name libc10_cuda (true) or not (false).

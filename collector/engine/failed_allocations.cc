@@ -1,10 +1,67 @@
 #include "collector/engine/failed_allocations.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include "collector/engine/accountant.h"
+#include "collector/engine/stacks.h"
 
 namespace cumemtrace::internal {
 
 constexpr int32_t kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY (and cudaErrorMemoryAllocation)
+
+namespace {
+
+// Largest first (ties: by name), at most `top` when not 0.
+std::vector<HeldGroup> Ordered(std::vector<HeldGroup> groups, size_t top) {
+  std::sort(groups.begin(), groups.end(), [](const HeldGroup& x, const HeldGroup& y) {
+    return std::tie(y.bytes, x.name) < std::tie(x.bytes, y.name);
+  });
+  if (top != 0 && groups.size() > top) groups.resize(top);
+  return groups;
+}
+
+constexpr size_t kTopStacks = 10;
+
+}  // namespace
+
+void FailedAllocationLog::NameHeld(const Failure& f, const DecodedStream& s,
+                                   const PhaseTracker& phases, OomPostMortem* pm) {
+  std::vector<HeldGroup> groups;
+  for (const auto& [phase, g] : f.by_phase) {
+    groups.push_back(g);
+    groups.back().name = phases.NameOf(phase);
+  }
+  pm->held_by_phase = Ordered(std::move(groups), 0);
+  groups.clear();
+  for (const auto& [kind, g] : f.by_kind) {
+    groups.push_back(g);
+    groups.back().name = MemoryKindName(kind);
+  }
+  pm->held_by_kind = Ordered(std::move(groups), 0);
+  groups.clear();
+  for (const auto& [caller, g] : f.by_library) {
+    groups.push_back(g);
+    groups.back().name = BaseName(s.Resolve(caller));
+  }
+  pm->held_by_library = Ordered(std::move(groups), 0);
+  groups.clear();
+  std::vector<std::pair<uint32_t, HeldGroup>> stacks;
+  for (const auto& [id, g] : f.by_stack) {
+    if (id != 0) stacks.emplace_back(id, g);
+  }
+  std::sort(stacks.begin(), stacks.end(), [](const auto& x, const auto& y) {
+    return std::tie(y.second.bytes, x.first) < std::tie(x.second.bytes, y.first);
+  });
+  if (stacks.size() > kTopStacks) stacks.resize(kTopStacks);
+  if (!stacks.empty()) {
+    StackResolver resolver(s);
+    for (auto& [id, g] : stacks) {
+      g.name = resolver.UserFrameText(resolver.Resolve(id));
+      pm->held_by_stack.push_back(g);
+    }
+  }
+}
 
 void FailedAllocationLog::OnMemoryEvent(const Event& e) {
   if (e.thread_id == 0 || pending_.empty()) return;
@@ -15,9 +72,25 @@ void FailedAllocationLog::OnMemoryEvent(const Event& e) {
   pending_.erase(it);
 }
 
-void FailedAllocationLog::OnFailed(const Event& e, uint32_t slot, const Attribution& at,
-                                   uint64_t in_use) {
-  failures_.push_back(Failure{e, slot, in_use, at});
+void FailedAllocationLog::OnFailed(const DecodedStream& s, const Event& e, uint32_t slot,
+                                   const Attribution& at, uint64_t in_use,
+                                   const std::vector<HeldAllocation>& live) {
+  Failure& f = failures_.emplace_back();
+  f.event = e;
+  f.slot = slot;
+  f.in_use = in_use;
+  f.at = at;
+  // Host memory (pinned, managed, pageable) fails for reasons the device's state does not say.
+  const bool host = e.kind == 1 || e.kind == 2 || e.kind == 5;
+  if (!host) FillCachePostMortem(s, e, live, &f.post_mortem);
+  for (const HeldAllocation& a : live) {
+    f.post_mortem.held_bytes += a.bytes;
+    for (HeldGroup* g : {&f.by_phase[a.phase], &f.by_kind[a.kind], &f.by_library[a.caller_id],
+                         &f.by_stack[a.stack_id]}) {
+      g->bytes += a.bytes;
+      ++g->count;
+    }
+  }
   if (e.thread_id != 0 && e.code != kOutOfMemory) pending_[e.thread_id] = failures_.size() - 1;
 }
 
@@ -40,6 +113,13 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
     r.caller = s.Resolve(e.caller_id);
     r.phase = phases->NameOf(f.at.innermost);
     r.device_in_use_bytes = f.in_use;
+    r.post_mortem = f.post_mortem;
+    if (e.kind == kTorchAllocatedKind) {
+      // The allocator's OOM says nothing of the device's total: its DeviceInfo does.
+      auto info = s.device_info.find(e.device);
+      r.device_total_bytes = info == s.device_info.end() ? 0 : info->second.total_memory_bytes;
+    }
+    NameHeld(f, s, *phases, &r.post_mortem);
     if (f.retried) {
       p->driver_retries.push_back(std::move(r));
       continue;

@@ -13,10 +13,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
 #include "collector/engine/decoded_stream.h"
+#include "collector/engine/oom.h"
 #include "collector/engine/phases.h"
 
 namespace cumemtrace::internal {
@@ -25,8 +27,10 @@ class FailedAllocationLog {
  public:
   // Every allocation, release and failed allocation, in time order, before OnFailed.
   void OnMemoryEvent(const Event& e);
-  // A failed allocation, attributed to `at`, with `in_use` device memory on its slot.
-  void OnFailed(const Event& e, uint32_t slot, const Attribution& at, uint64_t in_use);
+  // A failed allocation, attributed to `at`, with `in_use` device memory on its slot and
+  // `live` the device memory live there then: its post-mortem (oom.h) is made here.
+  void OnFailed(const DecodedStream& s, const Event& e, uint32_t slot, const Attribution& at,
+                uint64_t in_use, const std::vector<HeldAllocation>& live);
   // Counts the failures the program saw in their phases (slots as given to OnFailed, so
   // before any reordering), and lists them and the retries in the report, in time order.
   void Finish(const DecodedStream& s, uint64_t first, PhaseTracker* phases, ProcessReport* p);
@@ -38,7 +42,16 @@ class FailedAllocationLog {
     uint64_t in_use;
     Attribution at;
     bool retried = false;
+    OomPostMortem post_mortem;  // held groups by name below, named at Finish
+    std::map<int32_t, HeldGroup> by_phase;
+    std::map<uint8_t, HeldGroup> by_kind;
+    std::map<uint32_t, HeldGroup> by_library;
+    std::map<uint32_t, HeldGroup> by_stack;
   };
+  // The post-mortem's held groups, by name.
+  static void NameHeld(const Failure& f, const DecodedStream& s, const PhaseTracker& phases,
+                       OomPostMortem* pm);
+
   std::vector<Failure> failures_;
   std::unordered_map<uint32_t, size_t> pending_;  // thread -> its undecided failure
 };

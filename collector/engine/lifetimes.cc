@@ -15,7 +15,8 @@ const char* LifetimeClassName(LifetimeClass c) {
 const char* CategoryName(uint8_t category) {
   static const char* const kNames[] = {"",           "parameter",       "buffer",
                                        "gradient",   "optimizer_state", "input",
-                                       "activation", "temporary",       "autograd_other"};
+                                       "activation", "temporary",       "autograd_other",
+                                       "workspace"};
   return category < kCategoryCount ? kNames[category] : "";
 }
 
@@ -23,7 +24,8 @@ const char* MemoryVizCategoryName(uint8_t category) {
   // PyTorch's profiler has no buffer category: a module's buffers are its parameters' kin.
   static const char* const kNames[] = {"unknown",    "parameter",       "parameter",
                                        "gradient",   "optimizer_state", "input",
-                                       "activation", "temporary",       "autograd_detail"};
+                                       "activation", "temporary",       "autograd_detail",
+                                       "unknown"};
   return category < kCategoryCount ? kNames[category] : "unknown";
 }
 
@@ -120,27 +122,29 @@ LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phas
 }
 
 uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
-                                       int32_t death_phase, bool freed) const {
+                                       int32_t death_phase, bool freed, bool objects) const {
   const LifetimeClass c = Classify(birth_ns, birth_phase, death_ns, death_phase, freed);
   if (c == LifetimeClass::kTemporary) return v1::CATEGORY_TEMPORARY;
   if (c == LifetimeClass::kActivation) return v1::CATEGORY_ACTIVATION;
   const std::string none;
   const PhaseName* born = birth_phase >= 0 ? &names_[static_cast<size_t>(birth_phase)] : nullptr;
   const std::string& died = death_phase >= 0 ? names_[static_cast<size_t>(death_phase)].name : none;
-  // Born in forward, still live when a backward starts, and gone in backward or at teardown:
+  // Born in forward, still live when a backward starts, and freed in backward or at teardown:
   // what backward needed from forward (a one-step program frees some of it only on exit).
+  // Never freed at all is something else: a library's workspace, a cache.
   if (born != nullptr && IsForwardLikePhase(born->name)) {
     auto backward = std::upper_bound(backward_starts_.begin(), backward_starts_.end(), birth_ns);
-    const bool teardown = last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ &&
-                          (freed ? death_ns > last_phase_end_ns_ : exited_);
+    const bool teardown = freed && last_phase_end_ns_ != 0 && birth_ns < last_phase_end_ns_ &&
+                          death_ns > last_phase_end_ns_;
     if (backward != backward_starts_.end() && *backward < death_ns &&
         ((freed && IsBackwardLikePhase(died)) || teardown)) {
       return v1::CATEGORY_ACTIVATION;
     }
   }
-  if (c == LifetimeClass::kGradient) return v1::CATEGORY_GRADIENT;
+  if (c == LifetimeClass::kGradient && !objects) return v1::CATEGORY_GRADIENT;
   // Born outside every phase (an iteration's range is no phase of its own here) and freed
-  // by the end of the iteration it was born in or before: a batch.
+  // by the end of the first iteration that ends after its birth (the one it was born in, or
+  // the next): a batch.
   if (freed && (born == nullptr || born->iteration)) {
     auto next = std::upper_bound(iterations_.begin(), iterations_.end(), birth_ns,
                                  [](uint64_t t, const IterationWindow& w) { return t < w.end_ns; });
@@ -149,7 +153,7 @@ uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, u
       return v1::CATEGORY_INPUT;
     }
   }
-  if (c == LifetimeClass::kPersistent) {
+  if (c == LifetimeClass::kPersistent && !objects) {
     if (first_forward_ns_ != 0 && birth_ns < first_forward_ns_) return v1::CATEGORY_PARAMETER;
     if (born != nullptr && IsOptimizerLikePhase(born->name)) return v1::CATEGORY_OPTIMIZER_STATE;
     if (born != nullptr && IsBackwardLikePhase(born->name)) return v1::CATEGORY_GRADIENT;

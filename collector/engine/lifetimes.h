@@ -25,7 +25,7 @@ const char* LifetimeClassName(LifetimeClass c);
 // Categories (docs/phases.md "Categories"): what a tensor allocation's memory is, as a
 // v1::Category value (1..8; 0: none). An allocation's category byte is the value, with
 // kFromObjects set when a TensorCategory named it (else it was inferred).
-constexpr int kCategoryCount = 9;  // indexed by v1::Category value; 0 is unused
+constexpr int kCategoryCount = 10;  // indexed by v1::Category value; 0 is unused
 constexpr uint8_t kFromObjects = 0x80;
 // "parameter", "buffer", ... (summary.json's keys); "" for 0.
 const char* CategoryName(uint8_t category);
@@ -51,8 +51,10 @@ class LifetimeClassifier {
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
                          int32_t death_phase, bool freed) const;
   // The inferred category (v1::Category) of an allocation no object named; same arguments.
+  // `objects`: the program's objects named its parameters, buffers, gradients and optimizer
+  // state (the Python side ran), so none of these is inferred for another allocation.
   uint8_t Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns, int32_t death_phase,
-                     bool freed) const;
+                     bool freed, bool objects) const;
 
  private:
   const std::vector<PhaseName>& names_;

@@ -143,8 +143,8 @@ struct CategoryBytes {
 struct CategoryFigures {
   CategoryBytes at_tensor_peak;
   CategoryBytes at_device_peak;
-  CategoryBytes at_end;    // live when the trace ended
-  CategoryBytes own_peak;  // this category alone, at its highest (objects: at that instant)
+  CategoryBytes at_end;           // live when the trace ended
+  CategoryBytes own_peak;         // this category alone, at its highest (objects: at that instant)
   uint64_t own_peak_time_ns = 0;  // the first instant it was reached
   uint64_t allocations = 0;
   uint64_t objects_allocations = 0;  // of them, named by the program's objects
@@ -154,8 +154,9 @@ struct CategoryFigures {
 // "Categories"). Given for a process with training phases or with at least one tag.
 struct DeviceCategories {
   bool given = false;
-  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), or
-  // "device" (device allocations: async mode, or no PyTorch caching allocator).
+  // What the tensor allocations are: "torch_allocated" (the bridge's blocks), "async" (the
+  // stream-ordered device allocations: PyTorch's async mode), or "device" (every device
+  // allocation: no bridge and no stream-ordered allocator, e.g. native mode's segments).
   std::string tensor_layer;
   // The tensors' own peak (torch.cuda.max_memory_allocated with the bridge), and when.
   uint64_t tensor_peak_bytes = 0;
@@ -172,9 +173,9 @@ struct DeviceCategories {
   std::map<std::string, CategoryFigures> by_category;
 };
 // The categories in the order every output lists them.
-inline constexpr const char* kCategoryOrder[] = {"parameter", "buffer",        "optimizer_state",
-                                                 "gradient",  "input",         "activation",
-                                                 "temporary", "autograd_other"};
+inline constexpr const char* kCategoryOrder[] = {
+    "parameter", "buffer",    "optimizer_state", "gradient",      "input",
+    "activation", "temporary", "workspace",      "autograd_other"};
 
 // PyTorch's two layers on one device, when the bridge to its caching allocator is attached
 // (design.md "Tensors"): tensors (the allocator's blocks, TORCH_ALLOCATED) and the segments
@@ -259,6 +260,71 @@ struct PhaseReport : PhaseCounts {
   std::vector<PhaseDeviceStats> devices;  // devices the process used, by index
 };
 
+// Memory held at one instant, grouped by one key (phase, kind, library or stack).
+struct HeldGroup {
+  std::string name;  // "" when the key is not known (no phase, not unwound, no stack)
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+// PyTorch's cache in one pool (small or large, default or private) on one stream, at the
+// instant of a failed allocation (docs/oom.md).
+struct CachePoolState {
+  std::string pool;  // "small" or "large"
+  uint64_t stream = 0;  // cudaStream_t as a number, 0 for the default stream
+  uint64_t pool_id_first = 0;  // 0, 0: the default pool; else a graph's or MemPool's
+  uint64_t pool_id_second = 0;
+  bool expandable = false;  // its memory is mapped pages (expandable_segments)
+  uint64_t segments = 0;
+  uint64_t segment_bytes = 0;
+  uint64_t allocated_bytes = 0;  // blocks handed to tensors
+  uint64_t free_bytes = 0;       // the gaps between them inside the segments
+  uint64_t free_blocks = 0;
+  uint64_t largest_free_block_bytes = 0;
+  uint64_t wholly_free_segment_bytes = 0;  // segments without one allocated block
+};
+
+// Whether a change would have let the request fit, from the state at that instant.
+struct WouldFit {
+  bool fits = false;
+  uint64_t available_bytes = 0;  // what the change would have made available
+  uint64_t needed_bytes = 0;     // what the request would have needed then
+  uint64_t short_by_bytes = 0;   // needed - available when it does not fit, else 0
+};
+
+// Why an allocation failed and what would have let it fit (docs/oom.md).
+struct OomPostMortem {
+  // The cache's state was rebuilt from the PyTorch bridge's events; false: only the device's
+  // free bytes and what held memory are known.
+  bool cache_known = false;
+  // "fragmentation", "split", "cached_segments", "too_large" or "device_full" (docs/oom.md).
+  std::string reason;
+  std::string explanation;  // one sentence with the figures
+  uint64_t request_bytes = 0;  // as the allocator looked for it (rounded), or the call asked
+  std::string pool;            // the request's pool ("small", "large"); "" for a driver call
+  uint64_t stream = 0;
+  uint64_t device_free_bytes = 0;
+  bool expandable_segments_on = false;  // the allocator already mapped expandable segments
+  uint64_t cache_free_bytes = 0;  // free inside every segment of the device
+  uint64_t pool_free_bytes = 0;   // free inside the request's pool and stream
+  uint64_t largest_free_block_bytes = 0;  // in the request's pool and stream
+  uint64_t wholly_free_segment_bytes = 0;
+  // Segments the allocator gave back to the driver after the request's last block event and
+  // before it raised (its own retry: release_cached_blocks).
+  uint64_t released_before_bytes = 0;
+  uint64_t largest_request_that_fits_bytes = 0;
+  WouldFit expandable_segments;  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  WouldFit empty_cache;          // torch.cuda.empty_cache() just before
+  WouldFit smaller_request;      // the largest request that fitted (available_bytes)
+  std::vector<CachePoolState> pools;  // the device's pools and streams
+  // Device memory live then (the program's own), largest first.
+  uint64_t held_bytes = 0;
+  std::vector<HeldGroup> held_by_phase;
+  std::vector<HeldGroup> held_by_kind;
+  std::vector<HeldGroup> held_by_library;
+  std::vector<HeldGroup> held_by_stack;  // at most 10; empty without `run --stacks`
+};
+
 struct FailedAllocationReport {
   uint64_t time_ns = 0;
   uint64_t time_abs_ns = 0;
@@ -274,6 +340,7 @@ struct FailedAllocationReport {
   std::string caller;  // calling module, "" when unknown
   std::string phase;
   uint64_t device_in_use_bytes = 0;  // program device memory in use on that device then
+  OomPostMortem post_mortem;
 };
 
 // How phases were inferred for a program without NVTX phases (or why they were not).

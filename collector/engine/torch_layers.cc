@@ -11,6 +11,8 @@ namespace {
 // ids up from 1; phase inference takes 0xFFFFFFF0 and up, phase_inference.cc).
 constexpr uint32_t kTorchApiId = 0xFFFFFFE0u;
 constexpr uint32_t kTorchCallerId = 0xFFFFFFE1u;
+constexpr uint32_t kTorchOomErrorId = 0xFFFFFFE2u;
+constexpr int32_t kOutOfMemoryCode = 2;  // as CUDA_ERROR_OUT_OF_MEMORY, failed_allocations.cc
 constexpr uint64_t kMinBlockBytes = 512;  // the caching allocator's smallest block
 
 void NameTensorOrigin(DecodedStream& s) {
@@ -168,6 +170,11 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   const bool lost = t.sequence() > d.last_sequence + 1;
   if (lost) r.lost_events += t.sequence() - d.last_sequence - 1;
   d.last_sequence = std::max(d.last_sequence, t.sequence());
+  if (t.action() == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
+      t.action() == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED ||
+      t.action() == v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED) {
+    s.torch.released_since_block_event[t.device()] = 0;
+  }
   // Any later event with counters saw the pending ALLOC's increase and no other (frees never
   // move the cumulative counter); exact unless an event in between was lost, which may
   // have been an ALLOC.
@@ -235,11 +242,58 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       }
       return;
     }
-    case v1::TORCH_ALLOCATOR_ACTION_OOM:
+    case v1::TORCH_ALLOCATOR_ACTION_OOM: {
       ++r.out_of_memory;
+      // A failed allocation of its own, with what the post-mortem needs (oom.h).
+      NameTensorOrigin(s);
+      s.strings.try_emplace(kTorchOomErrorId, "OutOfMemoryError");
+      TorchOomRecord record;
+      record.stream = t.stream();
+      record.pool_first = t.pool_id_first();
+      record.pool_second = t.pool_id_second();
+      record.segment_events = s.torch.segment_log.size();
+      record.released_before_bytes = s.torch.released_since_block_event[t.device()];
+      Event e{};
+      e.timestamp_ns = timestamp_ns;
+      e.type = EventType::kFailedAllocation;
+      e.a = t.requested_bytes();  // the request rounded as the allocator looked for it
+      e.b = t.address();          // the device's free bytes
+      e.c = s.torch.ooms.size();
+      e.code = kOutOfMemoryCode;
+      e.name_id = kTorchApiId;
+      e.aux_id = kTorchOomErrorId;
+      e.caller_id = kTorchCallerId;
+      e.device = t.device();
+      e.thread_id = t.thread_id();
+      e.kind = kTorchAllocatedKind;
+      s.events.push_back(e);
+      s.torch.ooms.push_back(record);
       return;
+    }
+    case v1::TORCH_ALLOCATOR_ACTION_SEGMENT_ALLOC:
+    case v1::TORCH_ALLOCATOR_ACTION_SEGMENT_FREE:
+    case v1::TORCH_ALLOCATOR_ACTION_SEGMENT_MAP:
+    case v1::TORCH_ALLOCATOR_ACTION_SEGMENT_UNMAP: {
+      // The driver's records count the memory; the post-mortem needs the pools and streams.
+      TorchSegmentEvent g;
+      g.timestamp_ns = timestamp_ns;
+      g.address = t.address();
+      g.bytes = t.requested_bytes();
+      g.stream = t.stream();
+      g.pool_first = t.pool_id_first();
+      g.pool_second = t.pool_id_second();
+      g.device = t.device();
+      g.thread_id = t.thread_id();
+      g.action = static_cast<uint8_t>(t.action());
+      s.torch.segment_log.push_back(g);
+      if (t.action() == v1::TORCH_ALLOCATOR_ACTION_SEGMENT_FREE ||
+          t.action() == v1::TORCH_ALLOCATOR_ACTION_SEGMENT_UNMAP) {
+        s.torch.released_since_block_event[t.device()] += t.requested_bytes();
+      }
+      return;
+    }
     default:
-      return;  // segments come from the driver; completed frees change no figure
+      return;  // completed frees change no figure
   }
 }
 

@@ -121,7 +121,9 @@ std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& 
                  dead ? PhaseName(a.death_phase) : std::string(),
                  CellIf(a.birth_iteration >= 0, a.birth_iteration),
                  CellIf(a.death_iteration >= 0, a.death_iteration), a.lifetime_class, a.category,
-                 a.category.empty() ? "" : a.category_from_objects ? "objects" : "inferred");
+                 a.category.empty()        ? ""
+                 : a.category_from_objects ? "objects"
+                                           : "inferred");
     }
   }
   return {{"devices.csv", devices.Text()},

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -29,6 +30,13 @@ void WriteChromeTrace(const AnalyzedTrace& trace, std::ostream& out);
 // PyTorch memory_viz snapshot (a pickle, protocol 2) of one process:
 // `trace.report->processes[process]`. Allocations are categorized by phase of origin.
 void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out);
+// The same at one instant (`at_ns`, relative to the process's first timestamp): the segments
+// and blocks live then, and the history up to it (`export --at oom`).
+void WriteMemoryVizSnapshotAt(const AnalyzedTrace& trace, size_t process, uint64_t at_ns,
+                              std::ostream& out);
+// The instant of the process's first out-of-memory: PyTorch's own OOM when there is one,
+// else the first failed allocation the program saw; false when there was none.
+bool FirstOutOfMemory(const ProcessReport& process, uint64_t* at_ns);
 
 // The process memory_viz exports by default: the one with the highest device peak.
 size_t ProcessWithHighestPeak(const Report& report);

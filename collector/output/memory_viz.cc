@@ -18,9 +18,9 @@
 // "temporary", "activation", "gradient", "autograd_detail"; "unknown" for memory that is no
 // tensor allocation; a buffer is a "parameter" there); otherwise the phase of origin of its
 // allocation, "unknown" without one. When no entry is "unknown", one `snapshot` entry (the
-// end of the trace) carries "unknown": MemoryViz.js adds "unknown" itself when it is missing, through a misspelled
-// field (`snapshot.categores.push`), and stops with a TypeError before drawing anything.
-// With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
+// end of the trace) carries "unknown": MemoryViz.js adds "unknown" itself when it is missing,
+// through a misspelled field (`snapshot.categores.push`), and stops with a TypeError before drawing
+// anything. With `run --stacks`, blocks, segments and their alloc/segment_alloc entries carry the
 // allocating stack as PyTorch's `frames` ({"filename", "line", "name"}, innermost first);
 // frees carry none (the tracer records the stacks of allocations only).
 // `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
@@ -138,13 +138,20 @@ bool IsTensor(const TimelineAllocation& a) { return a.kind == kTorchAllocatedKin
 // PyTorch's allocator seen through the bridge: a segment (TORCH_RESERVED) holds the tensors
 // (TORCH_ALLOCATED) inside its range as active_allocated blocks, and the gaps between them
 // as inactive ones, as torch.cuda.memory._snapshot() shows it.
-void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t) {
+// Live at the instant the snapshot shows: at `at_ns` when given (born by then, not dead by
+// then), else at the end of the trace.
+bool LiveThen(const TimelineAllocation& a, const uint64_t* at_ns) {
+  if (at_ns == nullptr) return a.live_at_exit;
+  return a.birth_ns <= *at_ns && (a.live_at_exit || a.death_ns > *at_ns);
+}
+
+void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t, const uint64_t* at_ns) {
   for (uint32_t slot = 0; slot < t.devices.size(); ++slot) {
     const uint32_t device = t.devices[slot].index;
     std::vector<const TimelineAllocation*> segments;
     std::vector<const TimelineAllocation*> tensors;
     for (const TimelineAllocation& a : t.allocations) {
-      if (a.device_slot != slot || !a.live_at_exit) continue;
+      if (a.device_slot != slot || !LiveThen(a, at_ns)) continue;
       if (IsTorchSegment(a)) segments.push_back(&a);
       if (IsTensor(a)) tensors.push_back(&a);
     }
@@ -178,7 +185,7 @@ void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t) {
     }
     // Memory PyTorch never sees: a segment of its own, holding one block.
     for (const TimelineAllocation& a : t.allocations) {
-      if (a.device_slot == slot && a.live_at_exit && IsDeviceMemory(a.kind) && !IsTensor(a)) {
+      if (a.device_slot == slot && LiveThen(a, at_ns) && IsDeviceMemory(a.kind) && !IsTensor(a)) {
         w.Segment(device, a, /*blocks_known=*/true);
       }
     }
@@ -194,13 +201,14 @@ struct Step {
 
 // Through the bridge, the births and deaths of the device's segments, tensors and the memory
 // PyTorch never sees, by time.
-std::vector<Step> BridgedSteps(const ProcessTimeline& t, uint32_t ordinal) {
+std::vector<Step> BridgedSteps(const ProcessTimeline& t, uint32_t ordinal, const uint64_t* at_ns) {
   std::vector<Step> steps;
   for (const TimelineAllocation& a : t.allocations) {
     if (t.devices[a.device_slot].index != ordinal) continue;
     if (!IsTorchSegment(a) && !IsDeviceMemory(a.kind)) continue;
+    if (at_ns != nullptr && a.birth_ns > *at_ns) continue;
     steps.push_back({a.birth_ns, &a, true});
-    if (!a.live_at_exit) steps.push_back({a.death_ns, &a, false});
+    if (!LiveThen(a, at_ns) && !a.live_at_exit) steps.push_back({a.death_ns, &a, false});
   }
   std::stable_sort(steps.begin(), steps.end(),
                    [](const Step& x, const Step& y) { return x.time_ns < y.time_ns; });
@@ -233,7 +241,10 @@ size_t ProcessWithHighestPeak(const Report& report) {
   return found && report.processes[process].devices[slot].peak.bytes > 0 ? process : 0;
 }
 
-void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
+namespace {
+
+void WriteSnapshot(const AnalyzedTrace& trace, size_t process, const uint64_t* at_ns,
+                   std::ostream& out) {
   const ProcessReport& p = trace.report->processes.at(process);
   const ProcessTimeline& t = trace.timelines.at(process);
   const bool bridged = p.torch.attached;
@@ -244,10 +255,10 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   w.Str("segments");
   w.BeginList();
   if (bridged) {
-    BridgedSegments(w, t);
+    BridgedSegments(w, t, at_ns);
   } else {
     for (const TimelineAllocation& a : t.allocations) {
-      if (IsDeviceMemory(a.kind) && a.live_at_exit) {
+      if (IsDeviceMemory(a.kind) && LiveThen(a, at_ns)) {
         w.Segment(t.devices[a.device_slot].index, a, blocks_known);
       }
     }
@@ -275,9 +286,16 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
     std::vector<Step> steps;
     std::vector<const FailedAllocationReport*> failures;
     if (bridged || slot_it != t.devices.end()) {
-      steps = bridged ? BridgedSteps(t, ordinal) : SeriesSteps(t, *slot_it, slot);
+      steps = bridged ? BridgedSteps(t, ordinal, at_ns) : SeriesSteps(t, *slot_it, slot);
+      if (at_ns != nullptr) {
+        steps.erase(std::remove_if(steps.begin(), steps.end(),
+                                   [at_ns](const Step& x) { return x.time_ns > *at_ns; }),
+                    steps.end());
+      }
       for (const FailedAllocationReport& f : p.failed_allocations) {
-        if (f.device == ordinal) failures.push_back(&f);
+        if (f.device == ordinal && (at_ns == nullptr || f.time_ns <= *at_ns)) {
+          failures.push_back(&f);
+        }
       }
     }
     w.BeginList();
@@ -298,9 +316,8 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
       const bool block = bridged ? !IsTorchSegment(a) : blocks_known;
       // With categories, PyTorch's own names (memory that is no tensor allocation is
       // "unknown"); else the phase of origin.
-      const std::string category =
-          p.categories_given ? internal::MemoryVizCategoryName(a.category)
-                             : internal::PhaseLabel(t, a.phase, "unknown");
+      const std::string category = p.categories_given ? internal::MemoryVizCategoryName(a.category)
+                                                      : internal::PhaseLabel(t, a.phase, "unknown");
       if (steps[i].birth) {
         if (segment) entry("segment_alloc", a.address, a.bytes, now, category, a.stack);
         if (block) entry("alloc", a.address, a.bytes, now, category, a.stack);
@@ -318,6 +335,27 @@ void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ost
   w.EndList();
   w.EndDict();
   w.Finish();
+}
+
+}  // namespace
+
+bool FirstOutOfMemory(const ProcessReport& process, uint64_t* at_ns) {
+  const FailedAllocationReport* first = nullptr;
+  for (const FailedAllocationReport& f : process.failed_allocations) {
+    const bool torch = f.kind == "TORCH_ALLOCATED";
+    if (first == nullptr || (torch && first->kind != "TORCH_ALLOCATED")) first = &f;
+  }
+  if (first != nullptr) *at_ns = first->time_ns;
+  return first != nullptr;
+}
+
+void WriteMemoryVizSnapshot(const AnalyzedTrace& trace, size_t process, std::ostream& out) {
+  WriteSnapshot(trace, process, nullptr, out);
+}
+
+void WriteMemoryVizSnapshotAt(const AnalyzedTrace& trace, size_t process, uint64_t at_ns,
+                              std::ostream& out) {
+  WriteSnapshot(trace, process, &at_ns, out);
 }
 
 }  // namespace cumemtrace

@@ -29,6 +29,12 @@ struct RunFigures {
   std::map<std::string, uint64_t> lifetime_bytes;  // at the peak, by class
   uint64_t activation_memory_bytes = 0;            // peak - persistent
   uint64_t iterations = 0;
+  // Categories (DeviceCategories::given): each one's bytes at the device peak and its own
+  // peak, by name; and the device memory PyTorch never sees at the device peak.
+  bool categories = false;
+  std::map<std::string, uint64_t> category_at_peak;
+  std::map<std::string, uint64_t> category_own_peak;
+  uint64_t library_workspace_bytes = 0;
   std::map<std::string, PhaseFigures> phases;
   std::vector<std::string> phase_order;
 };
@@ -53,7 +59,19 @@ struct SweepPoint {
   RunFigures figures;
   std::string page;  // the run's report.html, relative to the sweep's folder; "" if none
 };
-// Memory versus the parameter: one row per value, one column group per label.
+// The sweep's columns from categories, in order: (name, bytes) of a run with categories.
+// parameters (parameter + buffer), gradients, optimizer state, activations, temporaries
+// (each its own peak), library workspaces (device memory PyTorch never sees, at the peak),
+// and the device peak.
+std::vector<std::pair<std::string, int64_t>> SweepColumns(const RunFigures& f);
+
+// A least-squares line through (x, y): the slope, in y per unit of x. False with fewer than
+// two distinct x.
+bool LeastSquaresSlope(const std::vector<double>& x, const std::vector<double>& y, double* slope);
+
+// Memory versus the parameter: one row per value, one column group per label; then, where
+// the values are numbers, each column's slope per unit of the parameter and which grows
+// fastest.
 std::string SweepText(const std::string& parameter, const std::vector<SweepPoint>& points);
 std::string SweepCsv(const std::string& parameter, const std::vector<SweepPoint>& points);
 std::string SweepJson(const std::string& parameter, const std::vector<SweepPoint>& points);

@@ -197,8 +197,64 @@ Json PhaseJson(const PhaseReport& p) {
            })}};
 }
 
-Json FailuresJson(const std::vector<FailedAllocationReport>& list) {
-  return Array(list, [](const FailedAllocationReport& f) -> Json {
+Json HeldJson(const std::vector<HeldGroup>& groups) {
+  return Array(groups, [](const HeldGroup& g) -> Json {
+    return {{"name", OrNull(g.name)}, {"bytes", g.bytes}, {"count", g.count}};
+  });
+}
+
+Json WouldFitJson(const WouldFit& w) {
+  return {{"fits", w.fits},
+          {"available_bytes", w.available_bytes},
+          {"needed_bytes", w.needed_bytes},
+          {"short_by_bytes", w.short_by_bytes}};
+}
+
+Json PostMortemJson(const OomPostMortem& pm) {
+  const bool known = pm.cache_known;
+  return {{"reason", pm.reason},
+          {"explanation", pm.explanation},
+          {"cache_known", known},
+          {"request_bytes", pm.request_bytes},
+          {"pool", OrNull(pm.pool)},
+          {"stream", OrNull(!pm.pool.empty(), pm.stream)},
+          {"device_free_bytes", pm.device_free_bytes},
+          {"expandable_segments_on", pm.expandable_segments_on},
+          {"cache_free_bytes", OrNull(known, pm.cache_free_bytes)},
+          {"pool_free_bytes", OrNull(known && !pm.pool.empty(), pm.pool_free_bytes)},
+          {"largest_free_block_bytes",
+           OrNull(known && !pm.pool.empty(), pm.largest_free_block_bytes)},
+          {"wholly_free_segment_bytes", OrNull(known, pm.wholly_free_segment_bytes)},
+          {"released_before_bytes", OrNull(known, pm.released_before_bytes)},
+          {"largest_request_that_fits_bytes", pm.largest_request_that_fits_bytes},
+          {"would_fit",
+           {{"expandable_segments", known ? WouldFitJson(pm.expandable_segments) : Json()},
+            {"empty_cache", known ? WouldFitJson(pm.empty_cache) : Json()},
+            {"smaller_request", WouldFitJson(pm.smaller_request)}}},
+          {"pools", Array(pm.pools,
+                          [](const CachePoolState& c) -> Json {
+                            return {{"pool", c.pool},
+                                    {"stream", c.stream},
+                                    {"pool_id", {c.pool_id_first, c.pool_id_second}},
+                                    {"expandable", c.expandable},
+                                    {"segments", c.segments},
+                                    {"segment_bytes", c.segment_bytes},
+                                    {"allocated_bytes", c.allocated_bytes},
+                                    {"free_bytes", c.free_bytes},
+                                    {"free_blocks", c.free_blocks},
+                                    {"largest_free_block_bytes", c.largest_free_block_bytes},
+                                    {"wholly_free_segment_bytes", c.wholly_free_segment_bytes}};
+                          })},
+          {"held_bytes", pm.held_bytes},
+          {"held_by_phase", HeldJson(pm.held_by_phase)},
+          {"held_by_kind", HeldJson(pm.held_by_kind)},
+          {"held_by_library", HeldJson(pm.held_by_library)},
+          {"held_by_stack", HeldJson(pm.held_by_stack)}};
+}
+
+// `post_mortems`: the failures the program saw; retries have none.
+Json FailuresJson(const std::vector<FailedAllocationReport>& list, bool post_mortems) {
+  return Array(list, [post_mortems](const FailedAllocationReport& f) -> Json {
     return {{"time_ns", f.time_ns},
             {"time_abs_ns", f.time_abs_ns},
             {"api", f.api},
@@ -212,7 +268,10 @@ Json FailuresJson(const std::vector<FailedAllocationReport>& list) {
             {"device_total_bytes", f.device_total_bytes},
             {"thread_id", f.thread_id},
             {"phase", OrNull(f.phase)},
-            {"device_in_use_bytes", f.device_in_use_bytes}};
+            {"device_in_use_bytes", f.device_in_use_bytes},
+            {"post_mortem", post_mortems && !f.post_mortem.reason.empty()
+                                ? PostMortemJson(f.post_mortem)
+                                : Json()}};
   });
 }
 
@@ -305,8 +364,8 @@ Json ProcessJson(const ProcessReport& p) {
                                                : Json("inferred")}}},
             {"nvtx_marks", p.nvtx_marks},
             {"unmatched_range_closes", p.unmatched_range_closes},
-            {"failed_allocations", FailuresJson(p.failed_allocations)},
-            {"driver_retries", FailuresJson(p.driver_retries)}});
+            {"failed_allocations", FailuresJson(p.failed_allocations, true)},
+            {"driver_retries", FailuresJson(p.driver_retries, false)}});
   return j;
 }
 

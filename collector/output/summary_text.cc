@@ -13,6 +13,7 @@ namespace cumemtrace {
 namespace {
 
 using internal::BaseName;
+using internal::Bytes;
 using internal::Format;
 using internal::LifetimeClassLabel;
 using internal::PhaseName;
@@ -24,18 +25,6 @@ std::string Grouped(uint64_t value) {
   std::string out = std::to_string(value);
   for (int i = static_cast<int>(out.size()) - 3; i > 0; i -= 3) out.insert(i, ",");
   return out;
-}
-
-std::string Bytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes) / 1024.0;
-  int unit = 0;
-  while (value >= 1024.0 && unit < 3) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return Format(value < 10 ? "%.2f" : value < 100 ? "%.1f" : "%.0f", value) + " " + kUnits[unit];
 }
 
 std::string Duration(uint64_t ns) {
@@ -122,8 +111,8 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
   const bool torch = c.tensor_layer == "torch_allocated";
   std::vector<Row> rows;
   if (torch) {
-    rows.push_back({"", "at tensor peak", "at device peak", "own peak", "at", "objects",
-                    "inferred"});
+    rows.push_back(
+        {"", "at tensor peak", "at device peak", "own peak", "at", "objects", "inferred"});
   } else {
     rows.push_back({"", "at peak", "own peak", "at", "objects", "inferred"});
   }
@@ -165,11 +154,16 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
   out << "    by category:\n";
   PrintTable(out, "      ", rows, "l");
   if (torch) {
-    out << "      (tensor peak " << Bytes(c.tensor_peak_bytes) << " at " << At(c.tensor_peak_time_ns)
+    out << "      (tensor peak " << Bytes(c.tensor_peak_bytes) << " at "
+        << At(c.tensor_peak_time_ns)
         << "; objects: named by the program's parameters, buffers, .grad and optimizer state)\n";
   } else {
     out << "      (objects: named by the program's parameters, buffers, .grad and optimizer"
            " state)\n";
+  }
+  if (c.tensor_layer == "device" && p.allocator_mode == "native") {
+    out << "      (of the segments PyTorch's caching allocator keeps, not of tensors: the"
+           " allocator bridge sees tensors)\n";
   }
   if (p.category_tags_unmatched > 0) {
     out << "      (" << Plural(p.category_tags_unmatched, "tag")
@@ -326,6 +320,93 @@ void AddSpread(Row& row, const Spread& s, F format) {
   for (int64_t v : {s.median, s.min, s.max}) row.push_back(s.count > 0 ? format(v) : "-");
 }
 
+
+std::string ExactBytes(uint64_t bytes) {
+  return bytes < 1024 ? Bytes(bytes) : Bytes(bytes) + " (" + Grouped(bytes) + " B)";
+}
+
+std::string Verdict(const WouldFit& w) {
+  return w.fits ? "yes (" + Bytes(w.available_bytes) + " available, " + Bytes(w.needed_bytes) +
+                      " needed)"
+                : "no, short by " + ExactBytes(w.short_by_bytes) + " (" +
+                      Bytes(w.available_bytes) + " available, " + Bytes(w.needed_bytes) +
+                      " needed)";
+}
+
+std::string Held(const std::vector<HeldGroup>& groups, const char* unnamed) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < groups.size() && i < 4; ++i) {
+    parts.push_back((groups[i].name.empty() ? std::string(unnamed) : groups[i].name) + " " +
+                    Bytes(groups[i].bytes));
+  }
+  if (groups.size() > 4) parts.push_back("...");
+  return Join(parts, ", ");
+}
+
+// Whether the text shows a failure's post-mortem: PyTorch's own requests for a segment (its
+// driver calls) are followed by its OOM, which says it all.
+bool HasPostMortemText(const ProcessReport& p, const FailedAllocationReport& f) {
+  const OomPostMortem& pm = f.post_mortem;
+  if (pm.reason.empty()) return false;
+  return !(p.torch.attached && pm.pool.empty() && p.torch.out_of_memory > 0 &&
+           BaseName(f.caller).rfind("libc10_cuda", 0) == 0);
+}
+
+// Why a failed allocation did not fit and what would have let it (docs/oom.md).
+void PrintPostMortem(std::ostream& out, const FailedAllocationReport& f) {
+  const OomPostMortem& pm = f.post_mortem;
+  out << "  out of memory at " << At(f.time_ns) << " on GPU " << f.device << " (" << f.api
+      << (f.phase.empty() ? std::string() : ", in " + f.phase) << "): "
+      << ExactBytes(pm.request_bytes) << " requested"
+      << (pm.pool.empty() ? std::string()
+                          : ", " + pm.pool + " pool, stream " + std::to_string(pm.stream))
+      << "\n";
+  out << "    why: " << pm.explanation << "\n";
+  if (pm.cache_known) {
+    out << "    device free " << ExactBytes(pm.device_free_bytes) << "; free in PyTorch's cache "
+        << ExactBytes(pm.cache_free_bytes);
+    if (!pm.pool.empty()) {
+      out << "; largest free block of its pool " << ExactBytes(pm.largest_free_block_bytes);
+    }
+    out << "\n";
+    if (pm.released_before_bytes > 0) {
+      out << "    the allocator gave " << ExactBytes(pm.released_before_bytes)
+          << " of cached segments back to the driver before it raised\n";
+    }
+    out << "    would have fit:\n";
+    if (pm.expandable_segments_on) {
+      out << "      expandable_segments:True  (already on)\n";
+    } else {
+      out << "      expandable_segments:True  " << Verdict(pm.expandable_segments) << "\n";
+    }
+    out << "      empty_cache() before      " << Verdict(pm.empty_cache) << "\n";
+  } else {
+    out << "    would have fit:\n";
+  }
+  out << "      a smaller request         up to " << ExactBytes(pm.largest_request_that_fits_bytes)
+      << " would have fit\n";
+  if (pm.cache_known && !pm.pools.empty()) {
+    std::vector<Row> rows{{"pool", "stream", "segments", "allocated", "free", "free blocks",
+                           "largest free"}};
+    for (const CachePoolState& c : pm.pools) {
+      const bool private_pool = c.pool_id_first != 0 || c.pool_id_second != 0;
+      rows.push_back({c.pool + (c.expandable ? " (expandable)" : "") +
+                          (private_pool ? " (private)" : ""),
+                      std::to_string(c.stream), Grouped(c.segments), Bytes(c.allocated_bytes),
+                      Bytes(c.free_bytes), Grouped(c.free_blocks),
+                      ExactBytes(c.largest_free_block_bytes)});
+    }
+    out << "    PyTorch's cache then:\n";
+    PrintTable(out, "      ", rows, "lrrrrrr");
+  }
+  out << "    held then " << Bytes(pm.held_bytes) << ": by phase "
+      << Held(pm.held_by_phase, "(no phase)") << "; by library "
+      << Held(pm.held_by_library, "(not unwound)") << "\n";
+  if (!pm.held_by_stack.empty()) {
+    out << "    by stack: " << Held(pm.held_by_stack, "?") << "\n";
+  }
+}
+
 // Per-phase figures over iterations 2..N, the first (warm-up) apart.
 void PrintIterations(std::ostream& out, const ProcessReport& p) {
   const IterationReport& r = p.iterations;
@@ -457,6 +538,21 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
                     Bytes(f.device_free_bytes) + " / " + Bytes(f.device_total_bytes),
                     PhaseName(f.phase)};
           });
+  // A program that retries (a batch-size search) fails many times: the first three say it.
+  constexpr size_t kPostMortems = 3;
+  size_t shown = 0, more = 0;
+  for (const FailedAllocationReport& f : p.failed_allocations) {
+    if (!HasPostMortemText(p, f)) continue;
+    if (shown < kPostMortems) {
+      PrintPostMortem(out, f);
+      ++shown;
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) {
+    out << "  (" << Plural(more, "more out-of-memory post-mortem") << " in summary.json)\n";
+  }
   if (!p.driver_retries.empty()) {
     // One line per API and error: a PyTorch run has one per autograd thread.
     std::map<std::string, std::pair<uint64_t, const FailedAllocationReport*>> by_error;

@@ -23,6 +23,19 @@ inline std::string Format(const char* format, double value) {
   return text;
 }
 
+// 1536 -> "1.50 KiB": three significant figures, binary units.
+inline std::string Bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return Format(value < 10 ? "%.2f" : value < 100 ? "%.1f" : "%.0f", value) + " " + kUnits[unit];
+}
+
 inline std::string PhaseName(const std::string& phase) {
   return phase.empty() ? "(no phase)" : phase;
 }

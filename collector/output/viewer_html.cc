@@ -140,6 +140,22 @@ json StacksData(const StackTable& table) {
 }
 
 // How the process ended, for the page's header: "exited" (code), "killed" (signal, from the
+
+// A failed allocation's post-mortem as the page shows it (docs/oom.md): why, and whether each
+// change would have let it fit.
+json PostMortemData(const OomPostMortem& pm) {
+  auto verdict = [](const WouldFit& w) -> json {
+    return {{"fits", w.fits}, {"short_by_bytes", w.short_by_bytes}};
+  };
+  return {{"reason", pm.reason},
+          {"explanation", pm.explanation},
+          {"request_bytes", pm.request_bytes},
+          {"largest_request_that_fits_bytes", pm.largest_request_that_fits_bytes},
+          {"expandable_segments_on", pm.expandable_segments_on},
+          {"expandable_segments", pm.cache_known ? verdict(pm.expandable_segments) : json()},
+          {"empty_cache", pm.cache_known ? verdict(pm.empty_cache) : json()}};
+}
+
 // launcher), or "unknown" (no exit record: the trace was cut short).
 json ExitData(const ProcessReport& p) {
   const ExitStatus& e = p.exit;
@@ -177,7 +193,10 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
                       {"requested_bytes", f.requested_bytes}, {"error_name", f.error_name},
                       {"phase", OrNull(!f.phase.empty(), f.phase)},
                       {"caller", f.caller}, {"device_in_use_bytes", f.device_in_use_bytes},
-                      {"device_free_bytes", f.device_free_bytes}});
+                      {"device_free_bytes", f.device_free_bytes},
+                      {"post_mortem", f.post_mortem.reason.empty()
+                                          ? json()
+                                          : PostMortemData(f.post_mortem)}});
   }
   // NVTX ranges with their nesting depth on their thread (0: outermost), for phase bands.
   std::vector<double> start, end;

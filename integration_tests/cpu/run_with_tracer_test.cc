@@ -3,7 +3,9 @@
 //   start-up hooks: the named methods become phases, the loop's iterations are found, and a
 //   name that cannot be resolved gets one warning;
 // - a CUDA program on a machine with no CUDA driver: NVTX phases and the process's lifetime
-//   are recorded, with one notice.
+//   are recorded, with one notice;
+// - the Python side's categories, read from a stand-in torch's objects at the moments torch
+//   calls its hooks (python/fake_torch).
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,6 +190,93 @@ TEST_F(PythonPhases, NoCudaDriverStillRecordsPhasesWithOneNotice) {
   EXPECT_EQ(process["phases"].size(), 2u);  // setup, train
   EXPECT_EQ(process["exit"]["code"], 0);
   EXPECT_TRUE(process["devices"].empty());
+}
+
+}  // namespace
+
+namespace {
+
+// A training loop over the stand-in torch (python/fake_torch): two parameters and a buffer,
+// an optimizer whose first step makes one state tensor per parameter, new gradients every
+// step, and a tensor on the CPU, which is never named.
+class PythonCategories : public PythonPhases {
+ protected:
+  void SetUp() override {
+    PythonPhases::SetUp();
+    std::ofstream(tmp_ + "/fake_train.py") << R"(import torch
+from torch.nn import Module, Parameter
+from torch.optim import Optimizer
+
+
+class Net(Module):
+    def __init__(self):
+        super().__init__()
+        self.register_parameter("w", Parameter(4096))
+        self.register_parameter("b", Parameter(512))
+        self.register_buffer("running", torch.Tensor(1024))
+
+    def forward(self, x):
+        return x
+
+
+class Momentum(Optimizer):
+    def update(self):
+        for p in self.param_groups[0]["params"]:
+            self.state.setdefault(p, {"momentum_buffer": torch.Tensor(p.nbytes), "step": 1})
+
+
+net = Net()
+optimizer = Momentum(net.parameters())
+on_cpu = torch.Tensor(64, device=-1)
+for step in range(2):
+    for p in net.parameters():
+        p.grad = torch.Tensor(p.nbytes)
+    net(None)
+    optimizer.step()
+print("trained")
+)";
+  }
+
+  // The program's categories block in summary.json, after `run` with `options`.
+  nlohmann::json Run(const std::string& options, const std::string& script) {
+    const std::string out = tmp_ + "/out";
+    const int status = Shell("cd " + tmp_ + " && env -u CUMEMTRACE_TRACER_LIB -u CUMEMTRACE_SOCKET "
+                             "PYTHONPATH=" FAKE_TORCH_DIR " " CUMEMTRACE_BIN " run -o " + out +
+                             " --quiet " + options + " -- " + python_ + " " + script + " > " +
+                             tmp_ + "/stdout 2> " + tmp_ + "/stderr");
+    EXPECT_EQ(status, 0) << ReadFile(tmp_ + "/stderr");
+    EXPECT_EQ(ReadFile(tmp_ + "/stdout"), "trained\n");
+    stderr_ = ReadFile(tmp_ + "/stderr");
+    std::ifstream in(out + "/summary.json");
+    if (!in.good()) return {};
+    const nlohmann::json summary = nlohmann::json::parse(in);
+    return summary["processes"][0]["categories"];
+  }
+  std::string stderr_;
+};
+
+TEST_F(PythonCategories, TheProgramsObjectsAreNamedWhenTorchCallsItsHooks) {
+  const nlohmann::json categories = Run("", "fake_train.py");
+  // First module call: 2 parameters and the buffer. Each step's pre-hook: the optimizer's
+  // parameters (the first time only: unchanged after) and the 2 new gradients; the first
+  // step's post-hook: 2 state tensors. At exit, all of it once more (11). The CPU tensor
+  // never. With no GPU there is no allocation to name: every tag is unmatched.
+  EXPECT_EQ(categories["tags"], 3 + (2 + 2) + 2 + 2 + 11) << categories.dump();
+  EXPECT_EQ(categories["tags_unmatched"], categories["tags"]);
+  EXPECT_EQ(stderr_.find("cumemtrace: categories"), std::string::npos) << stderr_;
+}
+
+TEST_F(PythonCategories, NoCategoriesLeavesTheObjectsUnread) {
+  const nlohmann::json categories = Run("--no-categories", "fake_train.py");
+  EXPECT_EQ(categories["tags"], 0) << categories.dump();
+}
+
+TEST_F(PythonCategories, AProgramThatNeverImportsTorchIsLeftAlone) {
+  std::ofstream(tmp_ + "/plain.py") << "import sys\nprint('trained')\n"
+                                       "assert 'torch' not in sys.modules\n";
+  const nlohmann::json categories = Run("", "plain.py");
+  EXPECT_EQ(categories["tags"], 0) << categories.dump();
+  EXPECT_EQ(stderr_.find("categories"), std::string::npos) << stderr_;
 }
 
 }  // namespace

@@ -29,6 +29,8 @@
 //               [--range=NAME]...             wrap batch b in an NVTX range named the
 //                                             (b mod count)-th NAME
 //               [--long-range=N]              a range NAME of N letters 'a'
+//               [--pause-ms=N]                sleep N ms after each batch (a program that
+//                                             runs for a while, for the live view)
 //               [--keep-going]                when the collector goes away, stop sending
 //                                             and exit as asked (as the real tracer does)
 #include <fcntl.h>
@@ -74,6 +76,7 @@ struct Options {
   bool connect = true;
   std::string ring;
   std::vector<std::string> ranges;
+  int pause_ms = 0;
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -380,6 +383,8 @@ Options Parse(int argc, char** argv) {
       o.socket_path = v8;
     } else if (const char* v12 = value("--range=")) {
       o.ranges.push_back(v12);
+    } else if (const char* v13 = value("--pause-ms=")) {
+      o.pause_ms = atoi(v13);
     } else if (arg == "--keep-going") {
       keep_going = true;
     } else if (const char* v11 = value("--long-range=")) {
@@ -451,6 +456,7 @@ int main(int argc, char** argv) {
   for (int b = 0; b < o.batches; ++b) {
     const std::string range = o.ranges.empty() ? "" : o.ranges[static_cast<size_t>(b) % o.ranges.size()];
     SendMessage(fd, Batch(static_cast<uint64_t>(b), o.events, range));
+    if (o.pause_ms > 0) usleep(static_cast<useconds_t>(o.pause_ms) * 1000);
   }
   if (o.partial_frame) {
     std::string frame;

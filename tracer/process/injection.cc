@@ -123,8 +123,9 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
 // The Python side's names for tensors' storages (sources/python/tensor_categories.h).
 extern "C" __attribute__((visibility("default"))) uint32_t cumemtrace_tensor_categories(
     uint32_t category, uint32_t count, const uint64_t* addresses, const uint64_t* bytes,
-    const uint32_t* devices) {
-  return cumemtrace::tracer::RecordTensorCategories(category, count, addresses, bytes, devices);
+    const uint32_t* devices, uint64_t timestamp_ns) {
+  return cumemtrace::tracer::RecordTensorCategories(category, count, addresses, bytes, devices,
+                                                    timestamp_ns);
 }
 
 // Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/sources/python/).

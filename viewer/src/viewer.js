@@ -1521,6 +1521,29 @@
     }
   }
 
+  // The first out-of-memory: PyTorch's own OOM when there is one, else the first failure.
+  function firstOutOfMemory(p) {
+    const failures = p.failed_allocations || [];
+    return failures.find((f) => f.post_mortem && f.api === 'PyTorch caching allocator') ||
+      failures[0] || null;
+  }
+
+  // Why it did not fit and what would have let it (docs/oom.md).
+  function postMortemBox(f) {
+    const pm = f.post_mortem, box = el('div', { id: 'oom' });
+    box.append(el('h2', {}, `Out of memory at ${fmtTime(f.time_ns)} on GPU ${f.device}`));
+    if (!pm) return box;
+    box.append(el('p', {}, `${f.api}: ${fmtBytes(pm.request_bytes)} requested. Why: ${pm.explanation}.`));
+    const verdict = (w) => (w.fits ? 'yes' : `no, short by ${fmtBytes(w.short_by_bytes)}`);
+    const items = [];
+    if (pm.expandable_segments_on) items.push('expandable_segments:True: already on');
+    else if (pm.expandable_segments) items.push(`expandable_segments:True: ${verdict(pm.expandable_segments)}`);
+    if (pm.empty_cache) items.push(`empty_cache() just before: ${verdict(pm.empty_cache)}`);
+    items.push(`a smaller request: up to ${fmtBytes(pm.largest_request_that_fits_bytes)}`);
+    box.append(el('p', {}, 'Would have fit:'), el('ul', { id: 'oom-would-fit' }, ...items.map((t) => el('li', {}, t))));
+    return box;
+  }
+
   function buildViewControls(p) {
     const host = document.getElementById('view-buttons');
     const button = (id, text, title, f) => {
@@ -1556,12 +1579,20 @@
     state.full = fullRange(p);
     [state.t0, state.t1] = iterationRange(p) || state.full;
     buildViewControls(p);
-    // The answer without a click: the highest peak is selected, and what was live then shown.
+    // The answer without a click: the out-of-memory when there was one (what was live then and
+    // why it did not fit), else the highest peak, and what was live then shown.
     let best = -1;
     p.devices.forEach((d, slot) => {
       if (d.peak_step !== null && (best < 0 || d.peak_bytes > p.devices[best].peak_bytes)) best = slot;
     });
-    if (best >= 0) {
+    const oom = firstOutOfMemory(p);
+    const oomSlot = oom ? p.devices.findIndex((d) => d.index === oom.device) : -1;
+    if (oomSlot >= 0) {
+      if (oom.time_ns < state.t0 || oom.time_ns > state.t1) [state.t0, state.t1] = state.full;
+      const d = p.devices[oomSlot];
+      showLive(oomSlot, upperBound(d.time, oom.time_ns) - 1, oom.time_ns);
+      document.getElementById('selection').prepend(postMortemBox(oom));
+    } else if (best >= 0) {
       showLive(best, p.devices[best].peak_step, p.devices[best].time[p.devices[best].peak_step]);
     } else {
       document.getElementById('selection').replaceChildren(el('h2', {}, 'Live at an instant'),

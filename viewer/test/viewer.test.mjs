@@ -117,6 +117,26 @@ test('the wheel zooms in around the pointer and a shift+drag pans', async () => 
   await page.close();
 });
 
+// The golden CUDA program asks for twice the device's memory: the page opens on that
+// out-of-memory, with its post-mortem (docs/oom.md) above what was live then.
+test('on load an out-of-memory is selected: why it did not fit and what was live then', async () => {
+  const { page, problems, summary } = await open('cuda_phases');
+  const failure = summary.processes[0].failed_allocations[0];
+  await page.locator('#oom').waitFor({ state: 'visible' });
+  assert.match(await page.locator('#oom h2').textContent(),
+    new RegExp(`^Out of memory at \\S+ \\S+ on GPU ${failure.device}$`));
+  const text = await page.locator('#oom').textContent();
+  assert.ok(text.includes(failure.post_mortem.explanation), text);
+  assert.match(await page.locator('#oom-would-fit').textContent(), /a smaller request: up to/);
+  const selection = await page.evaluate(() => window.cumemtraceViewer.selection());
+  assert.equal(selection.device, failure.device);
+  const live = await page.$$eval('#live-by-phase tbody tr',
+    (trs) => trs.reduce((n, tr) => n + Number(tr.dataset.bytes), 0));
+  assert.equal(live, failure.post_mortem.held_bytes);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test('on load the peak is selected: what was live there by allocating phase, with byte figures', async () => {
   const { page, problems, summary } = await open('torch_async');
   const device = summary.processes[0].devices[0];

@@ -10,6 +10,7 @@
 
 #include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
+#include "collector/output/run_figures.h"
 
 namespace cumemtrace {
 namespace {
@@ -255,6 +256,75 @@ TEST(Categories, TagsNameTensorsNotTheirSegments) {
   EXPECT_EQ(d->categories.not_torch_at_tensor_peak_bytes, 8 * MiB);
   EXPECT_EQ(d->categories.not_torch_at_tensor_peak_by_library.at("libcublasLt.so"), 8 * MiB);
   EXPECT_EQ(d->categories.not_torch_at_device_peak_bytes, 8 * MiB);
+}
+
+// A model of `depth` layers, one backprop step with no tag: 4 MiB of weights, 4 MiB of
+// gradients and 8 MiB of Adam state per layer, 10 MiB of activations per layer saved in
+// forward and freed in backward, and a 16 MiB library workspace whatever the depth.
+StreamBuilder Layers(uint64_t depth) {
+  StreamBuilder s(1, 10);
+  s.String(1, "forward").String(2, "backward").String(3, "optimizer").String(4, "cudaMalloc");
+  s.String(5, "cudaMallocAsync");
+  uint64_t t = 1;
+  for (uint64_t k = 0; k < depth; ++k) {
+    s.Alloc(t++, 0, 0x100000 + k, 4 * MiB, testing::kDevice, kThread, 5);
+  }
+  s.Alloc(t++, 0, 0x900000, 16 * MiB, testing::kDevice, kThread, 4);  // cuBLAS's own
+  s.Push(t++, kThread, 1);
+  for (uint64_t k = 0; k < depth; ++k) {
+    s.Alloc(t++, 0, 0x200000 + k, 10 * MiB, testing::kDevice, kThread, 5);
+  }
+  s.Pop(t, kThread).Push(t + 1, kThread, 2);
+  t += 2;
+  for (uint64_t k = depth; k-- > 0;) {
+    s.Alloc(t++, 0, 0x300000 + k, 4 * MiB, testing::kDevice, kThread, 5);
+    s.Free(t++, 0, 0x200000 + k, 10 * MiB, testing::kDevice, kThread);
+  }
+  s.Pop(t, kThread).Push(t + 1, kThread, 3);
+  t += 2;
+  for (uint64_t k = 0; k < depth; ++k) {
+    s.Alloc(t++, 0, 0x400000 + k, 8 * MiB, testing::kDevice, kThread, 5);
+  }
+  s.Pop(t, kThread).Exit(t + 10, 0).Flush();
+  return s;
+}
+
+TEST(Categories, SweepGivesEachPartItsSlopePerLayer) {
+  std::vector<SweepPoint> points;
+  for (uint64_t depth : {2, 4, 8}) {
+    auto report = Analyze(Layers(depth).Chunks());
+    points.push_back({"BP", std::to_string(depth), 0, FiguresOf(*report, "BP"), ""});
+  }
+  const RunFigures& deepest = points.back().figures;
+  ASSERT_TRUE(deepest.categories);
+  // Async mode: the tensors are the cudaMallocAsync allocations; cuBLAS's is a workspace.
+  auto deep = Analyze(Layers(8).Chunks());
+  EXPECT_EQ(FindDevice(deep->processes.at(0), 0)->categories.tensor_layer, "async");
+  EXPECT_EQ(deepest.library_workspace_bytes, 16 * MiB);
+  // The peak is in the optimizer, after the activations were freed: their own peak counts.
+  EXPECT_EQ(deepest.category_at_peak.at("activation"), 0u);
+  EXPECT_EQ(deepest.category_own_peak.at("activation"), 80 * MiB);
+  std::map<std::string, double> slope;
+  std::vector<double> x;
+  std::map<std::string, std::vector<double>> y;
+  for (const SweepPoint& p : points) {
+    x.push_back(std::stod(p.value));
+    for (const auto& [name, bytes] : SweepColumns(p.figures)) {
+      y[name].push_back(static_cast<double>(bytes));
+    }
+  }
+  for (const auto& [name, column] : y) ASSERT_TRUE(LeastSquaresSlope(x, column, &slope[name]));
+  EXPECT_DOUBLE_EQ(slope["parameters"], 4.0 * MiB);
+  EXPECT_DOUBLE_EQ(slope["gradients"], 4.0 * MiB);
+  EXPECT_DOUBLE_EQ(slope["optimizer state"], 8.0 * MiB);
+  EXPECT_DOUBLE_EQ(slope["activations"], 10.0 * MiB);
+  EXPECT_DOUBLE_EQ(slope["library workspaces"], 0.0);
+  EXPECT_DOUBLE_EQ(slope["peak"], 16.0 * MiB);  // weights + gradients + state
+  const std::string text = SweepText("depth", points);
+  EXPECT_NE(text.find("80.0 MiB"), std::string::npos) << text;  // the activations at depth 8
+  EXPECT_NE(text.find("+10.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("grows fastest: BP: activations (+10.00 MiB per depth)"), std::string::npos)
+      << text;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """Checks a memory_viz snapshot written by `cumemtrace export --format memory-viz` against the
 summary of the same trace, reading it with Python's own pickle (as PyTorch's tools do).
 
-  check_memory_viz.py SNAPSHOT.pickle SUMMARY.json
+  check_memory_viz.py SNAPSHOT.pickle SUMMARY.json [--at-oom]
 
 - segments: each segment's blocks tile it exactly (contiguous, sizes add up);
 - device_traces: replaying the actions never frees what is not allocated, never allocates an
@@ -14,6 +14,10 @@ summary of the same trace, reading it with Python's own pickle (as PyTorch's too
 - categories are the summary's phase names or "unknown", and "unknown" is among them (the
   page itself adds it through a misspelled field and stops otherwise); times never go back
   and are wall-clock microseconds: from the process's first timestamp on.
+
+With --at-oom (a snapshot of `export --at oom`), the trace ends at the first out-of-memory: the
+replayed peak is at most the summary's, the device's trace ends with that `oom` entry, and
+the largest inactive block of the OOM's pool is the post-mortem's largest free block.
 """
 import json
 import pickle
@@ -25,7 +29,7 @@ def fail(message):
     sys.exit(1)
 
 
-def main(snapshot_path, summary_path):
+def main(snapshot_path, summary_path, at_oom=None):
     with open(snapshot_path, "rb") as f:
         snap = pickle.load(f)
     with open(summary_path) as f:
@@ -44,6 +48,8 @@ def main(snapshot_path, summary_path):
     # The exported process: the one whose devices' peaks match (highest peak by default).
     process = max(summary["processes"],
                   key=lambda p: max([d["peak"]["bytes"] for d in p["devices"]] or [0]))
+    if at_oom:
+        process = next(p for p in summary["processes"] if p["failed_allocations"])
     phases = {p["name"] for p in process["phases"]} | {"unknown"}
     peaks = {d["index"]: d["peak"]["bytes"] for d in process["devices"]}
 
@@ -99,7 +105,13 @@ def main(snapshot_path, summary_path):
             elif action not in ("oom", "snapshot"):
                 fail("unknown action %r" % action)
             peak = max(peak, live)
-        if device in peaks and peak != peaks[device]:
+        if at_oom:
+            if peak > peaks.get(device, 0):
+                fail("device %d: replayed peak %d above the summary's" % (device, peak))
+            actions = [e["action"] for e in trace if e["action"] != "snapshot"]
+            if actions and actions[-1] != "oom":
+                fail("device %d: the trace does not end at the oom" % device)
+        elif device in peaks and peak != peaks[device]:
             fail("device %d: replayed peak %d, summary says %d" % (device, peak, peaks[device]))
         at_end = {s["address"]: s["total_size"] for s in snap["segments"] if s["device"] == device}
         if at_end != segments:
@@ -108,9 +120,21 @@ def main(snapshot_path, summary_path):
                   for b in s["blocks"] if b["state"] == "active_allocated"}
         if active != blocks:
             fail("device %d: live blocks differ from the snapshot's active blocks" % device)
+    if at_oom:
+        failures = process["failed_allocations"]
+        oom = next((f for f in failures if f["kind"] == "TORCH_ALLOCATED"), failures[0])
+        pm = oom["post_mortem"]
+        if pm["pool"] is not None:
+            largest = max([b["size"] for s in snap["segments"] if s["device"] == oom["device"]
+                           and s["segment_type"] == pm["pool"] for b in s["blocks"]
+                           if b["state"] == "inactive"] or [0])
+            if largest != pm["largest_free_block_bytes"]:
+                fail("largest inactive block %d, the post-mortem says %d" %
+                     (largest, pm["largest_free_block_bytes"]))
     print("ok: %d segments, %d trace entries" %
           (len(snap["segments"]), sum(len(t) for t in snap["device_traces"])))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = [a for a in sys.argv[1:] if a != "--at-oom"]
+    main(*args, at_oom="--at-oom" in sys.argv[1:])

@@ -19,6 +19,7 @@
 #include "collector/output/exports.h"
 #include "collector/output/slice_tracks.h"
 #include "collector/output/pickle_writer.h"
+#include "collector/engine/tests/fake_allocator.h"
 #include "collector/engine/tests/trace_builder.h"
 #include "collector/engine/engine.h"
 #include "collector/output/summary.h"
@@ -564,8 +565,8 @@ TEST(MemoryVizExport, CategoriesUsePyTorchsNames) {
   s.Free(22, 0, 0x2000, 500, kDevice, 10).Pop(23, 10);
   s.Push(30, 10, 3).Alloc(31, 0, 0x4000, 2000, kDevice, 10).Pop(32, 10);
   s.Exit(40, 0).LauncherExit(0, 0);
-  const std::string path = WriteTempFile(
-      "categories." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
+  const std::string path =
+      WriteTempFile("categories." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
   auto trace = Load(path);
   ASSERT_NE(trace, nullptr);
   std::ostringstream out;
@@ -966,6 +967,47 @@ TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
   const json plain_data = json::parse(EmbeddedPageData(*plain));
   EXPECT_FALSE(plain_data["processes"][0].contains("stacks"));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("stack"));
+}
+
+// `export --at oom`: PyTorch's snapshot of the instant of the OOM, not of the trace's end. A
+// 512 MiB segment holds eight 64 MiB tensors, every other one freed; after the OOM everything
+// is freed and a new segment comes. Python's pickle and check_memory_viz.py --at-oom replay
+// it, and its largest inactive block is the post-mortem's largest free block.
+TEST(MemoryVizExport, AtOomIsTheStateOfThatInstant) {
+  using cumemtrace::testing::kMiB;
+  constexpr uint64_t kSeg = 0x7f0000000000;
+  FakeAllocator a;
+  a.Segment(kSeg, 512 * kMiB);
+  for (uint64_t i = 0; i < 8; ++i) a.Alloc(kSeg + i * 64 * kMiB, 64 * kMiB);
+  for (uint64_t i = 1; i < 8; i += 2) a.Free(kSeg + i * 64 * kMiB);
+  a.Oom(128 * kMiB, 40 * kMiB);
+  for (uint64_t i = 0; i < 8; i += 2) a.Free(kSeg + i * 64 * kMiB);
+  a.Segment(kSeg + 1024 * kMiB, 20 * kMiB).Alloc(kSeg + 1024 * kMiB, 4 * kMiB);
+  const std::string path = WriteTempFile("at_oom.cmtrace", FileBytes(a.Chunks()));
+  auto trace = Load(path);
+  ASSERT_NE(trace, nullptr);
+  uint64_t at_ns = 0;
+  ASSERT_TRUE(FirstOutOfMemory(trace->report->processes.at(0), &at_ns));
+  std::ostringstream out;
+  WriteMemoryVizSnapshotAt(*trace, 0, at_ns, out);
+  const json v = Unpickle(out.str());
+  ASSERT_EQ(v.at("segments").size(), 1u);  // the later segment is not there yet
+  const json& seg = v.at("segments")[0];
+  EXPECT_EQ(seg["address"], kSeg);
+  EXPECT_EQ(seg["allocated_size"], 256 * kMiB);
+  ASSERT_EQ(seg["blocks"].size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(seg["blocks"][i]["state"], i % 2 == 0 ? "active_allocated" : "inactive") << i;
+  }
+  const json& entries = v.at("device_traces").at(0);
+  std::string last;
+  for (const json& e : entries) {
+    if (e.at("action") != "snapshot") last = e.at("action");
+  }
+  EXPECT_EQ(last, "oom");
+  const std::string check = std::string("'") + CUMEMTRACE_MEMORY_VIZ_CHECK + "' '" +
+                            CUMEMTRACE_BIN + "' '" + path + "' '" + path + ".viz' oom";
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 
 }  // namespace

@@ -142,6 +142,52 @@ size_t Count(const std::string& text, const std::string& word) {
   return n;
 }
 
+// With the allocator bridge the by-category block has both peaks, PyTorch's cache and the
+// memory it never sees by library, each category's own peak and its objects/inferred split.
+TEST(SummaryText, CategoriesAtBothPeaksWithTheBridge) {
+  constexpr uint64_t kMiB = 1 << 20;
+  Report report;
+  ProcessReport& p = report.processes.emplace_back();
+  p.pid = 5;
+  p.categories_given = true;
+  p.category_tags = 3;
+  DeviceReport& d = p.devices.emplace_back();
+  d.peak.seen = true;
+  d.peak.bytes = 70 * kMiB;
+  DeviceCategories& c = d.categories;
+  c.given = true;
+  c.tensor_layer = "torch_allocated";
+  c.tensor_peak_bytes = 60 * kMiB;
+  c.cache_at_tensor_peak_bytes = 2 * kMiB;
+  c.cache_at_device_peak_bytes = 3 * kMiB;
+  c.not_torch_at_device_peak_by_library["libcublasLt.so"] = 10 * kMiB;
+  CategoryFigures& parameter = c.by_category["parameter"];
+  parameter.at_tensor_peak = {40 * kMiB, 40 * kMiB};
+  parameter.at_device_peak = {40 * kMiB, 40 * kMiB};
+  parameter.own_peak = {40 * kMiB, 30 * kMiB};
+  parameter.allocations = 4;
+  CategoryFigures& activation = c.by_category["activation"];
+  activation.at_tensor_peak = {20 * kMiB, 0};
+  activation.own_peak = {25 * kMiB, 0};
+  activation.allocations = 9;
+  std::ostringstream out;
+  PrintSummaryText(report, out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("at tensor peak  at device peak  own peak"), std::string::npos) << text;
+  // parameter: 40 MiB at both peaks and at its own, 30 MiB of it named by objects.
+  const size_t row = text.find("      parameter ");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row, text.find('\n', row) - row);
+  EXPECT_NE(line.find("40.0 MiB        40.0 MiB  40.0 MiB  +0 ns  30.0 MiB  10.0 MiB"),
+            std::string::npos)
+      << text;
+  EXPECT_LT(text.find("      parameter"), text.find("      activation")) << text;
+  EXPECT_NE(text.find("PyTorch's cache"), std::string::npos) << text;
+  EXPECT_NE(text.find("not PyTorch's: libcublasLt.so"), std::string::npos) << text;
+  EXPECT_NE(text.find("(tensor peak 60.0 MiB"), std::string::npos) << text;
+  EXPECT_EQ(text.find("every category is inferred"), std::string::npos) << text;
+}
+
 // Issue: "activation memory 112 MiB, 100 %" for a plain CUDA program, and a class and a figure
 // both called activation. One figure is called activation, with its definition, and only for
 // a program with forward and backward phases; text and JSON agree.

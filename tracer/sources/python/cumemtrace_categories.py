@@ -13,7 +13,10 @@ When the objects are read, all without touching the program's control flow:
 - the first call of any module (a global forward pre-hook, removed at once, so modules keep
   their fast call path): the parameters and buffers of every module built so far;
 - at exit (atexit runs before the interpreter frees anything): all of the above once more,
-  so a program that ends after one step has its gradients and state named too.
+  so a program that ends after one step has its gradients and state named too; and the
+  libraries' workspaces that PyTorch's allocator holds (cuBLAS and cuBLASLt keep one per
+  handle and stream): what torch's own call that clears them frees, read from the
+  allocator's snapshot before and after, named as of the moment before.
 Modules are found as they register parameters and buffers (torch's global registration
 hooks), kept in a weak set: no module is kept alive by this file.
 Only what changed since the last time is sent, except gradients, which `zero_grad()` lets
@@ -22,6 +25,7 @@ go of every step: their storages are new allocations even at the same addresses.
 import atexit
 import ctypes
 import sys
+import time
 import weakref
 
 # The values of v1::Category (proto/cumemtrace/v1/trace.proto).
@@ -29,6 +33,7 @@ PARAMETER = 1
 BUFFER = 2
 GRADIENT = 3
 OPTIMIZER_STATE = 4
+WORKSPACE = 9
 
 _send = None
 _modules = weakref.WeakSet()
@@ -54,7 +59,12 @@ def _storage(tensor):
 
 def _send_tensors(category, tensors, owner=None):
     """Sends the CUDA tensors' storages; with `owner`, only when they changed since last time."""
-    storages = [s for s in map(_storage, tensors) if s is not None and s[0] != 0]
+    _send_storages(category, [s for s in map(_storage, tensors) if s is not None and s[0] != 0],
+                   owner)
+
+
+def _send_storages(category, storages, owner=None, timestamp_ns=0):
+    """Sends (address, bytes, device) triples, live at timestamp_ns (0: now)."""
     if owner is not None:
         addresses = tuple(s[0] for s in storages)
         sent = _last_sent.setdefault(owner, {})
@@ -67,7 +77,34 @@ def _send_tensors(category, tensors, owner=None):
     addresses = (ctypes.c_uint64 * count)(*(s[0] for s in storages))
     sizes = (ctypes.c_uint64 * count)(*(s[1] for s in storages))
     devices = (ctypes.c_uint32 * count)(*(s[2] for s in storages))
-    _send(category, count, addresses, sizes, devices)
+    _send(category, count, addresses, sizes, devices, timestamp_ns)
+
+
+def _active_blocks(torch):
+    """{(device, address): size} of every block the allocator has handed out."""
+    blocks = {}
+    for segment in torch.cuda.memory_snapshot():
+        address = segment["address"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                blocks[(segment["device"], block.get("address", address))] = block["size"]
+            address += block["size"]
+    return blocks
+
+
+def _send_workspaces(torch):
+    """Names the libraries' workspaces in PyTorch's cache by clearing them (at exit only)."""
+    clear = getattr(getattr(torch, "_C", None), "_cuda_clearCublasWorkspaces", None)
+    cuda = getattr(torch, "cuda", None)
+    if clear is None or cuda is None or not cuda.is_initialized():
+        return
+    before_ns = time.monotonic_ns()
+    before = _active_blocks(torch)
+    clear()
+    after = _active_blocks(torch)
+    gone = [(address, size, device) for (device, address), size in before.items()
+            if (device, address) not in after]
+    _send_storages(WORKSPACE, gone, timestamp_ns=before_ns)
 
 
 def _optimizer_parameters(optimizer):
@@ -148,6 +185,10 @@ def _attach(torch):
                                          if p is not None and p.grad is not None])
         except Exception as error:
             _warn(f"objects not read at exit: {error}")
+        try:
+            _send_workspaces(torch)
+        except Exception as error:
+            _warn(f"workspaces not read at exit: {error}")
 
     atexit.register(at_exit)
 
@@ -187,7 +228,7 @@ def install():
     except (OSError, AttributeError):
         return  # not traced (a child that dropped LD_PRELOAD, say): nothing to tell
     send.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p,
-                     ctypes.c_void_p]
+                     ctypes.c_void_p, ctypes.c_uint64]
     send.restype = ctypes.c_uint32
     _send = send
     if "torch" in sys.modules:

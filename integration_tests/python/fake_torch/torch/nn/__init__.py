@@ -1,0 +1,1 @@
+from torch.nn.modules.module import Module, Parameter  # noqa: F401
