@@ -245,8 +245,7 @@ Accountant::Accountant(const AnalysisOptions& options, Retention retention, cons
       stats_(*stats),
       stream_(stream),
       scan_inference_(options.infer_phases),
-      phases_(0, stream, rules),
-      stream_(stream) {}
+      phases_(0, stream, rules) {}
 
 void Accountant::SetCategoryPass(CategoryPass pass, const Accountant* previous,
                                  std::vector<uint8_t>* categories) {
@@ -298,9 +297,11 @@ uint8_t Accountant::FinalCategory(const Allocation& a, const LifetimeClassifier&
                                   uint64_t end_ns) const {
   if (a.tag != 0) return static_cast<uint8_t>(a.tag | kFromObjects);
   const bool freed = a.death_pos != kNever;
-  // The tags of the whole process (the previous pass's, in a category pass): where the
-  // program's objects named anything, what they did not name is none of theirs.
-  const bool objects = (previous_ != nullptr ? previous_->tags_ : tags_) > 0;
+  // The categories the program's objects named in the whole process (the previous pass's,
+  // in a category pass): where they named gradients, say, an allocation they did not name
+  // is no gradient.
+  const uint32_t objects =
+      previous_ != nullptr ? previous_->tagged_categories_ : tagged_categories_;
   return classifier.Categorize(a.birth_ns, a.phase, freed ? a.death_ns : end_ns,
                                freed ? a.death_phase : -1, freed, objects);
 }
@@ -369,6 +370,7 @@ void Accountant::EndClassify() {
 // first, else device memory there (async mode's cudaMallocAsync).
 void Accountant::Tag(const Event& e) {
   ++tags_;
+  if (e.kind < kCategoryCount) tagged_categories_ |= 1u << e.kind;
   const bool known =
       e.device < direct_slot_.size() ? direct_slot_[e.device] != 0 : far_slot_.count(e.device) != 0;
   size_t found = AddressMap::kNotFound;

@@ -204,7 +204,8 @@ class Accountant {
   const AnalysisOptions& options_;
   const Retention retention_;
   StreamingStats& stats_;
-  const DecodedStream* stream_;  // the post-mortem of a failure reads its allocator events
+  // Interned names; the post-mortem of a failure reads its allocator events.
+  const DecodedStream* stream_;
   bool needs_inference_ = false;
   bool scan_inference_;
 
@@ -242,8 +243,8 @@ class Accountant {
   uint64_t unmatched_range_closes_ = 0;
   std::vector<Event> swept_;  // kKeepAll: every event, as swept
 
-  const DecodedStream* stream_;
   uint64_t tags_ = 0;
+  uint32_t tagged_categories_ = 0;  // bit c: a tag named category c
   uint64_t tags_unmatched_ = 0;
   uint32_t next_ordinal_ = 0;
   // After Finish: whether categories are given, and what a category pass takes from here.

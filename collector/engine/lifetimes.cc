@@ -122,7 +122,8 @@ LifetimeClass LifetimeClassifier::Classify(uint64_t birth_ns, int32_t birth_phas
 }
 
 uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
-                                       int32_t death_phase, bool freed, bool objects) const {
+                                       int32_t death_phase, bool freed, uint32_t objects) const {
+  const auto named = [objects](v1::Category c) { return (objects & (1u << c)) != 0; };
   const LifetimeClass c = Classify(birth_ns, birth_phase, death_ns, death_phase, freed);
   if (c == LifetimeClass::kTemporary) return v1::CATEGORY_TEMPORARY;
   if (c == LifetimeClass::kActivation) return v1::CATEGORY_ACTIVATION;
@@ -141,7 +142,9 @@ uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, u
       return v1::CATEGORY_ACTIVATION;
     }
   }
-  if (c == LifetimeClass::kGradient && !objects) return v1::CATEGORY_GRADIENT;
+  if (c == LifetimeClass::kGradient && !named(v1::CATEGORY_GRADIENT)) {
+    return v1::CATEGORY_GRADIENT;
+  }
   // Born outside every phase (an iteration's range is no phase of its own here) and freed
   // by the end of the first iteration that ends after its birth (the one it was born in, or
   // the next): a batch.
@@ -153,10 +156,17 @@ uint8_t LifetimeClassifier::Categorize(uint64_t birth_ns, int32_t birth_phase, u
       return v1::CATEGORY_INPUT;
     }
   }
-  if (c == LifetimeClass::kPersistent && !objects) {
-    if (first_forward_ns_ != 0 && birth_ns < first_forward_ns_) return v1::CATEGORY_PARAMETER;
-    if (born != nullptr && IsOptimizerLikePhase(born->name)) return v1::CATEGORY_OPTIMIZER_STATE;
-    if (born != nullptr && IsBackwardLikePhase(born->name)) return v1::CATEGORY_GRADIENT;
+  if (c == LifetimeClass::kPersistent) {
+    if (first_forward_ns_ != 0 && birth_ns < first_forward_ns_ && !named(v1::CATEGORY_PARAMETER)) {
+      return v1::CATEGORY_PARAMETER;
+    }
+    if (born != nullptr && IsOptimizerLikePhase(born->name) &&
+        !named(v1::CATEGORY_OPTIMIZER_STATE)) {
+      return v1::CATEGORY_OPTIMIZER_STATE;
+    }
+    if (born != nullptr && IsBackwardLikePhase(born->name) && !named(v1::CATEGORY_GRADIENT)) {
+      return v1::CATEGORY_GRADIENT;
+    }
   }
   return v1::CATEGORY_AUTOGRAD_OTHER;
 }

@@ -51,10 +51,10 @@ class LifetimeClassifier {
   LifetimeClass Classify(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns,
                          int32_t death_phase, bool freed) const;
   // The inferred category (v1::Category) of an allocation no object named; same arguments.
-  // `objects`: the program's objects named its parameters, buffers, gradients and optimizer
-  // state (the Python side ran), so none of these is inferred for another allocation.
+  // `objects`: bit c set when the program's objects named category c somewhere in the
+  // process (the Python side ran): such a category is never inferred for another allocation.
   uint8_t Categorize(uint64_t birth_ns, int32_t birth_phase, uint64_t death_ns, int32_t death_phase,
-                     bool freed, bool objects) const;
+                     bool freed, uint32_t objects) const;
 
  private:
   const std::vector<PhaseName>& names_;

@@ -13,9 +13,9 @@ optimizer.state) and finds the allocator's blocks that hold them (memory_snapsho
 
 `check` asks, by the byte: each category's own peak over the run (parameters, buffers,
 gradients, optimizer state) equals the program's blocks of those objects (their storages
-are all live together at the end of a step); parameters and buffers at the tensor peak
-equal them too; the tensor peak equals max_memory_allocated; at most 2% of the tensor peak
-is autograd_other (the uncategorized rest); the one-step sweep's activation own peak grows
+are all live together at the end of a step), all from objects, none inferred; parameters and
+buffers at the tensor peak equal them too; the tensor peak equals max_memory_allocated; the
+cuBLAS workspaces are found; at most 2% of the tensor peak is autograd_other (the rest); the one-step sweep's activation own peak grows
 with depth and is tens of MB at depth 300, where the old "activation memory" read 0; the
 LibTorch program gets categories, all inferred. Prints a pass/fail table.
 """
@@ -103,6 +103,12 @@ def check_program(t, runs, results, case):
         t.check(case, f"{name}: from objects", figure(categories, name, "own_peak"),
                 categories["by_category"].get(name, {}).get("own_peak", {}).get(
                     "objects_bytes", 0))
+    # cuBLAS keeps a workspace in PyTorch's cache for each thread and stream that calls it:
+    # named at exit, by what clearing them frees.
+    if case != "resnet":
+        t.check(case, "workspace found at exit", "> 0",
+                f"{figure(categories, 'workspace', 'own_peak'):,}",
+                figure(categories, "workspace", "own_peak") > 0)
     other = figure(categories, "autograd_other", "at_tensor_peak")
     t.check(case, "autograd_other at the tensor peak <= 2%", f"<= {tensor_peak * 0.02:,.0f}",
             f"{other:,}", other <= tensor_peak * 0.02)

@@ -80,15 +80,15 @@ async function open(snapshot, view) {
 }
 
 const summaryOf = (name) => JSON.parse(readFileSync(join(work, name + '.summary.json'), 'utf8'));
-const phasesOf = (name) => {
-  const s = summaryOf(name);
-  const p = s.processes.reduce((a, b) => (Math.max(0, ...a.devices.map((d) => d.peak.bytes)) >=
+const exportedProcess = (name) => summaryOf(name).processes.reduce((a, b) =>
+  (Math.max(0, ...a.devices.map((d) => d.peak.bytes)) >=
     Math.max(0, ...b.devices.map((d) => d.peak.bytes)) ? a : b));
-  return p.phases.map((ph) => ph.name);
-};
+const phasesOf = (name) => exportedProcess(name).phases.map((ph) => ph.name);
+// PyTorch's names of our categories (collector/engine/lifetimes.cc MemoryVizCategoryName).
+const pytorchName = { buffer: 'parameter', autograd_other: 'autograd_detail', workspace: 'unknown' };
 
 for (const name of ['cuda_phases', 'torch_async']) {
-  test(`${name}: the Active Memory Timeline draws every allocation, with our phases as categories`, async () => {
+  test(`${name}: the Active Memory Timeline draws every allocation, labelled by category or phase`, async () => {
     const { page, problems } = await open(name + '.memory_viz.pickle', 'Active Memory Timeline');
     await page.waitForFunction(() => document.querySelectorAll('svg polygon').length > 1 ||
       document.querySelector('body > div:last-child pre') !== null, null, { timeout: 20000 })
@@ -98,6 +98,18 @@ for (const name of ['cuda_phases', 'torch_async']) {
     assert.ok(polygons > 1, `only ${polygons} polygons were drawn`);
     const legend = await page.$$eval('svg text', (ts) => ts.map((t) => t.textContent));
     assert.ok(legend.includes('unknown'), JSON.stringify(legend));
+    const process = exportedProcess(name);
+    if (process.categories && process.categories.given) {
+      // Every category that holds tensors on the exported device is in the legend.
+      const device = process.devices.find((d) => d.categories) || process.devices[0];
+      for (const [category, figures] of Object.entries(device.categories.by_category)) {
+        if (figures.allocations === 0) continue;
+        const label = pytorchName[category] || category;
+        assert.ok(legend.includes(label), `${category} (${label}) is not in the legend ${legend}`);
+      }
+      await page.close();
+      return;
+    }
     for (const phase of phasesOf(name)) {
       // Phases that allocated nothing on the exported device have no category.
       if (legend.includes(phase)) continue;

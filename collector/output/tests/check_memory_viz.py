@@ -50,7 +50,13 @@ def main(snapshot_path, summary_path, at_oom=None):
                   key=lambda p: max([d["peak"]["bytes"] for d in p["devices"]] or [0]))
     if at_oom:
         process = next(p for p in summary["processes"] if p["failed_allocations"])
-    phases = {p["name"] for p in process["phases"]} | {"unknown"}
+    # Each entry's category: PyTorch's name of its category where the process has categories
+    # (collector/engine/lifetimes.cc), else the phase it was allocated in.
+    if (process.get("categories") or {}).get("given"):
+        phases = {"parameter", "optimizer_state", "input", "temporary", "activation", "gradient",
+                  "autograd_detail", "unknown"}
+    else:
+        phases = {p["name"] for p in process["phases"]} | {"unknown"}
     peaks = {d["index"]: d["peak"]["bytes"] for d in process["devices"]}
 
     origin_us = process["first_timestamp_abs_ns"] // 1000
