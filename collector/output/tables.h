@@ -59,10 +59,11 @@ std::string TerminalText(std::string_view text, size_t max_chars = SIZE_MAX,
 size_t DisplayWidth(std::string_view text);
 
 // Characters of a name (a phase, a range, a command) in a table cell or a summary line: a
-// name of 100,000 characters once widened every row of its table to that.
-constexpr size_t kMaxNameChars = 60;
+// name of 100,000 characters once widened every row of its table to that. Long enough for
+// pytest's node ids, which name its phases.
+constexpr size_t kMaxNameChars = 100;
 // Characters of any table cell: names cut to kMaxNameChars carry a few words more.
-constexpr size_t kMaxCellChars = 100;
+constexpr size_t kMaxCellChars = 120;
 
 // `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers. The first
 // row sets the number of columns; trailing blanks are cut. Every cell goes through
