@@ -34,6 +34,10 @@ Options:
                             persistent, gradient, temporary, forward-to-backward, other
                                                  a lifetime class at the peak (also as
                                                  lifetime:CLASS)
+                            category:NAME        a category's own peak (parameter,
+                                                 gradient, optimizer_state, activation,
+                                                 ...); those that name no lifetime class
+                                                 also without category:
                           SCOPE: gpuN, rankN or pidN; without one, every device of every
                           process must meet it. SIZE: 20GiB, 512 MiB, 8GB, 1.5G, bytes
   -q, --quiet             print nothing when every budget is met

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -51,6 +52,28 @@ int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Whether `pid` is running and not on its way out: /proc/PID/stat's state is not a zombie's
+// and its flags lack PF_EXITING, which the kernel sets before it closes a dying process's
+// descriptors (so a process killed by a signal, or leaving with _exit, never counts).
+bool ProcessRunning(pid_t pid) {
+  if (pid <= 0) return false;
+  FILE* file = fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "re");
+  if (file == nullptr) return false;
+  char text[1024];
+  const size_t n = fread(text, 1, sizeof(text) - 1, file);
+  fclose(file);
+  text[n] = '\0';
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold anything,
+  // so fields are counted after its last ')'.
+  const char* p = strrchr(text, ')');
+  if (p == nullptr) return false;
+  char state = 0;
+  unsigned long flags = 0;
+  if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2) return false;
+  constexpr unsigned long kPfExiting = 0x4;
+  return state != 'Z' && state != 'X' && state != 'x' && (flags & kPfExiting) == 0;
+}
+
 int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
 
 const char* CloseReasonName(v1::CloseReason reason) {
@@ -84,6 +107,7 @@ struct CollectorServer::Connection {
   std::string held;             // chunks produced before the file was known
   bool file_failed = false;     // the policy could not give the stream a file
   uint64_t bytes_received = 0;
+  int64_t accepted_ms = 0;  // CLOCK_MONOTONIC
   WireStreamValidator validator;
   // The tracer's shared ring: its descriptor as it arrived (before the handshake), then the
   // reader; and how far the received batches reach into it.
@@ -97,6 +121,8 @@ struct CollectorServer::Connection {
   // Once closed: why, for the StreamClosed record written after the ring has been read.
   v1::CloseReason close_reason = v1::CLOSE_REASON_UNSPECIFIED;
   std::string close_error;
+  // The connection ended while its process still ran (StreamClosed.peer_running).
+  bool peer_running = false;
   bool ring_read = false;
   int64_t ring_read_from_ns = 0;  // when reading the ring began
   uint64_t ring_frames = 0;  // frames recovered from the ring, the buffers' numbered after
@@ -136,6 +162,17 @@ ssize_t ReadWithDescriptors(int fd, char* buffer, size_t size, int* ring_fd, boo
 }
 
 }  // namespace
+
+int HandshakeTimeoutMsFromEnvironment() {
+  constexpr int kDefaultMs = 10000;
+  const char* value = getenv("CUMEMTRACE_HANDSHAKE_TIMEOUT_MS");
+  if (value == nullptr || *value == '\0') return kDefaultMs;
+  char* end = nullptr;
+  errno = 0;
+  const long ms = strtol(value, &end, 10);
+  if (errno != 0 || *end != '\0' || ms <= 0 || ms > 3600 * 1000) return kDefaultMs;
+  return static_cast<int>(ms);
+}
 
 int ListenOnUnixSocket(const std::string& path, std::string* error) {
   sockaddr_un addr{};
@@ -202,6 +239,8 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
   const bool paused = accept_pause_ms_ > 0 && pause_left > 0;
   fds.push_back({paused ? -1 : listen_fd_, POLLIN, 0});
   if (paused && (timeout_ms < 0 || timeout_ms > pause_left)) timeout_ms = static_cast<int>(pause_left);
+  const int next_overdue = CloseOverdueHandshakes();
+  if (next_overdue >= 0 && (timeout_ms < 0 || timeout_ms > next_overdue)) timeout_ms = next_overdue;
   for (const auto& entry : connections_) fds.push_back({entry.first, POLLIN, 0});
   // Rings still to read: look, serve what is ready, and read on.
   if (!recovering_.empty()) timeout_ms = 0;
@@ -216,6 +255,7 @@ bool CollectorServer::PollOnce(int timeout_ms, int wake_fd) {
     if (it != connections_.end()) ReadFrom(it->second.get(), /*drain=*/false);
   }
   if (fds[1].revents != 0 || (accept_pause_ms_ > 0 && !paused)) Accept();
+  CloseOverdueHandshakes();
   ContinueRecoveries(kRecoverySliceNs);
   return wake_fd >= 0 && (fds[0].revents & POLLIN) != 0;
 }
@@ -263,6 +303,7 @@ void CollectorServer::Accept() {
     c->stream_id = next_stream_id_++;
     c->peer.pid = cred.pid;
     c->peer.uid = cred.uid;
+    c->accepted_ms = MonotonicMs();
     connections_[fd] = std::move(connection);
 
     c->file = policy_->FileAtAccept(c->stream_id, c->peer);
@@ -284,6 +325,32 @@ void CollectorServer::EndAcceptPause() {
           " tries failed while out of resources)");
   accept_pause_ms_ = 0;
   accept_failures_ = 0;
+}
+
+int CollectorServer::CloseOverdueHandshakes() {
+  const int64_t now = MonotonicMs();
+  const int64_t limit = options_.handshake_timeout_ms;
+  std::vector<int> overdue;
+  int64_t next = -1;
+  for (const auto& entry : connections_) {
+    const Connection& c = *entry.second;
+    if (c.handshake_done) continue;
+    const int64_t left = c.accepted_ms + limit - now;
+    if (left <= 0) {
+      overdue.push_back(entry.first);
+    } else if (next < 0 || left < next) {
+      next = left;
+    }
+  }
+  if (!overdue.empty()) {
+    char seconds[32];
+    snprintf(seconds, sizeof(seconds), "%g", static_cast<double>(limit) / 1000.0);
+    for (int fd : overdue) {
+      Close(fd, v1::CLOSE_REASON_PROTOCOL_ERROR,
+            std::string("no handshake within ") + seconds + " s of connecting");
+    }
+  }
+  return static_cast<int>(next);
 }
 
 bool CollectorServer::ShedBytesBeforeHandshakes(const Connection* reading) {
@@ -435,6 +502,9 @@ void CollectorServer::Close(int fd, v1::CloseReason reason, const std::string& e
   close(fd);
   c->close_reason = reason;
   c->close_error = error;
+  // Looked at before anything else: the process may be on its way out.
+  c->peer_running =
+      reason == v1::CLOSE_REASON_EOF && c->handshake_done && ProcessRunning(c->peer.pid);
   if (c->file != nullptr && c->ring.adopted() && reason != v1::CLOSE_REASON_PROTOCOL_ERROR) {
     // The stream is over: whatever the process wrote into its ring and no frame carried
     // (it died, or left with _exit, before its sender sent it) is read from the ring now,
@@ -504,6 +574,7 @@ void CollectorServer::FinishClose(std::unique_ptr<Connection> c) {
     v1::StreamClosed* record = closed.mutable_collector()->mutable_closed();
     record->set_ring_records_recovered(recovered.records);
     record->set_ring_drops_recovered(recovered.drops);
+    record->set_peer_running(c->peer_running);
     record->set_reason(reason);
     record->set_error(error);
     record->set_bytes_received(c->bytes_received);

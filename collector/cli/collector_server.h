@@ -46,9 +46,16 @@ class StreamPolicy {
   virtual void MessageRecorded(uint32_t /*stream_id*/, const v1::StreamMessage& /*message*/) {}
 };
 
+// CUMEMTRACE_HANDSHAKE_TIMEOUT_MS when it is a positive number, else 10 s.
+int HandshakeTimeoutMsFromEnvironment();
+
 struct CollectorServerOptions {
   // Log one line per stream opened and closed (the daemon). Errors are always logged.
   bool log_streams = false;
+  // A connection whose handshake has not arrived this long after it was accepted is closed
+  // (and logged): a tracer sends it at once, and a stranger that never does would otherwise
+  // hold a descriptor and a stream for as long as it likes.
+  int handshake_timeout_ms = HandshakeTimeoutMsFromEnvironment();
 };
 
 // Creates a listening Unix stream socket at `path` (non-blocking, close-on-exec, file mode
@@ -89,6 +96,9 @@ class CollectorServer {
   void Accept();
   // Logs the end of an episode of failed accepts, if one was going on.
   void EndAcceptPause();
+  // Closes the connections whose handshake is overdue; returns the milliseconds until the
+  // next one is (-1: none is waiting for its handshake).
+  int CloseOverdueHandshakes();
   // Closes connections without a handshake, the largest holder first, until together they
   // hold at most kMaxBytesBeforeHandshakes. False when `reading` itself was closed.
   bool ShedBytesBeforeHandshakes(const Connection* reading);

@@ -94,9 +94,10 @@ Options:
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
 summary.json, and report.html, the viewer (one file; open it in a browser). Exit status:
 the program's own, 128+N when it was killed by signal N,
-127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage. When the
-program exits with 0: 86 when a budget is exceeded, 2 when a budget names a figure the run
-does not have (the message lists the valid keys).
+127 when it cannot be found, 126 when it cannot be executed, 2 for bad usage, 1 when the
+output folder or trace file cannot be created. When the program exits with 0: 86 when a
+budget is exceeded, 2 when a budget names a figure the run does not have (the message lists
+the valid keys).
 )";
 
 // How the traced program ended.
@@ -487,8 +488,11 @@ int RunCommand(int argc, char** argv) {
       }
     }
     if (!MakeDirs(output_dir, &created_dirs, &error)) {
+      // Not a usage error: the folder could not be created (a read-only or full file
+      // system, no permission), which docs/cli.md gives status 1, as for the trace file.
       LogLine(error);
-      return kExitUsage;
+      RemoveCreated("", created_dirs);
+      return 1;
     }
   } else {
     const std::string prefix = "cumemtrace-" + RunName(program_argv) + "-";
@@ -631,6 +635,20 @@ int RunCommand(int argc, char** argv) {
     return exec_errno == ENOENT ? 127 : 126;
   }
 
+  // A value of NVTX_INJECTION64_PATH that run keeps (docs/cli.md) sends every NVTX range of
+  // the program to that library (Nsight Systems sets it to its own), never to the tracer:
+  // the trace then has no ranges and no phases, with nothing in it to say why. Said now,
+  // and written into the trace with the program's exit.
+  std::string nvtx_notice;
+  if (const char* nvtx = getenv("NVTX_INJECTION64_PATH");
+      nvtx != nullptr && *nvtx != '\0' && !SameFile(nvtx, tracer)) {
+    nvtx_notice = std::string("NVTX_INJECTION64_PATH was already set (to ") + nvtx +
+                  ", e.g. by Nsight Systems), so the program's NVTX ranges go to that library, "
+                  "not to cumemtrace: this trace has no ranges and no phases (unset the "
+                  "variable to record them)";
+    if (!quiet) LogLine("warning: " + nvtx_notice);
+  }
+
   // Serve until the program ends; with the live view, redraw it every second.
   ChildStatus status;
   bool child_done = false;
@@ -676,6 +694,15 @@ int RunCommand(int argc, char** argv) {
   launcher_exit->set_signal(status.signal);
   launcher_exit->set_core_dumped(status.core_dumped);
   if (!trace->AppendChunk(exit_chunk, &error)) LogLine(error);
+  if (!nvtx_notice.empty()) {
+    v1::TraceChunk notice_chunk;
+    notice_chunk.set_stream_id(exit_chunk.stream_id());
+    v1::TracerNotice* notice = notice_chunk.mutable_collector()->mutable_notice();
+    notice->set_level(v1::NOTICE_LEVEL_WARNING);
+    notice->set_code("nvtx_injection_taken");
+    notice->set_text(nvtx_notice);
+    if (!trace->AppendChunk(notice_chunk, &error)) LogLine(error);
+  }
 
   // Children the program left behind may still be sending; give them a grace period.
   const int64_t deadline = MonotonicMs() + 2000;

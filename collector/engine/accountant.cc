@@ -49,6 +49,8 @@ void FillStreamFacts(const DecodedStream& s, ProcessReport* p) {
     p->incomplete_reasons.push_back("the collector stopped while the process was connected");
   }
   if (!s.has_handshake) p->incomplete_reasons.push_back("no handshake was received");
+  // Decided over all streams (analysis.cc): an exec also ends a stream while its pid runs.
+  p->closed_while_running = s.closed_while_running && !s.process_exit_code.has_value();
 }
 
 // The stream's timed records (drops, exit) onto CLOCK_REALTIME, as its events were.

@@ -15,6 +15,34 @@ namespace cumemtrace {
 namespace internal {
 namespace {
 
+// A stream that ended while its process still ran, without the tracer's exit record, was
+// cut by the program: it closed the tracer's descriptor (daemons, shells, close_range), and
+// the tracer stopped recording when it noticed. Unless the same pid opened a later stream
+// (an exec: the new image's tracer goes on), the process is incomplete and the summary says
+// what is there.
+void SayWhereTheProgramClosedItsConnection(Report* report) {
+  for (ProcessReport& p : report->processes) {
+    if (!p.closed_while_running) continue;
+    const bool exec = std::any_of(
+        report->processes.begin(), report->processes.end(), [&p](const ProcessReport& q) {
+          return q.has_handshake && q.pid == p.pid && q.stream_id > p.stream_id;
+        });
+    if (exec) {
+      p.closed_while_running = false;
+      continue;
+    }
+    p.complete = false;
+    p.incomplete_reasons.push_back(
+        // The daemon writes each stream to a file of its own: an exec's next stream may not
+        // be in this trace.
+        "the program closed the tracer's connection while it ran (or exec'd, and the new "
+        "program's stream is not in this trace); " +
+        std::to_string(p.ring_records_recovered) +
+        " records were recovered from its shared ring, and nothing it did after is in the "
+        "trace (the tracer stops recording there)");
+  }
+}
+
 // kSweep: the accountant (first read, or again sorted); kBursts, kGradients: passes 2 and 3
 // of the inference; kFinal: the accountant with the inferred ranges; kClassify, kCategories:
 // the two category passes (accountant.h CategoryPass), for a process with categories.
@@ -122,6 +150,7 @@ class TraceAnalysis {
   }
 
   std::unique_ptr<AnalyzedTrace> Take() {
+    SayWhereTheProgramClosedItsConnection(trace_->report.get());
     AddJobSummary(trace_->report.get());
     return std::move(trace_);
   }

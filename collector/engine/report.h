@@ -24,6 +24,7 @@ struct Notice {
   std::string level;  // "info", "warning" or "" (unspecified)
   std::string code;
   std::string text;
+  bool from_launcher = false;  // said by `cumemtrace run`, not by the tracer
 };
 
 // One DroppedRecords report.
@@ -456,6 +457,10 @@ struct StreamFacts {
   int32_t world_size = 0;   // ranks in the job, 0: unknown
   std::vector<std::string> damage;  // frames skipped and why
   std::vector<Notice> notices;
+  // The connection ended while the process still ran (StreamClosed.peer_running), and the
+  // records read from its shared ring then.
+  bool closed_while_running = false;
+  uint64_t ring_records_recovered = 0;
   std::vector<SequenceGap> sequence_gaps;
   uint64_t batches = 0;
   std::map<uint32_t, std::string> thread_names;

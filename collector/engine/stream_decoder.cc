@@ -304,10 +304,16 @@ void AddCollectorRecord(DecodedStream& stream, const v1::CollectorRecord& record
     FlushTorchAllocations(stream);
     stream.close_reason = record.closed().reason();
     stream.close_error = record.closed().error();
+    stream.closed_while_running = record.closed().peer_running();
+    stream.ring_records_recovered = record.closed().ring_records_recovered();
   } else if (record.has_launcher_exit()) {
     const v1::LauncherExit& exit = record.launcher_exit();
     stream.launcher_exit = ExitStatus{ExitStatus::Source::kLauncher, exit.exit_code(),
                                       exit.signal(), exit.core_dumped()};
+  } else if (record.has_notice()) {
+    const v1::TracerNotice& n = record.notice();
+    stream.notices.push_back(Notice{Named(n.level(), {"", "info", "warning"}), n.code(), n.text(),
+                                    /*from_launcher=*/true});
   }
 }
 

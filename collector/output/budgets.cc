@@ -234,6 +234,22 @@ std::vector<BudgetFigureSet> BudgetFigures(const Report& report) {
               {keys, it == l.bytes_by_class.end() ? 0 : it->second, true, d.peak.time_ns});
         }
       }
+      // Each category's own peak (docs/phases.md "Categories"): what it needed at most. The
+      // short key only where no lifetime class has the name (activation, gradient and
+      // temporary keep naming the classes, as before categories).
+      if (d.categories.given) {
+        for (const char* name : kCategoryOrder) {
+          const auto it = d.categories.by_category.find(name);
+          const bool any = it != d.categories.by_category.end();
+          std::vector<std::string> keys = {std::string("category:") + name};
+          const bool lifetime_name = std::any_of(
+              std::begin(kLifetimeClassOrder), std::end(kLifetimeClassOrder),
+              [name](const char* c) { return LifetimeClassLabel(c) == name || c == std::string(name); });
+          if (!lifetime_name) keys.push_back(name);
+          set.figures.push_back({keys, any ? it->second.own_peak.bytes : 0, any,
+                                 any ? it->second.own_peak_time_ns : 0});
+        }
+      }
       for (const PhaseReport& phase : p.phases) {
         for (const PhaseDeviceStats& s : phase.devices) {
           if (s.index != d.index) continue;
@@ -464,6 +480,15 @@ std::vector<Growth> GrowthBeyond(const std::vector<RunFigures>& runs, const Grow
           return it == r.lifetime_bytes.end() ? 0 : it->second;
         };
         check(run, "lifetime:" + LifetimeClassLabel(c), bytes(base), bytes(run));
+      }
+    }
+    if (base.categories && run.categories) {
+      for (const char* c : kCategoryOrder) {
+        auto own = [c](const RunFigures& r) -> uint64_t {
+          const auto it = r.category_own_peak.find(c);
+          return it == r.category_own_peak.end() ? 0 : it->second;
+        };
+        check(run, std::string("category:") + c, own(base), own(run));
       }
     }
     for (const std::string& phase : run.phase_order) {

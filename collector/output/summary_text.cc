@@ -2,6 +2,7 @@
 // number will be compared (the peak), columns aligned.
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,23 +48,10 @@ std::string Plural(uint64_t n, const std::string& one, const std::string& many =
   return Grouped(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
 }
 
-// A command line on one terminal line: control characters escaped, long ones shortened
-// (`python -c "..."` carries whole programs).
+// A command line or a name on one terminal line: control characters escaped, long ones
+// shortened (`python -c "..."` carries whole programs).
 std::string OneLine(const std::string& text, size_t max_chars) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
-    } else {
-      out += c;
-    }
-  }
-  if (out.size() > max_chars) out = out.substr(0, max_chars) + "...";
-  return out;
+  return internal::TerminalText(text, max_chars);
 }
 
 std::string ExitText(const ExitStatus& exit) {
@@ -286,9 +274,9 @@ void PrintPhases(std::ostream& out, const ProcessReport& p) {
                          "first: +above", "steady: +above", "allocated", "freed", "failed"}};
   for (const PhaseReport& ph : p.phases) {
     // A phase without devices keeps this row of three.
-    rows.push_back(
-        {ph.name + (ph.inferred ? " (inferred)" : "") + (ph.still_open > 0 ? " (open at end)" : ""),
-         Grouped(ph.occurrences), Duration(ph.total_ns)});
+    rows.push_back({OneLine(ph.name, internal::kMaxNameChars) + (ph.inferred ? " (inferred)" : "") +
+                        (ph.still_open > 0 ? " (open at end)" : ""),
+                    Grouped(ph.occurrences), Duration(ph.total_ns)});
     bool first = true;
     for (const PhaseDeviceStats& d : ph.devices) {
       // Devices a phase never touched would only add zero rows.
@@ -425,7 +413,7 @@ void PrintIterations(std::ostream& out, const ProcessReport& p) {
   if (r.count == 0) return;
   auto time = [](int64_t ns) { return Duration(static_cast<uint64_t>(ns)); };
   out << "  iterations: " << r.count << (r.source == "range" ? " (range " : " (repeating ")
-      << r.range << "); first " << time(r.warmup_ns);
+      << OneLine(r.range, internal::kMaxNameChars) << "); first " << time(r.warmup_ns);
   if (r.duration_ns.count > 0) {
     out << ", then median " << time(r.duration_ns.median) << " [" << time(r.duration_ns.min)
         << " .. " << time(r.duration_ns.max) << "]";
@@ -523,7 +511,8 @@ void PrintProcess(std::ostream& out, const ProcessReport& p) {
            " out of time order\n";
   }
   for (const Notice& n : p.notices) {
-    out << "  tracer " << (n.level.empty() ? "notice" : n.level) << ": " << n.text << '\n';
+    out << "  " << (n.from_launcher ? "" : "tracer ") << (n.level.empty() ? "notice" : n.level)
+        << ": " << n.text << '\n';
   }
   if (p.kernel_launches_enabled) {
     out << "  (kernels seen at their launch: counts, threads and phases, no GPU times; "
@@ -609,7 +598,10 @@ void PrintJob(std::ostream& out, const JobReport& job) {
 
 }  // namespace
 
-void PrintSummaryText(const Report& report, std::ostream& out) {
+void PrintSummaryText(const Report& report, std::ostream& terminal) {
+  // Names and notices come from the traced program: nothing in them may reach the terminal
+  // as a control character, whichever line carries them.
+  std::ostringstream out;
   if (!report.trace_file.empty()) out << "cumemtrace summary of " << report.trace_file << '\n';
   if (report.truncated) {
     out << "warning: the trace is truncated (" << report.truncation_reason
@@ -636,11 +628,13 @@ void PrintSummaryText(const Report& report, std::ostream& out) {
   if (quiet_count > 0) {
     std::vector<std::string> names;
     for (const auto& [name, n] : quiet)
-      names.push_back(n > 1 ? name + " x" + std::to_string(n) : name);
+      names.push_back(OneLine(name, internal::kMaxNameChars) +
+                      (n > 1 ? " x" + std::to_string(n) : ""));
     out << '\n'
         << Plural(quiet_count, "more process", "more processes")
         << " with no GPU memory, phases or warnings: " << Join(names, ", ") << '\n';
   }
+  terminal << internal::TerminalText(out.str(), SIZE_MAX, /*keep_newlines=*/true);
 }
 
 }  // namespace cumemtrace

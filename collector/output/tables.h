@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -45,21 +46,45 @@ inline std::string LifetimeClassLabel(const std::string& lifetime_class) {
   return lifetime_class == "activation" ? "forward-to-backward" : lifetime_class;
 }
 
+// `text` as a terminal shows it and never acts on it: C0 controls, DEL, C1 controls
+// (U+0080..U+009F) and bytes that are not UTF-8 become escapes (`\n`, `\t`, `\x1b`,
+// `\u009b`), so that a range or program name cannot move the cursor, retitle the window or
+// hide what follows. Past `max_chars` characters (on each line, with `keep_newlines`) the
+// text is cut and ends in "...". Only for what goes to a terminal: JSON and CSV keep names
+// whole.
+std::string TerminalText(std::string_view text, size_t max_chars = SIZE_MAX,
+                         bool keep_newlines = false);
+
+// Columns `text` takes on a terminal: its UTF-8 characters (wide characters count one).
+size_t DisplayWidth(std::string_view text);
+
+// Characters of a name (a phase, a range, a command) in a table cell or a summary line: a
+// name of 100,000 characters once widened every row of its table to that. Long enough for
+// pytest's node ids, which name its phases.
+constexpr size_t kMaxNameChars = 100;
+// Characters of any table cell: names cut to kMaxNameChars carry a few words more.
+constexpr size_t kMaxCellChars = 120;
+
 // `align` has one letter per column: 'l' for names, 'r' (or missing) for numbers. The first
-// row sets the number of columns; trailing blanks are cut.
+// row sets the number of columns; trailing blanks are cut. Every cell goes through
+// TerminalText, cut at kMaxCellChars.
 inline void PrintTable(std::ostream& out, const std::string& indent, const std::vector<Row>& rows,
                        const std::string& align) {
   if (rows.empty()) return;
+  std::vector<Row> cells;
+  cells.reserve(rows.size());
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
+    cells.emplace_back();
+    for (const std::string& cell : row) cells.back().push_back(TerminalText(cell, kMaxCellChars));
     for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
-      width[c] = std::max(width[c], row[c].size());
+      width[c] = std::max(width[c], DisplayWidth(cells.back()[c]));
     }
   }
-  for (const auto& row : rows) {
+  for (const auto& row : cells) {
     std::string line = indent;
     for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
-      const std::string pad(width[c] - row[c].size(), ' ');
+      const std::string pad(width[c] - DisplayWidth(row[c]), ' ');
       const bool left = c < align.size() && align[c] == 'l';
       line += (c == 0 ? "" : "  ") + (left ? row[c] + pad : pad + row[c]);
     }

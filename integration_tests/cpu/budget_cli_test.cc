@@ -99,8 +99,10 @@ TEST_F(BudgetCli, CheckUsageErrorsNameTheValidKeys) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("no figure 'forwrd' in this trace; valid keys here: peak, activation, "
-                       "persistent, forward-to-backward, gradient, temporary, other, forward, "
-                       "backward, optimizer"),
+                       "persistent, forward-to-backward, gradient, temporary, other, parameter, "
+                       "buffer, optimizer_state, category:gradient, input, category:activation, "
+                       "category:temporary, workspace, autograd_other, forward, backward, "
+                       "optimizer"),
             std::string::npos)
       << r.err;
   // A plain CUDA program has no lifetime classes.

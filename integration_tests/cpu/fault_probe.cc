@@ -21,6 +21,9 @@
 //                                            without exit handlers, as multiprocessing
 //                                            workers do)
 //               [--child-exit=_exit]         children leave with _exit(0) instead of exit(0)
+//               [--child-fill-fds]           each child, before its ranges, takes every free
+//                                            descriptor (a soft limit of 64, /dev/null
+//                                            opened until EMFILE), as a process at its limit
 //               [--death-fd=F]               before dying, read F to EOF
 //               [--exit=CODE]
 //               [--hijack=file:PATH|socketpair]  after the first range, close every fd the
@@ -46,6 +49,7 @@
 // stdout: one line, "fault_probe: <ranges> ranges", identical with or without a tracer.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <nvtx3/nvToolsExt.h>
@@ -53,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,6 +91,7 @@ struct Options {
   int exit_code = 0;
   std::string hijack;
   bool child_quick_exit = false;
+  bool child_fill_fds = false;
   std::string damage_ring;
 };
 
@@ -135,6 +141,7 @@ Options Parse(int argc, char** argv) {
     else if (const char* v15 = value("--hijack=")) o.hijack = v15;
     else if (const char* v16 = value("--child-exit="))
       o.child_quick_exit = strcmp(v16, "_exit") == 0;
+    else if (arg == "--child-fill-fds") o.child_fill_fds = true;
     else if (const char* v17 = value("--damage-ring=")) o.damage_ring = v17;
     else {
       fprintf(stderr, "fault_probe: unknown argument %s\n", argv[i]);
@@ -410,6 +417,15 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid < 0) return 97;
     if (pid == 0) {
+      if (o.child_fill_fds) {
+        rlimit limit{};
+        getrlimit(RLIMIT_NOFILE, &limit);
+        limit.rlim_cur = std::min<rlim_t>(limit.rlim_cur, 64);
+        setrlimit(RLIMIT_NOFILE, &limit);
+        while (open("/dev/null", O_RDONLY) >= 0) {
+        }
+        if (errno != EMFILE) _exit(90);
+      }
       for (long i = 0; i < o.child_ranges; ++i) {
         nvtxRangePushA("child");
         nvtxRangePop();

@@ -2,6 +2,7 @@
 // daemon out of descriptors, strangers that never finish a handshake, names made to break
 // regular expressions and pages, a full disk, and paths and numbers given to trick it.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -10,12 +11,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -272,6 +277,144 @@ TEST_F(HostileInput, LongRangeNamesUnderACatchAllRuleNeverCrashACommand) {
   EXPECT_EQ(chrome.exit_code, 0) << chrome.err;
   const Result compare = RunCli({"compare", "--phase-rules", rules, trace, trace}, tmp_);
   EXPECT_EQ(compare.exit_code, 0) << compare.err;
+}
+
+// Every byte of `text` that a terminal would act on rather than show: a C0 control other
+// than the line end, DEL, or a C1 control (U+0080..U+009F; a lone byte 0x80..0x9F too, which
+// some terminals read as C1). Empty when there is none.
+std::string ControlsIn(const std::string& text) {
+  std::string found;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const unsigned char next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if ((c < 0x20 && c != '\n') || c == 0x7f || (c >= 0x80 && c <= 0x9f) ||
+        (c == 0xc2 && next >= 0x80 && next <= 0x9f)) {
+      found += "byte " + std::to_string(c) + " at " + std::to_string(i) + "; ";
+    }
+    if (c >= 0xc2 && c <= 0xf4) {  // the continuation bytes of a character are not controls
+      while (i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xc0) == 0x80) ++i;
+    }
+  }
+  return found;
+}
+
+// Range names carrying terminal escapes (a title change, a colour, a CSI as U+009B, DEL, a
+// carriage return) once reached the terminal raw through `run`'s summary and `report`: the
+// phase table printed names as they were. They are shown escaped; summary.json keeps them.
+TEST_F(HostileInput, EscapeSequencesInRangeNamesNeverReachTheTerminal) {
+  const std::vector<std::string> names = {"\x1b]0;owned\x07title", "\x1b[31mred\x1b[0m",
+                                          "csi\u009b2J", "del\x7f", "back\rover"};
+  std::vector<std::string> args = {"run", "-o", tmp_ + "/run", "--", kFake, "--batches=5"};
+  for (const std::string& name : names) args.push_back("--range=" + name);
+  const Result run = RunCli(args, tmp_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("phases:"), std::string::npos) << run.err;
+  EXPECT_EQ(ControlsIn(run.err), "") << run.err;
+  const Result report = RunCli({"report", tmp_ + "/run"}, tmp_);
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_EQ(ControlsIn(report.out), "") << report.out;
+  EXPECT_NE(report.out.find("\\x1b[31mred\\x1b[0m"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("csi\\u009b2J"), std::string::npos) << report.out;
+  // Whole in the JSON.
+  const nlohmann::json summary = nlohmann::json::parse(ReadFile(tmp_ + "/run/summary.json"));
+  std::vector<std::string> phases;
+  for (const auto& p : summary["processes"][0]["phases"]) phases.push_back(p["name"]);
+  for (const std::string& name : names) {
+    EXPECT_NE(std::find(phases.begin(), phases.end(), name), phases.end()) << name;
+  }
+}
+
+// A 100,000-character range name once made every row of the phase table 100,000 characters
+// wide. Tables shorten names; summary.json keeps them whole.
+TEST_F(HostileInput, LongRangeNamesAreShortenedInTablesAndKeptWholeInJson) {
+  const std::string run_dir = tmp_ + "/run";
+  const Result run = RunCli(
+      {"run", "-o", run_dir, "--", kFake, "--long-range=100000", "--range=short", "--batches=4"},
+      tmp_);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Result report = RunCli({"report", run_dir}, tmp_);
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const Result compare = RunCli({"compare", run_dir, run_dir}, tmp_);
+  ASSERT_EQ(compare.exit_code, 0) << compare.err;
+  for (const auto& [what, text] : {std::pair<std::string, std::string>{"run", run.err},
+                                   {"report", report.out},
+                                   {"compare", compare.out}}) {
+    size_t longest = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) longest = std::max(longest, line.size());
+    std::cout << what << ": longest line " << longest << " characters\n";
+    EXPECT_LT(longest, 400u) << what;
+    EXPECT_NE(text.find(std::string(40, 'a') + "..."), std::string::npos) << what << ": " << text;
+  }
+  const std::string json = ReadFile(run_dir + "/summary.json");
+  EXPECT_NE(json.find("\"" + std::string(100000, 'a') + "\""), std::string::npos);
+}
+
+// A connection that never sends its handshake held a descriptor and a stream for as long as
+// it stayed open. The daemon closes it after CUMEMTRACE_HANDSHAKE_TIMEOUT_MS (default
+// 10 s), with a log line, and goes on serving.
+TEST_F(HostileInput, DaemonClosesConnectionsThatNeverFinishTheirHandshake) {
+  const std::string socket = tmp_ + "/sock/collector.sock";
+  Daemon daemon;
+  daemon.socket = socket;
+  daemon.traces = tmp_ + "/traces";
+  daemon.child = Spawn({kCli, "daemon", "--socket", socket, "--output-dir", daemon.traces}, tmp_,
+                       {{"CUMEMTRACE_HANDSHAKE_TIMEOUT_MS", "500"}});
+  daemon.log = std::make_unique<LineReader>(daemon.child.err_fd);
+  ASSERT_TRUE(daemon.log->Next().has_value());
+  const int silent = ConnectTo(socket);
+  ASSERT_GE(silent, 0);
+  const int partial = ConnectTo(socket);
+  ASSERT_GE(partial, 0);
+  ASSERT_TRUE(SendAllOrClosed(partial, std::string("\x20", 1) + "half"));  // 4 of 32 bytes
+  const auto started = std::chrono::steady_clock::now();
+  auto closed_within = [](int fd, int ms) {
+    pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, ms) <= 0) return false;
+    char byte;
+    return recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
+  };
+  EXPECT_TRUE(closed_within(silent, 5000)) << "the silent connection is still open";
+  EXPECT_TRUE(closed_within(partial, 5000)) << "the half-handshake connection is still open";
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "closed after " << waited << " s\n";
+  EXPECT_GE(waited, 0.4);
+  int logged = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::optional<std::string> line = daemon.log->Next(2000);
+    ASSERT_TRUE(line.has_value());
+    if (line->find("no handshake within 0.5 s") != std::string::npos) ++logged;
+  }
+  EXPECT_EQ(logged, 2);
+  // A real client is still served.
+  Child client = Spawn({kFake, "--socket=" + socket, "--batches=3", "--events=5"}, tmp_, {});
+  EXPECT_EQ(Finish(client).exit_code, 0);
+  close(silent);
+  close(partial);
+  kill(daemon.child.pid, SIGTERM);
+  EXPECT_EQ(Finish(daemon.child).exit_code, 0);
+  EXPECT_EQ(EventsRecordedFor(daemon.traces, client.pid), 15);
+}
+
+// docs/cli.md: "1: the output folder, trace file or socket could not be created". On a
+// read-only file system `run -o NEW` exited 2, the status of a usage error. A read-only
+// tmpfs (CI runs as root); where mounting is not allowed, the test is skipped and says so.
+TEST_F(HostileInput, RunOnAReadOnlyFileSystemExitsOne) {
+  const std::string ro = tmp_ + "/ro";
+  ASSERT_EQ(mkdir(ro.c_str(), 0700), 0);
+  if (mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a read-only tmpfs here (" << strerror(errno) << "); not tested";
+  }
+  const Result fresh = RunCli({"run", "-o", ro + "/new/run", "--quiet", "--", kFake}, tmp_);
+  const Result existing = RunCli({"run", "-o", ro, "--quiet", "--", kFake}, tmp_);
+  const Result report =
+      RunCli({"report", "-o", ro + "/rep", std::string(GOLDEN_DIR) + "/cuda_phases.cmtrace"}, tmp_);
+  umount2(ro.c_str(), MNT_DETACH);
+  EXPECT_EQ(fresh.exit_code, 1) << fresh.err;
+  EXPECT_NE(fresh.err.find("Read-only file system"), std::string::npos) << fresh.err;
+  EXPECT_EQ(existing.exit_code, 1) << existing.err;
+  EXPECT_EQ(report.exit_code, 1) << report.err;
 }
 
 // --- a full disk ---------------------------------------------------------------------------

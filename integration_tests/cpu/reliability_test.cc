@@ -20,6 +20,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <map>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "collector/format/trace_file.h"
 #include "integration_tests/cpu/child_process.h"
@@ -959,6 +962,134 @@ TEST_F(TracerFaults, TracerWritesNoFileWhereTheEnvironmentPoints) {
   EXPECT_EQ(WEXITSTATUS(e.status), 0);
   EXPECT_NE(e.err.find("not tracing"), std::string::npos) << e.err;
   EXPECT_TRUE(fs::is_empty(bait)) << "the tracer created something under " << bait;
+}
+
+// --- what the trace must say about itself ---------------------------------------------------
+
+// The process of summary.json whose command line starts with `program`.
+nlohmann::json ProcessOf(const nlohmann::json& summary, const std::string& program) {
+  for (const nlohmann::json& p : summary["processes"]) {
+    if (!p["command_line"].empty() && p["command_line"][0] == program) return p;
+  }
+  return nlohmann::json::object();
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Nsight Systems sets NVTX_INJECTION64_PATH to its own library, and `run` keeps a user's
+// value: every range then goes there. The trace once held 0 of 17 ranges, "traced for
+// 0 ns", complete, and no word of why. Now `run` says so before the program starts, and
+// the trace carries it as a notice (summary.json and the text summary).
+TEST_F(TracerFaults, AnotherNvtxInjectionIsSaidOnStderrAndInTheSummary) {
+  const std::string out = tmp_ + "/run";
+  const Exit e = Finish(Spawn({kCli, "run", "-o", out, "--", kProbe, "--ranges=16"},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer},
+                               {"NVTX_INJECTION64_PATH", kPlugin}}));
+  ASSERT_TRUE(WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) << e.err;
+  TraceFacts t = ReadTrace(out + "/trace.cmtrace");
+  int ranges = 0;
+  for (const auto& [id, s] : t.streams) {
+    for (const auto& [name, n] : s.pushes) ranges += n;
+  }
+  std::cout << ranges << " of 17 ranges recorded\n";
+  EXPECT_EQ(ranges, 0) << "the other library has them";
+  const size_t said = e.err.find("NVTX_INJECTION64_PATH was already set (to " + kPlugin);
+  ASSERT_NE(said, std::string::npos) << e.err;
+  EXPECT_LT(said, e.err.find("cumemtrace summary of")) << "said before the summary: " << e.err;
+  const nlohmann::json summary = nlohmann::json::parse(ReadWhole(out + "/summary.json"));
+  const nlohmann::json p = ProcessOf(summary, kProbe);
+  ASSERT_FALSE(p.empty()) << summary.dump();
+  ASSERT_EQ(p["notices"].size(), 1u) << p.dump();
+  EXPECT_EQ(p["notices"][0]["code"], "nvtx_injection_taken");
+  EXPECT_EQ(p["notices"][0]["level"], "warning");
+  const Exit report = Finish(Spawn({kCli, "report", out}, {}));
+  EXPECT_NE(report.out.find("  warning: NVTX_INJECTION64_PATH was already set"), std::string::npos)
+      << report.out;
+  // The tracer itself named there: nothing to say.
+  const Exit own = Finish(Spawn({kCli, "run", "-o", tmp_ + "/own", "--", kProbe, "--ranges=16"},
+                                {{"CUMEMTRACE_TRACER_LIB", kTracer},
+                                 {"NVTX_INJECTION64_PATH", kTracer}}));
+  EXPECT_EQ(own.err.find("NVTX_INJECTION64_PATH"), std::string::npos) << own.err;
+  EXPECT_EQ(ReadTrace(tmp_ + "/own/trace.cmtrace").streams[1].pushes["step"], 16);
+}
+
+// A forked child at its descriptor limit: its tracer's memfd_create and socket failed with
+// EMFILE, so the child went untraced and nothing in the trace said so. The child now has its
+// socket from the moment it is forked (made on the number its parent's connection leaves),
+// and says that it has no shared ring, on stderr and in the summary.
+TEST_F(TracerFaults, ForkedChildWithoutAFreeDescriptorIsTracedAndSaysWhatItLacks) {
+  const std::string out = tmp_ + "/run";
+  const Exit e = Finish(Spawn({kCli, "run", "-o", out, "--", kProbe, "--ranges=10",
+                               "--fork-children=2", "--child-ranges=30", "--child-fill-fds"},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer}}));
+  ASSERT_TRUE(WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) << e.err;
+  TraceFacts t = ReadTrace(out + "/trace.cmtrace");
+  int children = 0;
+  int child_ranges = 0;
+  for (const auto& [id, s] : t.streams) {
+    if (s.pushes.count("child") == 0) continue;
+    ++children;
+    child_ranges += s.pushes.at("child");
+  }
+  std::cout << child_ranges << " of 60 child ranges recorded, " << children << " of 2 children\n";
+  EXPECT_EQ(children, 2) << e.err;
+  EXPECT_EQ(child_ranges, 60) << e.err;
+  // Each child's own line, then the summary's.
+  EXPECT_EQ(CountLines(e.err, "cumemtrace: no shared ring for this process"), 2) << e.err;
+  EXPECT_EQ(CountLines(e.err, "tracer warning: no shared ring for this process"), 2) << e.err;
+  const nlohmann::json summary = nlohmann::json::parse(ReadWhole(out + "/summary.json"));
+  int noticed = 0;
+  for (const nlohmann::json& p : summary["processes"]) {
+    for (const nlohmann::json& n : p["notices"]) noticed += n["code"] == "no_shared_ring";
+  }
+  EXPECT_EQ(noticed, 2) << summary.dump();
+}
+
+// A program that closes the tracer's descriptors keeps its own (the rows above), but the
+// trace once said `complete: true` with no word while it held 1 of 501 ranges. The collector
+// sees the connection end while the process still runs and without its exit record: the
+// process is incomplete, and the summary says why. An exec, which also ends a stream while
+// the pid runs, is not taken for it.
+TEST_F(TracerFaults, ProgramClosingTheTracersConnectionIsSaidInTheSummary) {
+  const std::string out = tmp_ + "/run";
+  const std::string file = tmp_ + "/program-file.txt";
+  const Exit e = Finish(Spawn({kCli, "run", "-o", out, "--", kProbe, "--ranges=25",
+                               "--hijack=file:" + file},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer}}));
+  ASSERT_TRUE(WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) << e.err;
+  EXPECT_NE(e.err.find("reused its descriptor; tracing stopped"), std::string::npos) << e.err;
+  TraceFacts t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.streams.count(1), 1u);
+  std::cout << t.streams[1].pushes["startup"] + t.streams[1].pushes["step"]
+            << " of 501 ranges recorded\n";
+  const nlohmann::json summary = nlohmann::json::parse(ReadWhole(out + "/summary.json"));
+  const nlohmann::json p = ProcessOf(summary, kProbe);
+  ASSERT_FALSE(p.empty()) << summary.dump();
+  EXPECT_EQ(p["complete"], false) << p.dump();
+  ASSERT_EQ(p["incomplete_reasons"].size(), 1u) << p.dump();
+  EXPECT_NE(p["incomplete_reasons"][0].get<std::string>().find(
+                "the program closed the tracer's connection while it ran"),
+            std::string::npos)
+      << p.dump();
+  EXPECT_NE(e.err.find("warning: incomplete: the program closed the tracer's connection"),
+            std::string::npos)
+      << e.err;
+
+  // A shell that execs the program: its stream ends while the pid runs on, as the program.
+  const std::string exec_out = tmp_ + "/exec";
+  const Exit x = Finish(Spawn({kCli, "run", "-o", exec_out, "--", "/bin/sh", "-c",
+                               "exec " + kProbe + " --ranges=5"},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer}}));
+  ASSERT_TRUE(WIFEXITED(x.status) && WEXITSTATUS(x.status) == 0) << x.err;
+  EXPECT_EQ(x.err.find("closed the tracer's connection"), std::string::npos) << x.err;
+  const nlohmann::json exec_summary =
+      nlohmann::json::parse(ReadWhole(exec_out + "/summary.json"));
+  const nlohmann::json probe = ProcessOf(exec_summary, kProbe);
+  ASSERT_FALSE(probe.empty()) << exec_summary.dump();
+  EXPECT_EQ(probe["complete"], true) << probe.dump();
 }
 
 }  // namespace

@@ -77,13 +77,15 @@ def torch_oom(summary):
 
 
 def memory_viz_functions(snapshot):
-    """Which of PyTorch's own _memory_viz functions read the snapshot, or why not."""
+    """Which of PyTorch's own _memory_viz functions read the snapshot, or why not. Those
+    that need nothing but the snapshot: segments() and memory() render through flamegraph.pl,
+    which they download first, and the GPU machine reaches no network."""
     try:
         from torch.cuda import _memory_viz
     except Exception as e:  # noqa: BLE001 - any import failure is the answer
         return {"import": f"{type(e).__name__}: {e}"}
     outcome = {}
-    for name in ("segments", "memory", "segment_plot", "trace_plot"):
+    for name in ("segsum", "trace", "segment_plot", "trace_plot"):
         try:
             text = getattr(_memory_viz, name)(snapshot)
             outcome[name] = "ok" if text else "empty"

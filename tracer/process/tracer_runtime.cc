@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -281,10 +282,21 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
       recorder_.per_thread()
           ? ThreadBuffers::BytesFor(ThreadBuffers::kDefaultSlots, ThreadBuffers::kDefaultSlotUnits)
           : 0;
-  s.ring_fd = queue_.Create(SharedRingFromEnv(), buffer_bytes);
+  const bool shared_ring = SharedRingFromEnv();
+  errno = 0;
+  s.ring_fd = queue_.Create(shared_ring, buffer_bytes);
+  const int ring_errno = errno;  // memfd_create's (or its mapping's), when it failed
   if (queue_.extra() != nullptr) {
     recorder_.buffers().Init(queue_.extra(), ThreadBuffers::kDefaultSlots,
                              ThreadBuffers::kDefaultSlotUnits);
+  }
+  if (shared_ring && s.ring_fd < 0 && queue_.created()) {
+    // A process at its descriptor limit (EMFILE): traced, but without the ring that keeps
+    // its records when it dies.
+    recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "no_shared_ring",
+                     std::string("no shared ring for this process (") + strerror(ring_errno) +
+                         "): its records go through the socket only, so what it has not "
+                         "sent when it dies is lost");
   }
   if (s.ring_fd >= 0) {
     struct stat st {};
@@ -475,6 +487,9 @@ void TracerRuntime::AtForkChild() {
     }
   }
   g_sender = nullptr;  // the parent's, leaked
+  const bool child_traced = (self.started_.load() && parent_was_recording) ||
+                            (!self.started_.load() && parent_start_pending);
+  if (child_traced) CollectorConnection::PrepareSocketAfterFork();
   CuptiSession::Get().ForgetInChildAfterFork();
   TorchBridge::Get().StopInForkedChild();
   if (self.started_.load() && parent_was_recording) {

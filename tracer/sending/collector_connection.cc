@@ -21,7 +21,31 @@ int64_t NowMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// The socket a forked child made for its first Connect (PrepareSocketAfterFork).
+struct SpareSocket {
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+SpareSocket g_spare;
+
 }  // namespace
+
+void CollectorConnection::PrepareSocketAfterFork() {
+  // A spare inherited from a parent that never used it is that parent's: two processes
+  // must never connect one socket.
+  if (SameDescriptor(g_spare.fd, g_spare.dev, g_spare.ino)) close(g_spare.fd);
+  g_spare = SpareSocket{};
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const int moved = MoveToHighDescriptor(fd);
+  struct stat st {};
+  if (fstat(moved, &st) != 0) {
+    close(moved);
+    return;
+  }
+  g_spare = SpareSocket{moved, st.st_dev, st.st_ino};
+}
 
 bool CollectorConnection::StillOurs() const { return SameDescriptor(fd_, dev_, ino_); }
 
@@ -33,8 +57,18 @@ bool CollectorConnection::Connect(const std::string& path, std::string* error, b
     return false;
   }
   memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  // CLOEXEC: an exec'ed image loads the tracer again and opens its own stream.
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (wait ? 0 : SOCK_NONBLOCK), 0);
+  // CLOEXEC: an exec'ed image loads the tracer again and opens its own stream. A forked
+  // child first uses the socket made for it at the fork, once, if the number still is it.
+  int fd = -1;
+  if (g_spare.fd >= 0) {
+    if (SameDescriptor(g_spare.fd, g_spare.dev, g_spare.ino)) {
+      fd = g_spare.fd;
+      const int flags = fcntl(fd, F_GETFL);
+      fcntl(fd, F_SETFL, wait ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
+    }
+    g_spare = SpareSocket{};
+  }
+  if (fd < 0) fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (wait ? 0 : SOCK_NONBLOCK), 0);
   if (fd < 0) {
     *error = std::string("socket: ") + strerror(errno);
     return false;

@@ -36,6 +36,11 @@ class CollectorConnection {
   SendResult Send(std::string* outbox, int timeout_ms);
   // In a forked child: forget the parent's socket without touching the parent's stream.
   void AbandonAfterFork();
+  // In a forked child, after AbandonAfterFork: makes the child's own socket (unconnected,
+  // high, close-on-exec) on the number the parent's left free, for the child's first
+  // Connect. A child that takes every free descriptor before its first event (a process at
+  // its limit) was untraced, its socket() failing with EMFILE. Async-signal-safe calls only.
+  static void PrepareSocketAfterFork();
   // Closes the socket, unless the number no longer is ours.
   void Close();
   bool connected() const { return fd_ >= 0; }

@@ -160,6 +160,23 @@ TEST(EvaluateBudgets, UnknownFiguresAreUsageErrorsThatListTheValidKeys) {
   EXPECT_EQ(p.results[1].outcome, Outcome::kMet);
 }
 
+// Categories (inferred here: no tags): forward's 10 MiB is an activation (freed in backward),
+// backward's 1 MiB a temporary; each budget names the category's own peak.
+TEST(EvaluateBudgets, CategoriesByTheirOwnPeak) {
+  auto report = TwoPhaseReport("forward", "backward");
+  const BudgetEvaluation e = EvaluateBudgets(
+      *report, Budgets({"category:activation=10MiB", "category:activation=10485759",
+                        "category:temporary=1MiB", "parameter=0", "temporary=1MiB"}));
+  ASSERT_EQ(e.results.size(), 5u);
+  EXPECT_EQ(e.results[0].outcome, Outcome::kMet) << e.results[0].error;
+  EXPECT_EQ(e.results[1].outcome, Outcome::kExceeded) << e.results[1].error;
+  EXPECT_EQ(e.results[1].highest.bytes, 10 * kMiB);
+  EXPECT_EQ(e.results[2].outcome, Outcome::kMet) << e.results[2].error;
+  EXPECT_EQ(e.results[3].outcome, Outcome::kMet) << e.results[3].error;
+  // The short name of a lifetime class still names the class.
+  EXPECT_EQ(e.results[4].figure, "lifetime:temporary");
+}
+
 TEST(EvaluateBudgets, AShortKeyNamingTwoFiguresIsAmbiguous) {
   auto report = TwoPhaseReport("peak", "compute");
   const BudgetEvaluation e = EvaluateBudgets(*report, Budgets({"peak=1GiB", "phase:peak=1GiB"}));
@@ -231,6 +248,16 @@ TEST(GrowthBeyond, RelativeAndAbsoluteLimitsAgainstTheFirstRun) {
   // From nothing to something is growth beyond any percentage.
   runs[2].lifetime_bytes["temporary"] = 1;
   EXPECT_EQ(GrowthBeyond(runs, five).size(), 4u);
+
+  // A category's own peak, where both runs have categories.
+  runs[0].categories = runs[1].categories = true;
+  runs[0].category_own_peak["gradient"] = 400;
+  runs[1].category_own_peak["gradient"] = 421;
+  grown = GrowthBeyond(runs, five);
+  ASSERT_EQ(grown.size(), 5u);
+  EXPECT_EQ(grown[0].run, "same");
+  EXPECT_EQ(grown[0].figure, "category:gradient");
+  EXPECT_EQ(grown[0].bytes, 421u);
 
   GrowthLimit bytes;
   ASSERT_TRUE(ParseGrowthLimit("50B", &bytes, &error)) << error;

@@ -8,6 +8,7 @@
 #include "collector/engine/engine.h"
 #include "collector/engine/tests/trace_builder.h"
 #include "collector/output/summary.h"
+#include "collector/output/tables.h"
 
 namespace cumemtrace {
 namespace {
@@ -224,6 +225,36 @@ TEST(SummaryText, OneActivationFigureAndOnlyWithTrainingPhases) {
   const nlohmann::json pj = nlohmann::json::parse(SummaryJson(*plain));
   EXPECT_TRUE(pj["processes"][0]["devices"][0]["lifetime_at_peak"].is_null());
   EXPECT_EQ(pj["processes"][0]["devices"][0]["peak"]["bytes"], 11u << 20);
+}
+
+// What reaches a terminal: controls escaped, text that is not UTF-8 too, characters kept,
+// long text cut by characters (never inside one).
+TEST(TerminalText, EscapesWhatATerminalWouldActOnAndCutsByCharacters) {
+  using internal::TerminalText;
+  EXPECT_EQ(TerminalText("a\x1b[2Jb\x07"), "a\\x1b[2Jb\\x07");
+  EXPECT_EQ(TerminalText("del\x7f c1\u009b nl\n tab\t"), "del\\x7f c1\\u009b nl\\n tab\\t");
+  EXPECT_EQ(TerminalText("lone \x9b and cut \xe2\x82"), "lone \\x9b and cut \\xe2\\x82");
+  EXPECT_EQ(TerminalText("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
+  EXPECT_EQ(TerminalText("caf\u00e9 \u2014 \u65e5\u672c"), "caf\u00e9 \u2014 \u65e5\u672c");
+  EXPECT_EQ(TerminalText("\u65e5\u672c\u8a9e", 2), "\u65e5\u672c...");
+  EXPECT_EQ(TerminalText("abc", 3), "abc");
+  EXPECT_EQ(TerminalText("one\x1b\ntwo", SIZE_MAX, /*keep_newlines=*/true), "one\\x1b\ntwo");
+  EXPECT_EQ(TerminalText("abcd\nxy\nlong", 2, /*keep_newlines=*/true), "ab...\nxy\nlo...");
+  EXPECT_EQ(internal::DisplayWidth("caf\u00e9"), 4u);
+}
+
+// A table is as wide as its shortened cells, aligned by characters.
+TEST(TerminalText, TablesShortenCellsAndAlignByCharacters) {
+  std::ostringstream out;
+  const std::vector<internal::Row> rows_in = {
+      {"name", "n"}, {std::string(500, 'x'), "1"}, {"\u00e9t\u00e9", "22"}};
+  internal::PrintTable(out, "", rows_in, "lr");
+  std::istringstream lines(out.str());
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1], std::string(internal::kMaxCellChars, 'x') + "...   1");
+  EXPECT_EQ(internal::DisplayWidth(rows[2]), internal::DisplayWidth(rows[1])) << rows[2];
 }
 
 }  // namespace
