@@ -11,5 +11,6 @@ int ExportCommand(int argc, char** argv);
 int CompareCommand(int argc, char** argv);
 int SweepCommand(int argc, char** argv);
 int MergeCommand(int argc, char** argv);
+int DoctorCommand(int argc, char** argv);
 
 }  // namespace cumemtrace

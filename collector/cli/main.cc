@@ -29,6 +29,8 @@ Commands:
   sweep --param NAME=V1,V2 -- CMD        run once per value and tabulate memory vs NAME
   merge -o OUT TRACE TRACE...            one job from several hosts' traces (torchrun,
                                          SLURM): per-rank peaks on one time base
+  doctor                                 what a run can record on this machine (GPU,
+                                         CUPTI, torch and its bridge, libdw, output)
 
 Options:
   -h, --help       show this help (`cumemtrace COMMAND --help` for a command's options)
@@ -62,5 +64,6 @@ int main(int argc, char** argv) {
   if (command == "compare") return cumemtrace::CompareCommand(argc - 1, argv + 1);
   if (command == "sweep") return cumemtrace::SweepCommand(argc - 1, argv + 1);
   if (command == "merge") return cumemtrace::MergeCommand(argc - 1, argv + 1);
+  if (command == "doctor") return cumemtrace::DoctorCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");
 }
