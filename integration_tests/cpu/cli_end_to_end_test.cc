@@ -74,6 +74,16 @@ TEST_F(CliEndToEnd, RunRecordsTheStreamAndReturnsTheExitCode) {
   EXPECT_NE(r.err.find("cumemtrace: trace written to " + out + "/"), std::string::npos) << r.err;
 }
 
+// The analysis of a small trace takes milliseconds: no progress, however long the program ran.
+TEST_F(CliEndToEnd, ASlowProgramWithASmallTraceGetsNoAnalysisProgress) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", "/bin/sh", "-c",
+                           "sleep 2; exec \"$0\" --batches=3 --events=5", kFake});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out + "/summary.json"));
+  EXPECT_EQ(r.err.find("analysis pass"), std::string::npos) << r.err;
+}
+
 TEST_F(CliEndToEnd, RunReportsDeathBySignalAsShellDoes) {
   const std::pair<std::string, int> cases[] = {{"kill", 128 + SIGKILL}, {"segv", 128 + SIGSEGV}};
   for (const auto& [how, expected] : cases) {
