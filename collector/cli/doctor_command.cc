@@ -17,6 +17,7 @@
 #include "collector/cli/cli_support.h"
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
+#include "collector/cli/torch_bridge_cache.h"
 #include "collector/cli/torch_probe.h"
 #include "collector/engine/native_symbolizer.h"
 
@@ -173,31 +174,40 @@ std::vector<Check> TorchChecks(const std::string& python, const std::string& tra
   const std::string beside = dir_override != nullptr && *dir_override != '\0'
                                  ? std::string(dir_override)
                                  : tracer.substr(0, tracer.rfind('/'));
-  const std::string root = TorchBridgeCacheRoot();
-  const std::string cached =
-      root.empty() ? "" : root + "/" + TorchBridgeCacheKey(torch, CUMEMTRACE_VERSION) + "/" + file;
+  const BridgeBuildSettings settings = InstalledBridgeSettings(torch);
+  const std::string cache_dir =
+      settings.cache_root.empty()
+          ? ""
+          : settings.cache_root + "/" + TorchBridgeCacheKey(torch, settings.key_version);
+  const std::string fallback =
+      "a run sees PyTorch's segments, not its tensors (or run with --allocator=async)";
   if (PathExists(beside + "/" + file)) {
     checks.push_back({State::kOk, "bridge", "built: " + beside + "/" + file, ""});
-  } else if (!cached.empty() && PathExists(cached)) {
-    checks.push_back({State::kOk, "bridge", "in the cache: " + cached, ""});
+  } else if (!cache_dir.empty() && PathExists(cache_dir + "/" + file)) {
+    checks.push_back({State::kOk, "bridge", "in the cache: " + cache_dir + "/" + file, ""});
+  } else if (!cache_dir.empty() && PathExists(cache_dir + "/build.failed")) {
+    checks.push_back({State::kMissing, "bridge",
+                      "an earlier build for torch " + torch.version + " failed: " + cache_dir +
+                          "/build.log (remove the folder to try again)",
+                      fallback});
   } else {
-    const std::string compiler = FindCxxCompiler();
-    const bool headers = HasTorchHeaders(torch.dir);
-    const std::string fallback =
-        "without it a run sees PyTorch's segments, not its tensors (or run with "
-        "--allocator=async)";
-    if (compiler.empty()) {
+    std::string missing;
+    if (settings.compiler.empty()) missing = "no C++ compiler";
+    if (!HasTorchHeaders(torch.dir)) {
+      missing = torch.dir + " ships no C++ headers";
+    }
+    if (!PathExists(settings.source_root + "/" + settings.shim_source)) {
+      missing = "this cumemtrace has no bridge sources (" + settings.source_root + ")";
+    }
+    if (cache_dir.empty()) missing = "no cache folder (neither XDG_CACHE_HOME nor HOME is set)";
+    if (!missing.empty()) {
       checks.push_back({State::kMissing, "bridge",
-                        "none for torch " + torch.version + ", and no C++ compiler to build one",
-                        fallback});
-    } else if (!headers) {
-      checks.push_back({State::kMissing, "bridge",
-                        "none for torch " + torch.version + ", and " + torch.dir +
-                            " ships no C++ headers to build one from",
+                        "none for torch " + torch.version + ", and none can be built: " + missing,
                         fallback});
     } else {
       checks.push_back({State::kOk, "bridge",
-                        "none yet for torch " + torch.version + "; buildable with " + compiler,
+                        "none yet for torch " + torch.version + "; buildable with " +
+                            settings.compiler + ": the first run builds it into " + cache_dir,
                         ""});
     }
   }

@@ -25,6 +25,7 @@
 #include "collector/cli/commands.h"
 #include "collector/cli/log.h"
 #include "collector/cli/report_html.h"
+#include "collector/cli/torch_bridge_cache.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/cli/trace_writer.h"
 
@@ -75,6 +76,10 @@ Options:
       --no-categories     Python programs: do not read the program's optimizers and modules
                           to name parameters, buffers, gradients and optimizer state (their
                           categories are then inferred, as for a LibTorch program)
+      --no-bridge-build   Python programs whose torch has no PyTorch bridge beside the
+                          tracer: do not build one (by default it is built once, before the
+                          program starts, from that torch's headers into
+                          $XDG_CACHE_HOME/cumemtrace/bridges, and used from there)
   -h, --help              show this help
 %s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
@@ -200,11 +205,10 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
-                                          const std::string& allocator,
-                                          const std::string& kernels,
+                                          const std::string& allocator, const std::string& kernels,
                                           const std::string& stacks, bool quiet,
                                           const std::vector<std::string>& python_phases,
-                                          bool categories) {
+                                          bool categories, const std::string& bridge_dir) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -246,6 +250,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
     set("CUMEMTRACE_ALLOCATOR_MODE", "native");
   }
   if (!categories) set("CUMEMTRACE_CATEGORIES", "0");
+  if (!bridge_dir.empty()) set("CUMEMTRACE_TORCH_BRIDGE_DIR", bridge_dir);
   if (!python_phases.empty()) {
     std::string spec;
     for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
@@ -332,6 +337,7 @@ int RunCommand(int argc, char** argv) {
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"no-categories", no_argument, nullptr, 'C'},
+      {"no-bridge-build", no_argument, nullptr, 'B'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
@@ -343,6 +349,7 @@ int RunCommand(int argc, char** argv) {
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
   bool categories = true;
+  bool bridge_build = true;
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
@@ -377,6 +384,9 @@ int RunCommand(int argc, char** argv) {
       case 'q': quiet = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'C': categories = false; break;
+      case 'B':
+        bridge_build = false;
+        break;
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
@@ -414,6 +424,19 @@ int RunCommand(int argc, char** argv) {
   if (const int error = ResolveProgram(program, &executable); error != 0) {
     LogLine("cannot run '" + program + "': " + strerror(error));
     return error == ENOENT ? 127 : 126;
+  }
+
+  // A Python program's torch without a bridge beside the tracer gets one from the cache,
+  // built there now if needed: here, never inside the traced program.
+  std::string bridge_dir;
+  const char* bridge_dir_set = getenv("CUMEMTRACE_TORCH_BRIDGE_DIR");
+  if (bridge_build && allocator == "native" && getenv("PYTORCH_CUDA_ALLOC_CONF") == nullptr &&
+      (bridge_dir_set == nullptr || *bridge_dir_set == '\0')) {
+    const std::string tracer_dir = tracer.substr(0, tracer.rfind('/'));
+    auto log = [quiet](const std::string& line) {
+      if (!quiet) LogLine(line);
+    };
+    bridge_dir = BridgeDirForProgram(executable, tracer_dir, InstalledBridgeSettings, log);
   }
 
   // The output folder: created only now that the program is known to exist.
@@ -495,7 +518,7 @@ int RunCommand(int argc, char** argv) {
 
   const std::vector<std::string> env_strings =
       ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
-                       categories);
+                       categories, bridge_dir);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

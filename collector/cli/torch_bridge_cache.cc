@@ -1,5 +1,6 @@
 #include "collector/cli/torch_bridge_cache.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -183,6 +184,67 @@ BridgeResult EnsureCachedBridge(const TorchInstall& torch, const BridgeBuildSett
   }
   close(lock);
   return result;
+}
+
+BridgeBuildSettings InstalledBridgeSettings(const TorchInstall& torch) {
+  BridgeBuildSettings settings;
+  settings.cache_root = TorchBridgeCacheRoot();
+  settings.key_version = CUMEMTRACE_VERSION;
+  settings.compiler = FindCxxCompiler();
+  settings.source_root = ExecutableDir() + "/../share/cumemtrace/torch_bridge";
+  settings.shim_source = CUMEMTRACE_BRIDGE_SHIM_SOURCE;
+  std::istringstream dirs(CUMEMTRACE_CUDA_INCLUDE_DIRS);
+  for (std::string dir; std::getline(dirs, dir, ';');) {
+    if (PathExists(dir + "/cuda_runtime_api.h")) settings.include_dirs.push_back(dir);
+  }
+  // A pip torch brings the CUDA runtime's headers in site-packages/nvidia/<part>/include.
+  const std::string nvidia = torch.dir + "/../nvidia";
+  if (DIR* dir = opendir(nvidia.c_str())) {
+    while (const dirent* entry = readdir(dir)) {
+      const std::string include = nvidia + "/" + entry->d_name + "/include";
+      if (entry->d_name[0] != '.' && PathExists(include + "/cuda_runtime_api.h")) {
+        settings.include_dirs.push_back(include);
+      }
+    }
+    closedir(dir);
+  }
+  return settings;
+}
+
+std::string BridgeDirForProgram(
+    const std::string& program, const std::string& tracer_dir,
+    const std::function<BridgeBuildSettings(const TorchInstall&)>& settings_for,
+    const std::function<void(const std::string&)>& log) {
+  const std::string python = PythonOf(program);
+  if (python.empty()) return "";
+  TorchInstall torch;
+  std::string why;
+  if (!ProbeTorch(python, &torch, &why, TorchProbe::kFind)) return "";
+  if (PathExists(tracer_dir + "/" + TorchBridgeLibraryName(torch.version))) return "";
+  const BridgeBuildSettings settings = settings_for(torch);
+  if (!PathExists(settings.source_root + "/" + settings.shim_source)) {
+    log("no PyTorch bridge for torch " + torch.version +
+        ", and this cumemtrace has no bridge "
+        "sources to build one (" +
+        settings.source_root +
+        "): the run sees PyTorch's "
+        "segments, not its tensors");
+    return "";
+  }
+  const BridgeResult result = EnsureCachedBridge(torch, settings, log);
+  if (!result.ready) {
+    log("no PyTorch bridge for torch " + torch.version + ": " + result.reason +
+        "; the run sees PyTorch's segments, not its tensors (--allocator=async makes each "
+        "tensor a CUDA allocation)");
+    return "";
+  }
+  if (result.built || result.seconds >= 0.1) {
+    char seconds[32];
+    snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);
+    log(std::string("PyTorch bridge for torch ") + torch.version +
+        (result.built ? " built in " : " ready after ") + seconds + " s: " + result.library);
+  }
+  return result.dir;
 }
 
 }  // namespace cumemtrace

@@ -41,4 +41,18 @@ std::vector<std::string> BridgeCompileCommand(const BridgeBuildSettings& setting
 BridgeResult EnsureCachedBridge(const TorchInstall& torch, const BridgeBuildSettings& settings,
                                 const std::function<void(const std::string&)>& log);
 
+// For `run`: the folder of a bridge for the torch that `program` (a resolved path) imports,
+// when none is in `tracer_dir`: found in the cache or built into it now. "" when the tracer's
+// own lookup applies (a bridge beside it, a program that is not Python, no torch) or when
+// none can be had; `log` then gets the reason and what the run does without it.
+std::string BridgeDirForProgram(
+    const std::string& program, const std::string& tracer_dir,
+    const std::function<BridgeBuildSettings(const TorchInstall&)>& settings_for,
+    const std::function<void(const std::string&)>& log);
+
+// The settings of this installation: the bridge sources under
+// <executable dir>/../share/cumemtrace/torch_bridge, the CUDA headers it was built with and
+// those that ship beside a pip torch (nvidia/*/include).
+BridgeBuildSettings InstalledBridgeSettings(const TorchInstall& torch);
+
 }  // namespace cumemtrace

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <fstream>
 #include <sstream>
 
 #include "collector/cli/cli_support.h"
@@ -25,6 +26,23 @@ constexpr char kProbeScript[] =
     "print('cumemtrace-torch\\t%s\\t%d\\t%s' % (torch.__version__,\n"
     "      int(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', 1)),\n"
     "      os.path.dirname(os.path.abspath(torch.__file__))))\n";
+
+// The same line without importing torch (which takes seconds).
+constexpr char kFindScript[] =
+    "import importlib.util, os, re, sys\n"
+    "spec = importlib.util.find_spec('torch')\n"
+    "if spec is None or not spec.origin:\n"
+    "    print('cumemtrace-no-torch\\tNo module named torch')\n"
+    "    sys.exit(0)\n"
+    "d = os.path.dirname(os.path.abspath(spec.origin))\n"
+    "def read(*p):\n"
+    "    try:\n"
+    "        with open(os.path.join(d, *p)) as f: return f.read()\n"
+    "    except OSError: return ''\n"
+    "v = re.search(r'^__version__\\s*=\\s*[\\'\"]([^\\'\"]+)', read('version.py'), re.M)\n"
+    "a = re.search(r'_GLIBCXX_USE_CXX11_ABI=([01])',\n"
+    "              read('share', 'cmake', 'Torch', 'TorchConfig.cmake'))\n"
+    "if v: print('cumemtrace-torch\\t%s\\t%s\\t%s' % (v.group(1), a.group(1) if a else '1', d))\n";
 
 std::string Field(const std::string& line, size_t index) {
   std::istringstream in(line);
@@ -54,14 +72,15 @@ std::string FindOnPath(const std::string& name) {
   return "";
 }
 
-bool ProbeTorch(const std::string& python, TorchInstall* torch, std::string* why) {
+bool ProbeTorch(const std::string& python, TorchInstall* torch, std::string* why, TorchProbe how) {
   const std::string resolved = FindOnPath(python);
   if (resolved.empty()) {
     *why = "no " + python + " on PATH";
     return false;
   }
-  const std::string command =
-      ShellQuote(resolved) + " -c " + ShellQuote(kProbeScript) + " 2>/dev/null </dev/null";
+  const std::string command = ShellQuote(resolved) + " -c " +
+                              ShellQuote(how == TorchProbe::kImport ? kProbeScript : kFindScript) +
+                              " 2>/dev/null </dev/null";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) {
     *why = "cannot start " + resolved;
@@ -88,6 +107,30 @@ bool ProbeTorch(const std::string& python, TorchInstall* torch, std::string* why
   *why = python + " could not say which torch it has (exit status " +
          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) + ")";
   return false;
+}
+
+std::string PythonOf(const std::string& program) {
+  auto is_python = [](const std::string& path) {
+    const std::string name = BaseName(path);
+    if (name.rfind("python", 0) != 0) return false;
+    for (size_t k = 6; k < name.size(); ++k) {
+      if (!isdigit(static_cast<unsigned char>(name[k])) && name[k] != '.') return false;
+    }
+    return true;
+  };
+  if (is_python(program)) return program;
+  std::ifstream in(program);
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("#!", 0) != 0) return "";
+  // "#!/usr/bin/python3 -u" or "#!/usr/bin/env python3".
+  std::istringstream words(line.substr(2));
+  std::string interpreter;
+  words >> interpreter;
+  if (BaseName(interpreter) == "env") {
+    while (words >> interpreter && interpreter[0] == '-') {
+    }
+  }
+  return is_python(interpreter) ? interpreter : "";
 }
 
 std::string TorchBridgeLibraryName(const std::string& torch_version) {

@@ -12,9 +12,20 @@ struct TorchInstall {
   std::string dir;        // the torch package directory (holds include/ and lib/)
 };
 
+// How ProbeTorch asks: kImport imports torch (seconds: what `doctor` reports is what the
+// program will get); kFind only finds the package and reads its version.py and
+// share/cmake/Torch/TorchConfig.cmake (tens of milliseconds, for every `run`).
+enum class TorchProbe { kImport, kFind };
+
 // Asks `python` (a command looked up in PATH, or a path) which torch it imports. False with
 // *why when it cannot tell ("no python3 on PATH", "python3 has no torch: ...").
-bool ProbeTorch(const std::string& python, TorchInstall* torch, std::string* why);
+bool ProbeTorch(const std::string& python, TorchInstall* torch, std::string* why,
+                TorchProbe how = TorchProbe::kImport);
+
+// The Python interpreter that runs `program` (a resolved path): the program itself when its
+// name is python*, the interpreter its "#!" line names when that is a python (torchrun,
+// accelerate); "" otherwise.
+std::string PythonOf(const std::string& program);
 
 // "libcumemtrace-torch-bridge-<release>.so", the name the tracer dlopens for a torch version
 // ("2.11.0+cu130" -> release 2.11.0).

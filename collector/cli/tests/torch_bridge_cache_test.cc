@@ -4,6 +4,9 @@
 #include "collector/cli/torch_bridge_cache.h"
 
 #include <gtest/gtest.h>
+
+#include CUMEMTRACE_BRIDGE_ABI_HEADER
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -157,6 +160,29 @@ TEST_F(TorchBridgeCache, NoCompilerOrNoHeadersBuildsNothing) {
   EXPECT_NE(r.reason.find("ships no C++ headers"), std::string::npos) << r.reason;
   EXPECT_EQ(Runs(), 0);
   EXPECT_FALSE(fs::exists(settings_.cache_root));
+}
+
+// The real shim source, built by the real compiler with the command `run` uses, against the
+// stand-in torch headers the tracer's own tests build it with: a bridge the tracer accepts.
+TEST_F(TorchBridgeCache, TheCompileCommandBuildsTheShimIntoABridgeTheTracerAccepts) {
+  settings_.compiler = FindCxxCompiler();
+  if (settings_.compiler.empty()) GTEST_SKIP() << "no C++ compiler";
+  settings_.source_root = CUMEMTRACE_SOURCE_ROOT;
+  settings_.shim_source = CUMEMTRACE_BRIDGE_SHIM_SOURCE;
+  const TorchInstall fake{"0.0.1+fake", true, CUMEMTRACE_FAKE_TORCH_DIR};
+  const BridgeResult r = EnsureCachedBridge(fake, settings_, [](const std::string&) {});
+  ASSERT_TRUE(r.ready) << r.reason;
+  EXPECT_TRUE(r.built);
+  EXPECT_EQ(r.library, r.dir + "/libcumemtrace-torch-bridge-0.0.1.so");
+  void* shim = dlopen(r.library.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  ASSERT_NE(shim, nullptr) << dlerror();
+  auto entry = reinterpret_cast<cumemtrace_torch_bridge_entry_fn>(
+      dlsym(shim, CUMEMTRACE_TORCH_BRIDGE_ENTRY));
+  ASSERT_NE(entry, nullptr);
+  const cumemtrace_torch_bridge* bridge = entry();
+  ASSERT_NE(bridge, nullptr);
+  EXPECT_EQ(bridge->abi_version, static_cast<uint32_t>(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION));
+  EXPECT_STREQ(bridge->torch_version, "0.0.1+fake");
 }
 
 }  // namespace
