@@ -77,6 +77,24 @@ TEST_F(Doctor, WithoutAGpuItSaysSoAndARunStillWorks) {
   EXPECT_NE(r.out.find("\na run works here, and records less"), std::string::npos) << r.out;
 }
 
+// A driver (here a stand-in) is asked for its CUDA version and its GPUs.
+TEST_F(Doctor, ADriverWithoutGpusIsNotAGpuAndOneWithGpusNamesThem) {
+  FakePython("cumemtrace-no-torch\\tModuleNotFoundError");
+  Result r = RunDoctor({{"LD_LIBRARY_PATH", FAKE_DRIVER_DIR}, {"FAKE_CUDA_GPUS", std::nullopt}});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  // (a machine with a real driver adds its version, from NVML, after "driver")
+  EXPECT_EQ(CheckLine(r.out, "GPU").rfind("  missing  GPU      no GPU: driver", 0), 0u) << r.out;
+  EXPECT_NE(CheckLine(r.out, "GPU").find(" (CUDA 13.0), "), std::string::npos) << r.out;
+  EXPECT_NE(CheckLine(r.out, "GPU").find("sees none (cuInit: 100)"), std::string::npos) << r.out;
+  r = RunDoctor({{"LD_LIBRARY_PATH", FAKE_DRIVER_DIR}, {"FAKE_CUDA_GPUS", "2"}});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(CheckLine(r.out, "GPU").rfind("  ok       GPU      driver", 0), 0u) << r.out;
+  EXPECT_NE(CheckLine(r.out, "GPU").find(" (CUDA 13.0), "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU 0: Fake GPU 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU 1: Fake GPU 1\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no GPU"), std::string::npos) << r.out;
+}
+
 TEST_F(Doctor, AMissingTracerMeansARunCannotWork) {
   FakePython("cumemtrace-no-torch\\tModuleNotFoundError");
   const Result r = RunDoctor({{"CUMEMTRACE_TRACER_LIB", tmp_ + "/none.so"}});
