@@ -119,9 +119,13 @@ std::string PythonOf(const std::string& program) {
     return true;
   };
   if (is_python(program)) return program;
-  std::ifstream in(program);
-  std::string line;
-  if (!std::getline(in, line) || line.rfind("#!", 0) != 0) return "";
+  // The "#!" line only: a few hundred bytes, not a whole binary without a newline.
+  std::ifstream in(program, std::ios::binary);
+  char head[256] = {};
+  in.read(head, sizeof(head) - 1);
+  std::string line(head, static_cast<size_t>(in.gcount()));
+  line = line.substr(0, line.find('\n'));
+  if (line.rfind("#!", 0) != 0) return "";
   // "#!/usr/bin/python3 -u" or "#!/usr/bin/env python3".
   std::istringstream words(line.substr(2));
   std::string interpreter;

@@ -40,6 +40,29 @@ TEST(TorchBridgeCacheKey, NamesTheTorchVersionItsAbiAndCumemtracesVersion) {
   EXPECT_EQ(TorchBridgeLibraryName("2.11.0+cu130"), "libcumemtrace-torch-bridge-2.11.0.so");
 }
 
+// Which programs are asked for their torch: Python interpreters and scripts they run.
+TEST(PythonOf, InterpretersAndTheirScriptsOnly) {
+  EXPECT_EQ(PythonOf("/venv/bin/python3.12"), "/venv/bin/python3.12");
+  EXPECT_EQ(PythonOf("/usr/bin/python"), "/usr/bin/python");
+  EXPECT_EQ(PythonOf("/usr/bin/python-config"), "");
+  char pattern[] = "/tmp/cumemtrace-python-of-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  auto script = [&dir](const std::string& name, const std::string& content) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << content;
+    return dir + "/" + name;
+  };
+  EXPECT_EQ(PythonOf(script("torchrun", "#!/venv/bin/python3 -u\nimport sys\n")),
+            "/venv/bin/python3");
+  EXPECT_EQ(PythonOf(script("accelerate", "#!/usr/bin/env -S python3 -X dev\n")), "python3");
+  EXPECT_EQ(PythonOf(script("train.sh", "#!/bin/sh\nexec python3 train.py\n")), "");
+  EXPECT_EQ(PythonOf(script("binary", std::string("\x7f"
+                                                  "ELF") +
+                                          std::string(1 << 16, 'x'))),
+            "");
+  fs::remove_all(dir);
+}
+
 class TorchBridgeCache : public ::testing::Test {
  protected:
   void SetUp() override {
