@@ -430,7 +430,9 @@ int RunCommand(int argc, char** argv) {
   // built there now if needed: here, never inside the traced program.
   std::string bridge_dir;
   const char* bridge_dir_set = getenv("CUMEMTRACE_TORCH_BRIDGE_DIR");
+  const char* bridge_env = getenv("CUMEMTRACE_TORCH_BRIDGE");  // "0": the bridge is off
   if (bridge_build && allocator == "native" && getenv("PYTORCH_CUDA_ALLOC_CONF") == nullptr &&
+      (bridge_env == nullptr || std::string(bridge_env) != "0") &&
       (bridge_dir_set == nullptr || *bridge_dir_set == '\0')) {
     const std::string tracer_dir = tracer.substr(0, tracer.rfind('/'));
     auto log = [quiet](const std::string& line) {

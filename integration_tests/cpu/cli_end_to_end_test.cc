@@ -419,6 +419,10 @@ TEST_F(CliEndToEnd, RunBuildsTheBridgeForThePythonProgramsTorchOnceIntoTheCache)
 
   r = RunCli({"run", "--no-bridge-build", "-o", tmp_ + "/c", "--", python, "t.py"}, tmp_, env);
   EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR unset"), std::string::npos) << r.out;
+  EnvOverrides bridge_off = env;
+  bridge_off.emplace_back("CUMEMTRACE_TORCH_BRIDGE", "0");
+  r = RunCli({"run", "-o", tmp_ + "/c2", "--", python, "t.py"}, tmp_, bridge_off);
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR unset"), std::string::npos) << r.out;
 
   fs::remove_all(tmp_ + "/cache");
   EnvOverrides no_compiler = env;
