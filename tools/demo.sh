@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build
+# What a run on this machine can record (GPU, CUPTI, torch and its bridge, libdw), and why not.
+build/bin/cumemtrace doctor || true
+echo
 if nvidia-smi -L >/dev/null 2>&1; then
   nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
   mkdir -p build/demo

@@ -6,55 +6,14 @@
 #include <cstdio>
 #include <memory>
 
+#include "collector/cli/progress_printer.h"
+
 namespace cumemtrace {
 namespace {
 
 constexpr int kPhaseRules = 0x1000;
 constexpr int kIteration = 0x1001;
 constexpr int kNoInfer = 0x1002;
-
-// Progress of a long analysis on stderr, shown only once it has taken a second (a small trace
-// prints nothing): a bar redrawn in place on a terminal, otherwise one line per quarter of
-// each pass, "cumemtrace: analysis pass 1: 50% of 1.2 GiB (3.1 s)".
-class ProgressPrinter {
- public:
-  void operator()(int pass, uint64_t done, uint64_t total) {
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
-    if (elapsed < 1.0 && !shown_) return;
-    char size[32];
-    snprintf(size, sizeof(size), "%.1f MiB", static_cast<double>(total) / (1 << 20));
-    if (tty_) {
-      constexpr int kWidth = 30;
-      const int filled = percent * kWidth / 100;
-      fprintf(stderr, "\rcumemtrace: analysis pass %d [%.*s%*s] %3d%% of %s (%.1f s)", pass,
-              filled, "##############################", kWidth - filled, "", percent, size,
-              elapsed);
-      if (done >= total) fputc('\n', stderr);
-    } else {
-      const int quarter = percent / 25;
-      if (pass == pass_ && quarter <= quarter_) return;
-      fprintf(stderr, "cumemtrace: analysis pass %d: %d%% of %s (%.1f s)\n", pass, percent, size,
-              elapsed);
-      quarter_ = quarter;
-    }
-    pass_ = pass;
-    shown_ = true;
-    if (done >= total) {  // the next pass, or the next trace, starts its own lines
-      pass_ = 0;
-      quarter_ = -1;
-    }
-    fflush(stderr);
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool tty_ = isatty(STDERR_FILENO) != 0;
-  bool shown_ = false;
-  int pass_ = 0;
-  int quarter_ = -1;
-};
 
 }  // namespace
 
@@ -106,7 +65,11 @@ void PrintHelpWithAnalysisOptions(const char* help) {
 bool ToAnalysisOptions(const AnalysisFlags& flags, AnalysisOptions* options, std::string* error) {
   options->iteration_range = flags.iteration;
   options->infer_phases = flags.infer;
-  auto printer = std::make_shared<ProgressPrinter>();
+  auto printer = std::make_shared<ProgressPrinter>(
+      STDERR_FILENO, ProgressPrinter::kShowAfterSeconds, [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+      });
   options->progress = [printer](int pass, uint64_t done, uint64_t total) {
     (*printer)(pass, done, total);
   };

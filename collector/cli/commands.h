@@ -13,5 +13,6 @@ int SweepCommand(int argc, char** argv);
 int MergeCommand(int argc, char** argv);
 int CheckCommand(int argc, char** argv);
 int TopCommand(int argc, char** argv);
+int DoctorCommand(int argc, char** argv);
 
 }  // namespace cumemtrace

@@ -33,6 +33,8 @@ Commands:
                                          status 86 when one is exceeded
   merge -o OUT TRACE TRACE...            one job from several hosts' traces (torchrun,
                                          SLURM): per-rank peaks on one time base
+  doctor                                 what a run can record on this machine (GPU,
+                                         CUPTI, torch and its bridge, libdw, output)
 
 Options:
   -h, --help       show this help (`cumemtrace COMMAND --help` for a command's options)
@@ -68,5 +70,6 @@ int main(int argc, char** argv) {
   if (command == "top") return cumemtrace::TopCommand(argc - 1, argv + 1);
   if (command == "check") return cumemtrace::CheckCommand(argc - 1, argv + 1);
   if (command == "merge") return cumemtrace::MergeCommand(argc - 1, argv + 1);
+  if (command == "doctor") return cumemtrace::DoctorCommand(argc - 1, argv + 1);
   return cumemtrace::UsageError("", "unknown command '" + command + "'");
 }

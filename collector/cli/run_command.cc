@@ -27,6 +27,7 @@
 #include "collector/cli/live_view.h"
 #include "collector/cli/log.h"
 #include "collector/cli/report_html.h"
+#include "collector/cli/torch_bridge_cache.h"
 #include "collector/cli/trace_summary.h"
 #include "collector/cli/trace_writer.h"
 
@@ -89,6 +90,10 @@ Options:
       --no-categories     Python programs: do not read the program's optimizers and modules
                           to name parameters, buffers, gradients and optimizer state (their
                           categories are then inferred, as for a LibTorch program)
+      --no-bridge-build   Python programs whose torch has no PyTorch bridge beside the
+                          tracer: do not build one (by default it is built once, before the
+                          program starts, from that torch's headers into
+                          $XDG_CACHE_HOME/cumemtrace/bridges, and used from there)
   -h, --help              show this help
 %s
 The output folder holds trace.cmtrace (the raw trace; see `cumemtrace report`) and
@@ -217,12 +222,12 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
-                                          const std::string& allocator,
-                                          const std::string& kernels,
+                                          const std::string& allocator, const std::string& kernels,
                                           const std::string& stacks, bool quiet,
                                           const std::vector<std::string>& python_phases,
                                           bool categories,
-                                          const std::string& pytest_budget_file) {
+                                          const std::string& pytest_budget_file,
+                                          const std::string& bridge_dir) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   auto find = [&env](const std::string& name) -> std::string* {
@@ -277,6 +282,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
                               : std::string("cumemtrace_pytest"));
     set("CUMEMTRACE_BUDGET_FILE", pytest_budget_file);
   }
+  if (!bridge_dir.empty()) set("CUMEMTRACE_TORCH_BRIDGE_DIR", bridge_dir);
   if (!python_phases.empty()) {
     std::string spec;
     for (const std::string& phase : python_phases) spec += (spec.empty() ? "" : ";") + phase;
@@ -381,6 +387,7 @@ int RunCommand(int argc, char** argv) {
       {"no-categories", no_argument, nullptr, 'C'},
       {"budget", required_argument, nullptr, 'b'},
       {"live", no_argument, nullptr, 'L'},
+      {"no-bridge-build", no_argument, nullptr, 'B'},
       {"help", no_argument, nullptr, 'h'},
   });
   AnalysisFlags flags;
@@ -394,6 +401,7 @@ int RunCommand(int argc, char** argv) {
   bool quiet = false;
   bool categories = true;
   bool live = false;
+  bool bridge_build = true;
   opterr = 0;
   optind = 1;
   // '+': stop at the program name, so its own options are left alone.
@@ -436,6 +444,9 @@ int RunCommand(int argc, char** argv) {
         budgets.push_back(std::move(budget));
         break;
       }
+      case 'B':
+        bridge_build = false;
+        break;
       case 'h': PrintHelpWithAnalysisOptions(kRunHelp); return 0;
       case ':': return UsageError("run", std::string("option '") + argv[optind - 1] +
                                              "' needs a value");
@@ -473,6 +484,21 @@ int RunCommand(int argc, char** argv) {
   if (const int error = ResolveProgram(program, &executable); error != 0) {
     LogLine("cannot run '" + program + "': " + strerror(error));
     return error == ENOENT ? 127 : 126;
+  }
+
+  // A Python program's torch without a bridge beside the tracer gets one from the cache,
+  // built there now if needed: here, never inside the traced program.
+  std::string bridge_dir;
+  const char* bridge_dir_set = getenv("CUMEMTRACE_TORCH_BRIDGE_DIR");
+  const char* bridge_env = getenv("CUMEMTRACE_TORCH_BRIDGE");  // "0": the bridge is off
+  if (bridge_build && allocator == "native" && getenv("PYTORCH_CUDA_ALLOC_CONF") == nullptr &&
+      (bridge_env == nullptr || std::string(bridge_env) != "0") &&
+      (bridge_dir_set == nullptr || *bridge_dir_set == '\0')) {
+    const std::string tracer_dir = tracer.substr(0, tracer.rfind('/'));
+    auto log = [quiet](const std::string& line) {
+      if (!quiet) LogLine(line);
+    };
+    bridge_dir = BridgeDirForProgram(executable, tracer_dir, InstalledBridgeSettings, log);
   }
 
   // The output folder: created only now that the program is known to exist.
@@ -581,7 +607,7 @@ int RunCommand(int argc, char** argv) {
   }
   const std::vector<std::string> env_strings =
       ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
-                       categories, pytest_budget_file);
+                       categories, pytest_budget_file, bridge_dir);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

@@ -298,6 +298,7 @@ void ReadChunks(TraceFileReader& reader, TraceAnalysis& analysis, const Analysis
   std::string_view wire_frame;
   constexpr uint64_t kProgressStep = uint64_t{4} << 20;
   uint64_t next_progress = kProgressStep;
+  if (options.progress) options.progress(pass, 0, reader.file_bytes());  // the pass starts
   using Result = TraceFileReader::Result;
   Result result;
   while ((result = reader.NextView(&chunk, &is_wire, &stream_id, &wire_frame)) == Result::kChunk) {

@@ -47,7 +47,8 @@ struct AnalysisOptions {
   // traces (docs/design.md "Event order").
   bool sorted = false;
   // Called while a trace file is read: the pass (1, then 2 and 3 when phases are inferred),
-  // the bytes read and the file's size; about every 4 MiB and once at the end of each pass.
+  // the bytes read and the file's size: with 0 bytes when a pass starts (so that a pass can
+  // be timed on its own), about every 4 MiB, and once at the end of each pass.
   std::function<void(int pass, uint64_t done_bytes, uint64_t total_bytes)> progress;
 };
 

@@ -82,4 +82,9 @@ bool NativeSymbolizer::Symbolize(const std::string& path, uint64_t load_bias, ui
   return !out->function.empty() || !out->file.empty();
 }
 
+std::string NativeSymbolizerLibrary() {
+  const char* version = dwfl_version(nullptr);
+  return std::string("libdw ") + (version != nullptr ? version : "");
+}
+
 }  // namespace cumemtrace::internal

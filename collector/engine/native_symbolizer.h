@@ -16,6 +16,10 @@ struct NativeSymbol {
   uint32_t line = 0;
 };
 
+// "libdw <version>" when this build names native frames, "" when it was built without libdw
+// (frames then keep their module and address).
+std::string NativeSymbolizerLibrary();
+
 class NativeSymbolizer {
  public:
   NativeSymbolizer();

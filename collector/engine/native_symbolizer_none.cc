@@ -4,6 +4,8 @@
 
 namespace cumemtrace::internal {
 
+std::string NativeSymbolizerLibrary() { return ""; }
+
 struct NativeSymbolizer::Module {};
 
 NativeSymbolizer::NativeSymbolizer() = default;

@@ -75,6 +75,16 @@ TEST_F(CliEndToEnd, RunRecordsTheStreamAndReturnsTheExitCode) {
   EXPECT_NE(r.err.find("cumemtrace: trace written to " + out + "/"), std::string::npos) << r.err;
 }
 
+// The analysis of a small trace takes milliseconds: no progress, however long the program ran.
+TEST_F(CliEndToEnd, ASlowProgramWithASmallTraceGetsNoAnalysisProgress) {
+  const std::string out = tmp_ + "/out";
+  const Result r = RunCli({"run", "-o", out, "--", "/bin/sh", "-c",
+                           "sleep 2; exec \"$0\" --batches=3 --events=5", kFake});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out + "/summary.json"));
+  EXPECT_EQ(r.err.find("analysis pass"), std::string::npos) << r.err;
+}
+
 TEST_F(CliEndToEnd, RunReportsDeathBySignalAsShellDoes) {
   const std::pair<std::string, int> cases[] = {{"kill", 128 + SIGKILL}, {"segv", 128 + SIGSEGV}};
   for (const auto& [how, expected] : cases) {
@@ -382,6 +392,77 @@ TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
     EXPECT_EQ(r.out,
               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nCUMEMTRACE_ALLOCATOR_MODE=user\n");
   }
+}
+
+// A Python program whose torch has no bridge beside the tracer: `run` builds one into the
+// per-user cache before the program starts (once: the next run reuses it) and points the
+// tracer at it; without a compiler it says why and the run goes on without one.
+TEST_F(CliEndToEnd, RunBuildsTheBridgeForThePythonProgramsTorchOnceIntoTheCache) {
+  const std::string torch = tmp_ + "/site-packages/torch";
+  fs::create_directories(torch + "/include/c10/cuda");
+  std::ofstream(torch + "/include/c10/cuda/CUDACachingAllocator.h") << "#pragma once\n";
+  fs::create_directories(tmp_ + "/bin");
+  // python3: answers the probe with that torch, else runs the program (the fake tracer).
+  const std::string python = tmp_ + "/bin/python3";
+  std::ofstream(python) << "#!/bin/sh\n"
+                        << "if [ \"$1\" = -c ]; then printf 'cumemtrace-torch\\t2.11.0+cu130\\t1\\t"
+                        << torch << "\\n'; exit 0; fi\n"
+                        << "exec " << kFake << " --print-env=CUMEMTRACE_TORCH_BRIDGE_DIR\n";
+  // A compiler that counts its runs and writes the library it is asked for.
+  const std::string cxx = tmp_ + "/bin/cxx";
+  std::ofstream(cxx) << "#!/bin/sh\necho run >> " << tmp_ << "/compiles\n"
+                     << "prev=; for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
+                     << ": > \"$out\"\n";
+  chmod(python.c_str(), 0755);
+  chmod(cxx.c_str(), 0755);
+  const EnvOverrides env = {{"XDG_CACHE_HOME", tmp_ + "/cache"},
+                            {"CXX", cxx},
+                            {"CUMEMTRACE_TORCH_BRIDGE_DIR", std::nullopt},
+                            {"PYTORCH_CUDA_ALLOC_CONF", std::nullopt}};
+  const std::string dir = tmp_ +
+                          "/cache/cumemtrace/bridges/torch-2.11.0+cu130-cxx11abi-cumemtrace-" +
+                          CUMEMTRACE_VERSION;
+  auto compiles = [this] {
+    std::ifstream in(tmp_ + "/compiles");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  Result r = RunCli({"run", "-o", tmp_ + "/a", "--", python, "train.py"}, tmp_, env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR=" + dir + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("cumemtrace: building the PyTorch bridge for torch 2.11.0+cu130"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("cumemtrace: PyTorch bridge for torch 2.11.0+cu130 built in "),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/libcumemtrace-torch-bridge-2.11.0.so"));
+  EXPECT_EQ(compiles(), 1);
+
+  r = RunCli({"run", "-o", tmp_ + "/b", "--", python, "train.py"}, tmp_, env);
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR=" + dir + "\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("PyTorch bridge"), std::string::npos) << r.err;
+  EXPECT_EQ(compiles(), 1);
+
+  r = RunCli({"run", "--no-bridge-build", "-o", tmp_ + "/c", "--", python, "t.py"}, tmp_, env);
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR unset"), std::string::npos) << r.out;
+  EnvOverrides bridge_off = env;
+  bridge_off.emplace_back("CUMEMTRACE_TORCH_BRIDGE", "0");
+  r = RunCli({"run", "-o", tmp_ + "/c2", "--", python, "t.py"}, tmp_, bridge_off);
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR unset"), std::string::npos) << r.out;
+
+  fs::remove_all(tmp_ + "/cache");
+  EnvOverrides no_compiler = env;
+  no_compiler[1].second = tmp_ + "/bin/no-such-cxx";
+  r = RunCli({"run", "-o", tmp_ + "/d", "--", python, "train.py"}, tmp_, no_compiler);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("CUMEMTRACE_TORCH_BRIDGE_DIR unset"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("cumemtrace: no PyTorch bridge for torch 2.11.0+cu130: no C++ compiler"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::exists(tmp_ + "/d/summary.json"));
+  EXPECT_EQ(compiles(), 1);
 }
 
 TEST_F(CliEndToEnd, UsageErrorsExit2WithOneMessage) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite: builds cumemtrace and the GPU programs on a machine with a GPU, runs every
 # case under `cumemtrace run`, and prints a pass/fail table. Needs: CUDA toolkit (nvcc,
-# CUPTI), cmake, ninja, protoc, RE2, nlohmann-json, PyTorch (python3) with its bundled LibTorch.
-# A host without protoc, RE2 or nlohmann-json and without package access: bring them with
+# CUPTI), cmake, ninja, protoc, RE2, nlohmann-json, libdw (the stacks suite checks named native
+# frames, so the build fails without it), PyTorch (python3) with its bundled LibTorch.
+# A host without protoc, RE2, nlohmann-json or libdw and without package access: bring them with
 # tools/bundle-build-deps.sh and source integration_tests/gpu/use-bundled-deps.sh first.
 #
 #   integration_tests/gpu/run_gpu_suite.sh [RESULTS_DIR [SUITE...]]
@@ -27,7 +28,7 @@ mkdir -p "$results"
 # The PyTorch bridge shim is built against the torch the programs use (tracer/CMakeLists.txt).
 torch_dir=$(python3 -c "import os, torch; print(os.path.dirname(torch.__file__))")
 cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUMEMTRACE_BUILD_TESTS=OFF \
-  -DCUMEMTRACE_BUILD_BENCHMARKS=OFF \
+  -DCUMEMTRACE_BUILD_BENCHMARKS=OFF -DCUMEMTRACE_REQUIRE_LIBDW=ON \
   -DCUMEMTRACE_TORCH_DIR="$torch_dir" >"$results/build.log" 2>&1
 cmake --build "$build" >>"$results/build.log" 2>&1
 torch_prefix=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")

@@ -215,6 +215,9 @@ TEST(Inference, FileAnalysisReportsProgressPerPass) {
   ASSERT_FALSE(calls.empty());
   std::map<int, uint64_t> last;  // pass -> bytes done at its last call
   for (const auto& [pass, done, total] : calls) {
+    if (last.count(pass) == 0) {
+      EXPECT_EQ(done, 0u) << pass;  // each pass says when it starts
+    }
     EXPECT_EQ(total, bytes.size());
     EXPECT_GE(done, last[pass]) << pass;
     last[pass] = done;
