@@ -194,7 +194,7 @@ BridgeBuildSettings InstalledBridgeSettings(const TorchInstall& torch) {
   settings.source_root = ExecutableDir() + "/../share/cumemtrace/torch_bridge";
   settings.shim_source = CUMEMTRACE_BRIDGE_SHIM_SOURCE;
   std::istringstream dirs(CUMEMTRACE_CUDA_INCLUDE_DIRS);
-  for (std::string dir; std::getline(dirs, dir, ';');) {
+  for (std::string dir; std::getline(dirs, dir, ':');) {
     if (PathExists(dir + "/cuda_runtime_api.h")) settings.include_dirs.push_back(dir);
   }
   // A pip torch brings the CUDA runtime's headers in site-packages/nvidia/<part>/include.

@@ -26,6 +26,7 @@
 // `time_us` is wall-clock microseconds (the trace's timestamps are on CLOCK_REALTIME once the
 // handshake's clock pair is known), as PyTorch writes it; from 0 the page showed 1970.
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "collector/engine/engine.h"
@@ -77,6 +78,9 @@ class SnapshotWriter : public internal::PickleWriter {
     // CUPTI's memory records do not say which stream an allocation is ordered on.
     Field("stream", 0);
     Field("time_us", time_abs_ns / 1000);
+    // PyTorch's own OOM entries carry the device's free bytes under this key too, and its
+    // _memory_viz.trace() reads it (a KeyError without it, seen on the GPU suite).
+    if (std::string_view(action) == "oom") Field("device_free", address);
     Frames(stack);
     Field("category", category);
     EndDict();

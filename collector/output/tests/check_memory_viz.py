@@ -72,6 +72,9 @@ def main(snapshot_path, summary_path, at_oom=None):
         last_time = 0
         for entry in trace:
             action, addr, size = entry["action"], entry["addr"], entry["size"]
+            # PyTorch's _memory_viz.trace() reads an OOM's free bytes under device_free.
+            if action == "oom" and entry.get("device_free") != addr:
+                fail("oom entry without device_free = addr: %r" % entry)
             if entry["category"] not in phases:
                 fail("category %r is not a phase" % entry["category"])
             if entry["time_us"] < last_time:
