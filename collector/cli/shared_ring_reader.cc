@@ -88,8 +88,16 @@ class BatchBuilder {
   uint32_t next_id_ = kFirstRecoveredStringId;
 };
 
+
+std::string DriverErrorName(int code) {
+  if (code == 2) return "CUDA_ERROR_OUT_OF_MEMORY";
+  return "CUresult " + std::to_string(code);
+}
+
+}  // namespace
+
 // A ring's PyTorch allocator event as the wire's (layout 1's form is made a TorchRecord first).
-void SetTorchEvent(const ring::TorchRecord& r, v1::TorchAllocatorEvent* torch) {
+void SetTorchEvent(const v1::ring::TorchRecord& r, v1::TorchAllocatorEvent* torch) {
   torch->set_action(static_cast<v1::TorchAllocatorAction>(r.action));
   torch->set_device(r.device);
   torch->set_address(r.address);
@@ -103,13 +111,6 @@ void SetTorchEvent(const ring::TorchRecord& r, v1::TorchAllocatorEvent* torch) {
   torch->set_pool_id_first(r.pool_first);
   torch->set_pool_id_second(r.pool_second);
 }
-
-std::string DriverErrorName(int code) {
-  if (code == 2) return "CUDA_ERROR_OUT_OF_MEMORY";
-  return "CUresult " + std::to_string(code);
-}
-
-}  // namespace
 
 // One recovery in progress: the ring mapped, the span to read, and what was made so far.
 class SharedRingReader::Walk {

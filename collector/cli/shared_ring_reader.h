@@ -14,8 +14,13 @@
 #include <vector>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "proto/cumemtrace/v1/shared_ring.h"
 
 namespace cumemtrace {
+
+// A PyTorch allocator event read from shared memory (a ring's TorchRecord, or a per-thread
+// buffer's, made one) as the wire's.
+void SetTorchEvent(const v1::ring::TorchRecord& r, v1::TorchAllocatorEvent* torch);
 
 class SharedRingReader {
  public:

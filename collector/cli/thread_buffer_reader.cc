@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collector/cli/shared_ring_reader.h"
 #include "proto/cumemtrace/v1/thread_buffers.h"
 
 namespace cumemtrace {
@@ -202,19 +203,7 @@ bool ThreadBufferRecovery::Continue(int64_t budget_ns, std::vector<std::string>*
     for (const v1::ring::TorchRecord& r : read_.events) {
       v1::Event* event = message_.mutable_batch()->add_events();
       event->set_timestamp_ns(r.timestamp_ns);
-      v1::TorchAllocatorEvent* torch = event->mutable_torch_allocator();
-      torch->set_action(static_cast<v1::TorchAllocatorAction>(r.action));
-      torch->set_device(r.device);
-      torch->set_address(r.address);
-      torch->set_requested_bytes(r.requested_bytes);
-      torch->set_stream(r.stream);
-      torch->set_thread_id(r.thread_id);
-      torch->set_sequence(r.sequence);
-      torch->set_allocated_bytes_total(r.allocated_total);
-      torch->set_allocated_bytes_current(r.allocated_current);
-      torch->set_reserved_bytes_current(r.reserved_current);
-      torch->set_pool_id_first(r.pool_first);
-      torch->set_pool_id_second(r.pool_second);
+      SetTorchEvent(r, event->mutable_torch_allocator());
       if (message_.batch().events_size() >= kEventsPerBatch) Finish(frames);
     }
     events_ += read_.events.size();
