@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +31,17 @@ struct Child {
 // The shell's view of a waitpid status: the exit code, or 128+N when signal N ended it.
 inline int ExitCode(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// `command` run by /bin/sh, as the shell reports its end (ExitCode).
+inline int Shell(const std::string& command) { return ExitCode(std::system(command.c_str())); }
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
 }
 
 // A fresh directory /tmp/<prefix>-XXXXXX, or "" when it cannot be made.

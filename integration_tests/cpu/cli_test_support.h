@@ -143,12 +143,7 @@ inline TraceContents ReadTrace(const std::string& path) {
   }
 }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
+using testing::ReadFile;
 
 inline unsigned FileMode(const std::string& path) {
   struct stat st {};

@@ -17,16 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-int Shell(const std::string& command) {
-  return cumemtrace::testing::ExitCode(std::system(command.c_str()));
-}
+using cumemtrace::testing::ReadFile;
+using cumemtrace::testing::Shell;
 
 class PytestPlugin : public ::testing::Test {
  protected:
