@@ -498,11 +498,16 @@ int Fallback(const char* copy) {
   return g_failures == 0 ? 0 : 1;
 }
 
-int TorchUnwatched(const char* c10_cuda) {
+// The stand-in libc10_cuda's call that makes a segment (fake_c10_cuda_segment.cc), or null.
+uint64_t (*FakeSegmentCall(const char* c10_cuda))(size_t, uint32_t) {
   void* c10 = dlopen(c10_cuda, RTLD_NOW | RTLD_LOCAL);
-  auto segment = c10 != nullptr ? reinterpret_cast<uint64_t (*)(size_t, uint32_t)>(
-                                      dlsym(c10, "fake_c10_cuda_segment"))
-                                : nullptr;
+  return c10 != nullptr ? reinterpret_cast<uint64_t (*)(size_t, uint32_t)>(
+                              dlsym(c10, "fake_c10_cuda_segment"))
+                        : nullptr;
+}
+
+int TorchUnwatched(const char* c10_cuda) {
+  const auto segment = FakeSegmentCall(c10_cuda);
   CHECK(segment != nullptr);
   if (segment == nullptr) return 1;
   InitDriver();
@@ -529,10 +534,7 @@ int TorchUnwatched(const char* c10_cuda) {
 // PyTorch's allocator with a bridge for its version (fake_torch_bridge.cc): its first
 // segment attaches the bridge, whose threads then emit tensor events into the tracer.
 int TorchBridge(const char* c10_cuda, const char* bridge) {
-  void* c10 = dlopen(c10_cuda, RTLD_NOW | RTLD_LOCAL);
-  auto segment = c10 != nullptr ? reinterpret_cast<uint64_t (*)(size_t, uint32_t)>(
-                                      dlsym(c10, "fake_c10_cuda_segment"))
-                                : nullptr;
+  const auto segment = FakeSegmentCall(c10_cuda);
   CHECK(segment != nullptr);
   if (segment == nullptr) return 1;
   InitDriver();
