@@ -217,17 +217,7 @@ TEST(Categories, TagsNameTensorsNotTheirSegments) {
   s.Raw(state);
   auto torch = [&](uint64_t ts, v1::TorchAllocatorAction action, uint64_t sequence,
                    uint64_t address, uint64_t requested, uint64_t total, uint64_t current) {
-    v1::Event e;
-    e.set_timestamp_ns(ts);
-    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
-    t->set_action(action);
-    t->set_sequence(sequence);
-    t->set_address(address);
-    t->set_requested_bytes(requested);
-    t->set_allocated_bytes_total(total);
-    t->set_allocated_bytes_current(current);
-    t->set_thread_id(kThread);
-    s.Raw(e);
+    s.Torch(ts, action, sequence, address, requested, total, current, kThread);
   };
   s.Alloc(10, 0, 0x1000000, 20 * MiB, testing::kDevice, kThread, 3, 4);
   torch(11, v1::TORCH_ALLOCATOR_ACTION_SEGMENT_ALLOC, 1, 0x1000000, 20 * MiB, 0, 0);

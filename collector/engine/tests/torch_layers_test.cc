@@ -44,17 +44,7 @@ class TorchTrace {
   // A torch event with the counters as the allocator would show them.
   TorchTrace& Torch(uint64_t ts, v1::TorchAllocatorAction action, uint64_t sequence,
                     uint64_t address, uint64_t requested, uint64_t total, uint64_t current) {
-    v1::Event e;
-    e.set_timestamp_ns(ts);
-    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
-    t->set_action(action);
-    t->set_sequence(sequence);
-    t->set_address(address);
-    t->set_requested_bytes(requested);
-    t->set_allocated_bytes_total(total);
-    t->set_allocated_bytes_current(current);
-    t->set_thread_id(kThread);
-    s_.Raw(e);
+    s_.Torch(ts, action, sequence, address, requested, total, current, kThread);
     return *this;
   }
   StreamBuilder& s() { return s_; }

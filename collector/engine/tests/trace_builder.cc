@@ -187,6 +187,22 @@ StreamBuilder& StreamBuilder::TracerMemory(uint32_t device, uint64_t bytes) {
   return *this;
 }
 
+StreamBuilder& StreamBuilder::Torch(uint64_t ts, v1::TorchAllocatorAction action,
+                                    uint64_t sequence, uint64_t address, uint64_t requested,
+                                    uint64_t total, uint64_t current, uint32_t thread) {
+  v1::Event e;
+  e.set_timestamp_ns(ts);
+  v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+  t->set_action(action);
+  t->set_sequence(sequence);
+  t->set_address(address);
+  t->set_requested_bytes(requested);
+  t->set_allocated_bytes_total(total);
+  t->set_allocated_bytes_current(current);
+  t->set_thread_id(thread);
+  return Raw(e);
+}
+
 StreamBuilder& StreamBuilder::Raw(const v1::Event& event) {
   *batch_.add_events() = event;
   return *this;

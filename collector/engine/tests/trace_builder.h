@@ -42,6 +42,10 @@ class StreamBuilder {
   StreamBuilder& Exit(uint64_t ts, int32_t code);
   StreamBuilder& Notice(const std::string& code, const std::string& text);
   StreamBuilder& TracerMemory(uint32_t device, uint64_t bytes);
+  // A PyTorch allocator event with the counters as the allocator would show them.
+  StreamBuilder& Torch(uint64_t ts, v1::TorchAllocatorAction action, uint64_t sequence,
+                       uint64_t address, uint64_t requested, uint64_t total, uint64_t current,
+                       uint32_t thread);
   StreamBuilder& Raw(const v1::Event& event);
 
   // Ends the current batch (sequence numbers count up from 0).
