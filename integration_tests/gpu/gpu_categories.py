@@ -21,13 +21,11 @@ LibTorch program gets categories, all inferred. Prints a pass/fail table.
 """
 import json
 import os
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, device0, load, main_process, suite_main  # noqa: E402
+from gpu_suite import Table, device0, load, main_process, run_case, suite_main  # noqa: E402
 
 PROGRAM = os.path.join(HERE, "categories_program.py")
 CASES = {
@@ -53,15 +51,7 @@ def run(args):
         stats = os.path.join(args.results, case + ".stats.json")
         extra = ["--stats", stats] if program[0] == sys.executable else []
         command = [args.cumemtrace, "run", "-o", out, "--", *program, *extra]
-        started = time.monotonic()
-        proc = subprocess.run(command, capture_output=True, timeout=600)
-        records[case] = {"argv": command, "status": proc.returncode,
-                         "seconds": round(time.monotonic() - started, 2),
-                         "stderr": proc.stderr.decode(errors="replace")}
-        print(f"ran {case}: status {proc.returncode} in {records[case]['seconds']} s", flush=True)
-        with open(os.path.join(args.results, case + ".log"), "w") as f:
-            f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
-                    f"{records[case]['stderr']}")
+        records[case] = run_case(command, args.results, case)
     with open(os.path.join(args.results, "categories_runs.json"), "w") as f:
         json.dump(records, f, indent=1)
 

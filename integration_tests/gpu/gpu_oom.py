@@ -20,11 +20,10 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, load, main_process, suite_main  # noqa: E402
+from gpu_suite import Table, load, main_process, run_case, suite_main  # noqa: E402
 
 PROGRAM = os.path.join(HERE, "oom_program.py")
 TORCH_API = "PyTorch caching allocator"
@@ -44,12 +43,7 @@ def run(args):
         stats = os.path.join(args.results, case + ".stats.json")
         command = [args.cumemtrace, "run", "-o", out, "--",
                    sys.executable, PROGRAM, *options, "--stats", stats]
-        started = time.monotonic()
-        proc = subprocess.run(command, capture_output=True, timeout=600,
-                              env={**os.environ, **env})
-        record = {"argv": command, "env": env, "status": proc.returncode,
-                  "seconds": round(time.monotonic() - started, 2),
-                  "stderr": proc.stderr.decode(errors="replace")}
+        record = run_case(command, args.results, case, env)
         trace = os.path.join(out, "trace.cmtrace")
         if case != "fragment_expandable" and os.path.exists(trace):
             export = subprocess.run([args.cumemtrace, "export", "--format", "memory-viz",
@@ -59,10 +53,6 @@ def run(args):
             record["export_status"] = export.returncode
             record["export_stderr"] = export.stderr.decode(errors="replace")
         records[case] = record
-        print(f"ran {case}: status {proc.returncode} in {record['seconds']} s", flush=True)
-        with open(os.path.join(args.results, case + ".log"), "w") as f:
-            f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
-                    f"{record['stderr']}")
     with open(os.path.join(args.results, "oom_runs.json"), "w") as f:
         json.dump(records, f, indent=1)
 

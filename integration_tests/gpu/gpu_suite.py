@@ -162,6 +162,24 @@ class Table:
                        for r in self.rows], f, indent=1)
 
 
+def run_case(command, results, case, env=None):
+    """Runs one case's `cumemtrace run` command, writes RESULTS/CASE.log, says so, and returns
+    its record (argv, status, seconds, stderr)."""
+    started = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+    record = {"argv": command, "status": proc.returncode,
+              "seconds": round(time.monotonic() - started, 2),
+              "stderr": proc.stderr.decode(errors="replace")}
+    if env:
+        record["env"] = env
+    print(f"ran {case}: status {proc.returncode} in {record['seconds']} s", flush=True)
+    with open(os.path.join(results, case + ".log"), "w") as f:
+        f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
+                f"{record['stderr']}")
+    return record
+
+
 def export_memory_viz(cumemtrace, run_dir, record):
     """Exports run_dir's trace to run_dir/memory_viz.pickle, if the run left one; the
     export's status and stderr go into the run's record."""
