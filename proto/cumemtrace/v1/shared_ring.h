@@ -25,7 +25,7 @@ namespace cumemtrace::v1::ring {
 constexpr uint32_t kMagic = 0x47524d43;  // "CMRG" in memory order
 // 2: PyTorch allocator events are TorchRecords (kTorchEvent). A collector reads rings of
 // every version from kOldestLayoutVersion on.
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;  // 3: kFlagAttribution, kAttributionName
 constexpr uint32_t kOldestLayoutVersion = 1;
 // The header page: the header, then the API name table.
 constexpr uint64_t kHeaderBytes = 4096;
@@ -65,7 +65,7 @@ static_assert(sizeof(Header) <= kApiTableOffset, "the header overlaps the API ta
 // One record, 8-byte aligned; `size` covers the record and its strings, padded to 8. A record
 // never wraps: a padding record fills the end of the data area instead.
 enum RecordType : uint8_t {
-  // 0..127: the tracer's host record types (tracer/recording/host_record.h), 0..10 so far;
+  // 0..127: the tracer's host record types (tracer/recording/host_record.h), 0..11 so far;
   // from 128 on, records of the ring's own
   kCorrelation = 0,
   kMemory = 1,
@@ -80,6 +80,8 @@ enum RecordType : uint8_t {
                       // key of the name (the tracer's pointer to it: meaningful only as a key)
   kTensorCategory = 10,  // a storage named by the Python side: device, address, bytes, and the
                          // v1::Category in `category`
+  kAttributionName = 11,  // a module path or operator name: `category` is its
+                          // v1::AttributionKind, `range_id` its id, `text` the name
   kTorchEvent = 128,  // a TorchRecord, not a Record (layout 2 on)
   kPadding = 255,
 };
@@ -99,6 +101,8 @@ struct TorchPayload {
 static_assert(sizeof(TorchPayload) == 64, "the torch payload layout changed");
 // Record.flags.
 constexpr uint8_t kFlagStack = 1;  // the payload ends with a stack (StackHeader, then words)
+// A TorchRecord followed by a TorchAttribution (before its stack, if any).
+constexpr uint8_t kFlagAttribution = 2;
 // A stack at the end of a payload (`run --stacks`): this header, then python_frames pairs of
 // uint64 (the tracer's code key, meaningful only to the tracer, and the line), then
 // native_frames uint64 return addresses, innermost first. Readers of layout version 1 that
@@ -165,6 +169,18 @@ struct TorchRecord {
   uint64_t pool_second;
 };
 static_assert(sizeof(TorchRecord) == 96, "the torch record layout changed: bump kLayoutVersion");
+
+// What was running when a tensor was born (`run --modules`, `--ops`), after an ALLOC's
+// TorchRecord whose flags have kFlagAttribution; fields as in the wire's TorchAllocatorEvent.
+struct TorchAttribution {
+  uint32_t module;
+  uint32_t op;
+  uint32_t inner_op;
+  uint32_t autograd_thread;
+  uint64_t autograd_sequence;  // seqNr + 1, 0: none; bit 63 (kBackwardBit): in backward
+};
+static_assert(sizeof(TorchAttribution) == 24, "the attribution layout changed");
+constexpr uint64_t kBackwardBit = uint64_t{1} << 63;
 static_assert(offsetof(TorchRecord, type) == offsetof(Record, type), "type must stay in place");
 
 }  // namespace cumemtrace::v1::ring

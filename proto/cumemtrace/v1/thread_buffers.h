@@ -25,7 +25,7 @@
 namespace cumemtrace::v1::thread_buffers {
 
 constexpr uint32_t kMagic = 0x42544d43;  // "CMTB" in memory order
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: kAttribution units
 constexpr uint64_t kUnitBytes = 32;
 // The bounds a collector accepts (the tracer's defaults are well inside them).
 constexpr uint32_t kMaxSlots = 4096;
@@ -77,7 +77,11 @@ struct Slot {
   uint64_t stream;
   uint64_t pool_first;
   uint64_t pool_second;
-  uint64_t reserved2[4];
+  // The kAttribution unit's a, b, c in effect at `freed` (0, 0, 0: none), as the definitions.
+  uint64_t attribution_a;
+  uint64_t attribution_b;
+  uint64_t attribution_c;
+  uint64_t reserved2;
 };
 static_assert(sizeof(Slot) == 192, "the slot layout changed: bump kLayoutVersion");
 
@@ -94,7 +98,10 @@ struct Unit {
   uint64_t word;
 };
 static_assert(sizeof(Unit) == kUnitBytes, "the unit layout changed: bump kLayoutVersion");
-enum UnitKind : uint8_t { kEvent = 1, kCounters = 2, kDefinition = 3 };
+// kAttribution: what was running when the ALLOC events after it were born, until the next
+// one (`run --modules`, `--ops`): a = module | op << 32, b = inner op | autograd thread << 32,
+// c = autograd sequence as ring::TorchAttribution's. Written only when it changes.
+enum UnitKind : uint8_t { kEvent = 1, kCounters = 2, kDefinition = 3, kAttribution = 4 };
 constexpr uint64_t kSequenceBits = 40;
 constexpr uint64_t kSequenceMask = (uint64_t{1} << kSequenceBits) - 1;
 constexpr int kDeviceShift = 40;
