@@ -10,6 +10,7 @@
 #include "tracer/process/tracer_runtime.h"
 #include "tracer/sources/cupti/cupti_session.h"
 #include "tracer/sources/nvtx/nvtx_injection.h"
+#include "tracer/sources/python/module_context.h"
 #include "tracer/sources/python/tensor_categories.h"
 
 namespace cumemtrace::tracer {
@@ -126,6 +127,15 @@ extern "C" __attribute__((visibility("default"))) uint32_t cumemtrace_tensor_cat
     const uint32_t* devices, uint64_t timestamp_ns) {
   return cumemtrace::tracer::RecordTensorCategories(category, count, addresses, bytes, devices,
                                                     timestamp_ns);
+}
+
+// The Python side's module hooks (`run --modules`, sources/python/module_context.h).
+extern "C" __attribute__((visibility("default"))) uint32_t cumemtrace_module_define(
+    uint32_t id, const char* path) {
+  return cumemtrace::tracer::DefineModule(id, path);
+}
+extern "C" __attribute__((visibility("default"))) uint32_t cumemtrace_module_enter(uint32_t id) {
+  return cumemtrace::tracer::EnterModule(id);
 }
 
 // Range calls of cumemtrace's own Python start-up hooks (`run --phase`, tracer/sources/python/).

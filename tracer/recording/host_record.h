@@ -31,6 +31,8 @@ struct HostRecord {
     kTorchBridgeState,  // the bridge attached, or why not (torch_bridge_state)
     kLaunch,            // a kernel launch call began (kernels recorded at their launch)
     kTensorCategory,    // the Python side named a storage (device, address, bytes, category)
+    kAttributionName,   // a module path or operator name: category = v1::AttributionKind,
+                        // range_id = its id, text = the name
   };  // numbered as v1::ring::RecordType, below its own records (128 on): append only
 
   // kTorchAllocator, besides device, address and bytes (the entry's size).
@@ -43,6 +45,12 @@ struct HostRecord {
     uint64_t reserved_current = 0;
     uint64_t pool_first = 0;
     uint64_t pool_second = 0;
+    // An ALLOC's module and operators (`run --modules`, `--ops`), as ring::TorchAttribution.
+    uint32_t module = 0;
+    uint32_t op = 0;
+    uint32_t inner_op = 0;
+    uint32_t autograd_thread = 0;
+    uint64_t autograd_sequence = 0;  // seqNr + 1; bit 63: in backward
   };
 
   Type type = Type::kCorrelation;

@@ -21,7 +21,7 @@ namespace ring = v1::ring;
 
 // Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
 // shared_ring.h, which the collector reads: a new field must be added to all three.
-static_assert(sizeof(HostRecord) == 256, "HostRecord changed: carry the field through the ring");
+static_assert(sizeof(HostRecord) == 280, "HostRecord changed: carry the field through the ring");
 static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
                   static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
                   static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
@@ -35,9 +35,12 @@ static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCor
                   static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) ==
                       ring::kTorchBridgeState &&
                   static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch &&
-                  static_cast<uint8_t>(HostRecord::Type::kTensorCategory) == ring::kTensorCategory,
+                  static_cast<uint8_t>(HostRecord::Type::kTensorCategory) ==
+                      ring::kTensorCategory &&
+                  static_cast<uint8_t>(HostRecord::Type::kAttributionName) ==
+                      ring::kAttributionName,
               "HostRecord types and ring record types differ");
-static_assert(static_cast<uint8_t>(HostRecord::Type::kTensorCategory) < ring::kTorchEvent,
+static_assert(static_cast<uint8_t>(HostRecord::Type::kAttributionName) < ring::kTorchEvent,
               "HostRecord types reach the numbers of the ring's own records");
 
 constexpr uint64_t kAlign = 8;
@@ -231,12 +234,14 @@ bool RecordQueue::WriteLocked(const HostRecord& record, uint64_t reserve) {
   return true;
 }
 
-bool RecordQueue::PushTorchRecord(ring::TorchRecord& r, const uint64_t* stack,
-                                  uint32_t stack_words) {
+bool RecordQueue::PushTorchRecord(ring::TorchRecord& r, const ring::TorchAttribution* attribution,
+                                  const uint64_t* stack, uint32_t stack_words) {
   const uint64_t stack_bytes = stack != nullptr ? uint64_t{stack_words} * 8 : 0;
-  r.size = static_cast<uint32_t>(Padded(sizeof(r) + stack_bytes));
+  const uint64_t attribution_bytes = attribution != nullptr ? sizeof(*attribution) : 0;
+  r.size = static_cast<uint32_t>(Padded(sizeof(r) + attribution_bytes + stack_bytes));
   r.type = ring::kTorchEvent;
-  r.flags = stack_bytes > 0 ? ring::kFlagStack : 0;
+  r.flags = static_cast<uint8_t>((stack_bytes > 0 ? ring::kFlagStack : 0) |
+                                 (attribution != nullptr ? ring::kFlagAttribution : 0));
   std::lock_guard<RingLock> lock(lock_);
   if (header_ == nullptr) return false;
   uint64_t end = 0;
@@ -246,7 +251,8 @@ bool RecordQueue::PushTorchRecord(ring::TorchRecord& r, const uint64_t* stack,
     return false;
   }
   memcpy(at, &r, sizeof(r));
-  if (stack_bytes > 0) memcpy(at + sizeof(r), stack, stack_bytes);
+  if (attribution_bytes > 0) memcpy(at + sizeof(r), attribution, attribution_bytes);
+  if (stack_bytes > 0) memcpy(at + sizeof(r) + attribution_bytes, stack, stack_bytes);
   PublishLocked(end);
   return true;
 }
@@ -294,8 +300,19 @@ void RecordQueue::ReadTorchRecord(const unsigned char* at, uint32_t size,
   record.torch.reserved_current = r.reserved_current;
   record.torch.pool_first = r.pool_first;
   record.torch.pool_second = r.pool_second;
-  if ((r.flags & ring::kFlagStack) != 0 && size > sizeof(r)) {
-    TakeStack(at + sizeof(r), (size - sizeof(r)) / 8, out, stacks);
+  uint64_t offset = sizeof(r);
+  if ((r.flags & ring::kFlagAttribution) != 0 && size >= offset + sizeof(ring::TorchAttribution)) {
+    ring::TorchAttribution a;
+    memcpy(&a, at + offset, sizeof(a));
+    record.torch.module = a.module;
+    record.torch.op = a.op;
+    record.torch.inner_op = a.inner_op;
+    record.torch.autograd_thread = a.autograd_thread;
+    record.torch.autograd_sequence = a.autograd_sequence;
+    offset += sizeof(a);
+  }
+  if ((r.flags & ring::kFlagStack) != 0 && size > offset) {
+    TakeStack(at + offset, (size - offset) / 8, out, stacks);
   }
 }
 

@@ -98,9 +98,11 @@ class RecordQueue {
   // size, type and flags, which this sets), and it is copied into the ring in one pass,
   // with no HostRecord between (which costs more to build and copy than the rest), in a
   // record of its own of 96 bytes, not 176 (shared_ring.h's TorchRecord).
-  // TakeAll reads it back as a kTorchAllocator HostRecord. `stack`: as HostRecord::stack.
-  bool PushTorchRecord(v1::ring::TorchRecord& record, const uint64_t* stack = nullptr,
-                       uint32_t stack_words = 0);
+  // TakeAll reads it back as a kTorchAllocator HostRecord. `attribution`: an ALLOC's module
+  // and operators (`run --modules`, `--ops`), or nullptr. `stack`: as HostRecord::stack.
+  bool PushTorchRecord(v1::ring::TorchRecord& record,
+                       const v1::ring::TorchAttribution* attribution = nullptr,
+                       const uint64_t* stack = nullptr, uint32_t stack_words = 0);
   // For the one record that must never be lost to a full ring, the process exit: written
   // into a reserve the other records never use.
   void PushPastCapacity(const HostRecord& record);

@@ -22,8 +22,14 @@ size_t QueueCapacityFromEnv() {
   return (end != nullptr && *end == '\0' && n > 0) ? static_cast<size_t>(n) : kDefaultQueueRecords;
 }
 
+// On unless "0": the per-thread buffers (thread_buffers.h) carry tensor events by default.
 bool PerThreadFromEnv() {
   const char* value = getenv("CUMEMTRACE_PER_THREAD");
+  return value == nullptr || value[0] != '0';
+}
+
+bool FlagFromEnv(const char* name) {
+  const char* value = getenv(name);
   return value != nullptr && value[0] == '1';
 }
 
@@ -34,7 +40,13 @@ Recorder& Recorder::Get() {
   return *recorder;
 }
 
-Recorder::Recorder() : queue_(QueueCapacityFromEnv()), per_thread_(PerThreadFromEnv()) {}
+thread_local uint32_t Recorder::t_module = 0;
+
+Recorder::Recorder()
+    : queue_(QueueCapacityFromEnv()),
+      per_thread_(PerThreadFromEnv()),
+      modules_(FlagFromEnv("CUMEMTRACE_MODULES")),
+      ops_(FlagFromEnv("CUMEMTRACE_OPS")) {}
 
 void Recorder::StartPending(uint64_t first_event_ns) {
   if (start_ != nullptr) start_(first_event_ns);

@@ -42,17 +42,25 @@ class Recorder {
   }
   // The PyTorch bridge's events (RecordQueue::PushTorchRecord), from its hook, built by the
   // bridge in the ring's own layout: false when the ring had no room.
-  bool RecordTorch(v1::ring::TorchRecord& record, const uint64_t* stack, uint32_t stack_words) {
+  bool RecordTorch(v1::ring::TorchRecord& record, const v1::ring::TorchAttribution* attribution,
+                   const uint64_t* stack, uint32_t stack_words) {
     if (start_pending_.load(std::memory_order_acquire)) StartPending(record.timestamp_ns);
-    return queue_.PushTorchRecord(record, stack, stack_words);
+    return queue_.PushTorchRecord(record, attribution, stack, stack_words);
   }
-  // A tensor's event into the thread's own buffer (thread_buffers.h) when they are on
-  // (CUMEMTRACE_PER_THREAD=1) and made: false when the caller must write it into the ring.
+  // A tensor's event into the thread's own buffer (thread_buffers.h) when they are on (unless
+  // CUMEMTRACE_PER_THREAD=0) and made: false when the caller must write it into the ring.
   bool RecordTensor(const TensorEvent& event) {
     if (start_pending_.load(std::memory_order_acquire)) return false;  // the ring's path starts
     return buffers_.Write(event);
   }
   bool per_thread() const { return per_thread_; }
+  // `run --modules` (CUMEMTRACE_MODULES=1): tensors carry the module the Python side says
+  // their thread is in; `run --ops` (CUMEMTRACE_OPS=1): the operators the bridge watches.
+  bool modules() const { return modules_; }
+  bool ops() const { return ops_; }
+  // The module path id this thread is in (the Python side's module hooks set it), 0: none.
+  static uint32_t current_module() { return t_module; }
+  static void set_current_module(uint32_t id) { t_module = id; }
   // Prints a one-line notice on stderr (unless quiet) and keeps it for the sender, once per
   // code and process. Allocates and locks: for rare events, never a hook's every call.
   void Notice(v1::NoticeLevel level, const std::string& code, const std::string& text);
@@ -88,7 +96,12 @@ class Recorder {
   void (*start_)(uint64_t first_event_ns) = nullptr;
   RecordQueue queue_;
   ThreadBuffers buffers_;
-  const bool per_thread_;  // CUMEMTRACE_PER_THREAD=1
+  const bool per_thread_;  // unless CUMEMTRACE_PER_THREAD=0
+  const bool modules_;
+  const bool ops_;
+  // Read only with `run --modules`. Not initial-exec: NVTX and the CUDA driver may dlopen the
+  // library, and its thread-locals do not fit the static TLS block those loads can use.
+  static thread_local uint32_t t_module;
   bool quiet_ = false;
   std::mutex notices_mutex_;
   std::vector<PendingNotice> notices_;

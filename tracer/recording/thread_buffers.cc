@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "cumemtrace/v1/trace.pb.h"
 #include "tracer/recording/clock.h"
 
 namespace cumemtrace::tracer {
@@ -72,6 +73,7 @@ ThreadBuffers::Writer* ThreadBuffers::Attach() {
     w.position = __atomic_load_n(&w.slot->committed, __ATOMIC_RELAXED);
     w.limit = __atomic_load_n(&w.slot->freed, __ATOMIC_ACQUIRE) + slot_units_;
     w.defined = false;
+    w.attributed = false;
     // Before the first commit, which the sender reads with acquire.
     w.slot->thread_id = CurrentThreadId();
     w.owner = this;
@@ -151,6 +153,12 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
         r.pool_second = u.c;
         continue;
       }
+      if (kind == tb::kAttribution) {
+        r.attribution_a = u.a;
+        r.attribution_b = u.b;
+        r.attribution_c = u.c;
+        continue;
+      }
       if (kind == tb::kCounters) {
         r.counters = true;
         r.allocated_total = u.a;
@@ -171,6 +179,14 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
       record.torch.sequence = u.word & tb::kSequenceMask;
       record.torch.pool_first = r.pool_first;
       record.torch.pool_second = r.pool_second;
+      if (record.torch.action == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
+          record.torch.action == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) {
+        record.torch.module = static_cast<uint32_t>(r.attribution_a);
+        record.torch.op = static_cast<uint32_t>(r.attribution_a >> 32);
+        record.torch.inner_op = static_cast<uint32_t>(r.attribution_b);
+        record.torch.autograd_thread = static_cast<uint32_t>(r.attribution_b >> 32);
+        record.torch.autograd_sequence = r.attribution_c;
+      }
       if (r.counters) {
         record.torch.allocated_total = r.allocated_total;
         record.torch.allocated_current = r.allocated_current;
@@ -178,7 +194,8 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
         r.counters = false;
       }
     }
-    positions->push_back({i, r.read, r.stream, r.pool_first, r.pool_second});
+    positions->push_back({i, r.read, r.stream, r.pool_first, r.pool_second, r.attribution_a,
+                          r.attribution_b, r.attribution_c});
   }
 }
 
@@ -189,6 +206,9 @@ void ThreadBuffers::Free(const SlotPosition& position) {
   slot.stream = position.stream;
   slot.pool_first = position.pool_first;
   slot.pool_second = position.pool_second;
+  slot.attribution_a = position.attribution_a;
+  slot.attribution_b = position.attribution_b;
+  slot.attribution_c = position.attribution_c;
   __atomic_store_n(&slot.freed, position.position, __ATOMIC_RELEASE);
 }
 

@@ -41,6 +41,11 @@ struct TensorEvent {
   uint64_t allocated_total;
   uint64_t allocated_current;
   uint64_t reserved_current;
+  // `run --modules` / `--ops`: an ALLOC's attribution, as the kAttribution unit's a, b, c
+  // (thread_buffers.h in proto/), written before the ALLOC when it differs from the last one
+  // this thread wrote. `attributed` false: none is ever written.
+  bool attributed = false;
+  uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
 };
 
 class ThreadBuffers {
@@ -78,7 +83,12 @@ class ThreadBuffers {
     }
     const bool define = !w->defined || e.stream != w->stream || e.pool_first != w->pool_first ||
                         e.pool_second != w->pool_second;
-    const uint64_t need = 1 + uint64_t{define} + uint64_t{e.counters};
+    // A new writer of a slot writes its first one even when it is all zero: the reader may
+    // still hold the slot's previous thread's.
+    const bool attribute =
+        e.attributed && (!w->attributed || e.attribution_a != w->attribution_a ||
+                         e.attribution_b != w->attribution_b || e.attribution_c != w->attribution_c);
+    const uint64_t need = 1 + uint64_t{define} + uint64_t{attribute} + uint64_t{e.counters};
     uint64_t at = w->position;
     if (__builtin_expect(at + need > w->limit, 0)) {
       // The sender's line, read only when the space known so far runs out.
@@ -95,6 +105,14 @@ class ThreadBuffers {
       w->pool_first = e.pool_first;
       w->pool_second = e.pool_second;
       w->defined = true;
+    }
+    if (attribute) {
+      Put(w, at++, e.attribution_a, e.attribution_b, e.attribution_c,
+          word | uint64_t{v1::thread_buffers::kAttribution} << v1::thread_buffers::kKindShift);
+      w->attribution_a = e.attribution_a;
+      w->attribution_b = e.attribution_b;
+      w->attribution_c = e.attribution_c;
+      w->attributed = true;
     }
     if (e.counters) {
       Put(w, at++, e.allocated_total, e.allocated_current, e.reserved_current,
@@ -118,6 +136,7 @@ class ThreadBuffers {
     uint32_t slot;
     uint64_t position;
     uint64_t stream, pool_first, pool_second;  // the definitions in effect there
+    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;  // and the attribution
   };
   // Appends every event committed since the last call to *out as kTorchAllocator records,
   // times converted with `clock`'s map (whose map it also writes into the header, for the
@@ -144,6 +163,8 @@ class ThreadBuffers {
     uint64_t limit = 0;
     uint64_t stream = 0, pool_first = 0, pool_second = 0;
     bool defined = false;
+    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
+    bool attributed = false;
   };
   // The sender's state of a slot: where it reads, and the definitions and counters in effect.
   struct Reader {
@@ -151,6 +172,7 @@ class ThreadBuffers {
     uint64_t stream = 0, pool_first = 0, pool_second = 0;
     bool counters = false;   // a kCounters unit waits for its event
     bool populated = false;  // the slot's pages made present for its owner
+    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
     uint64_t allocated_total = 0, allocated_current = 0, reserved_current = 0;
   };
 

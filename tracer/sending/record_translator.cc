@@ -1,5 +1,6 @@
 #include "tracer/sending/record_translator.h"
 
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/recording/api_catalog.h"
 #include "tracer/recording/nvtx_domain.h"
 
@@ -133,6 +134,23 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       torch->set_pool_id_first(record.torch.pool_first);
       torch->set_pool_id_second(record.torch.pool_second);
       torch->set_stack_id(stack_id);
+      torch->set_module_id(record.torch.module);
+      torch->set_operator_id(record.torch.op);
+      torch->set_inner_operator_id(record.torch.inner_op);
+      constexpr uint64_t kBackward = v1::ring::kBackwardBit;
+      torch->set_autograd_sequence(record.torch.autograd_sequence & ~kBackward);
+      torch->set_autograd_thread(record.torch.autograd_thread);
+      torch->set_backward((record.torch.autograd_sequence & kBackward) != 0);
+      return;
+    }
+    case HostRecord::Type::kAttributionName: {
+      v1::AttributionName* name =
+          encoder_->AddEvent(record.timestamp_ns)->mutable_attribution_name();
+      name->set_kind(v1::AttributionKind_IsValid(static_cast<int>(record.category))
+                         ? static_cast<v1::AttributionKind>(record.category)
+                         : v1::ATTRIBUTION_KIND_UNSPECIFIED);
+      name->set_id(static_cast<uint32_t>(record.range_id));
+      name->set_name(record.text);
       return;
     }
     case HostRecord::Type::kTensorCategory: {

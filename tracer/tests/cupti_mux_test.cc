@@ -2,6 +2,7 @@
 // CUPTI client, tracer/tests/cupti_mux_probe.cc) runs against the fake libcupti with the real
 // tracer preloaded, talking to a socket this test serves. The probe checks what its client
 // receives; this test checks what reaches the collector: each side exactly its own.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 #include <google/protobuf/io/coded_stream.h>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "tracer/sources/torch_bridge/bridge_abi.h"
 
 namespace cumemtrace {
 namespace {
@@ -196,14 +198,27 @@ TEST_F(CuptiMuxTest, ByDefaultLaunchesAreCountedOncePyTorchsTensorsTurnOutUnseen
 // (one device each) emit 3,000 events each, and every one reaches the collector whole, each
 // device's in sequence from one thread, through the ring or, with CUMEMTRACE_PER_THREAD=1,
 // through the threads' own buffers (whose batches then say how far they reach).
+// With `run --ops` and `--modules` (CUMEMTRACE_OPS=1, CUMEMTRACE_MODULES=1), each ALLOC also
+// carries the operators the shim names and the module its thread entered, and the names
+// arrive as AttributionName events.
 TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay) {
-  for (const bool per_thread : {false, true}) {
+  void* shim = dlopen(FAKE_TORCH_BRIDGE_LIB, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(shim, nullptr) << dlerror();
+  using AttributionFn = void (*)(uint32_t, uint64_t, uint32_t*, cumemtrace_torch_event*);
+  auto attribution_of =
+      reinterpret_cast<AttributionFn>(dlsym(shim, "fake_torch_bridge_attribution"));
+  ASSERT_NE(attribution_of, nullptr);
+  for (const auto& [per_thread, attributed] :
+       std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {false, true},
+                                          {true, true}}) {
     const std::string bridge_dir = FAKE_TORCH_BRIDGE_LIB;
     const ProbeResult run =
         Probe({"torch-bridge", FAKE_TORCH_C10_CUDA_LIB, FAKE_TORCH_BRIDGE_LIB},
               CUMEMTRACE_TRACER_LIB, nullptr,
               {{"CUMEMTRACE_TORCH_BRIDGE_DIR", bridge_dir.substr(0, bridge_dir.rfind('/'))},
-               {"CUMEMTRACE_PER_THREAD", per_thread ? "1" : "0"}});
+               {"CUMEMTRACE_PER_THREAD", per_thread ? "1" : "0"},
+               {"CUMEMTRACE_OPS", attributed ? "1" : "0"},
+               {"CUMEMTRACE_MODULES", attributed ? "1" : "0"}});
     ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
     EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
     EXPECT_NE(run.out.find("refused: 0"), std::string::npos) << run.out;
@@ -211,13 +226,33 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
     std::map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> by_device;  // seq, time
     std::map<uint32_t, std::set<uint32_t>> threads;
     size_t positions = 0;
+    std::map<std::pair<int, uint32_t>, std::string> names;  // kind, id
+    size_t attributed_allocs = 0;
     for (size_t i = 1; i < run.messages.size(); ++i) {
       positions += static_cast<size_t>(run.messages[i].batch().thread_buffer_positions_size());
       for (const v1::Event& event : run.messages[i].batch().events()) {
+        if (event.has_attribution_name()) {
+          const v1::AttributionName& name = event.attribution_name();
+          names[{name.kind(), name.id()}] = name.name();
+        }
         if (!event.has_torch_allocator()) continue;
         const v1::TorchAllocatorEvent& e = event.torch_allocator();
         const uint64_t seq = e.sequence();
         const uint64_t t = e.device();
+        uint32_t module = 0;
+        cumemtrace_torch_event want{};
+        if (attributed && seq % 2 == 1) {
+          attribution_of(e.device(), seq, &module, &want);
+          attributed_allocs += want.op != 0 || module != 0;
+        }
+        EXPECT_EQ(e.module_id(), module) << "seq " << seq << " per_thread " << per_thread;
+        EXPECT_EQ(e.operator_id(), want.op) << "seq " << seq << " per_thread " << per_thread;
+        EXPECT_EQ(e.inner_operator_id(), want.inner_op) << "seq " << seq;
+        EXPECT_EQ(e.autograd_sequence(), want.autograd_sequence & ~CUMEMTRACE_TORCH_BACKWARD_BIT)
+            << "seq " << seq;
+        EXPECT_EQ(e.backward(), (want.autograd_sequence & CUMEMTRACE_TORCH_BACKWARD_BIT) != 0)
+            << "seq " << seq;
+        EXPECT_EQ(e.autograd_thread(), want.autograd_thread) << "seq " << seq;
         EXPECT_EQ(e.action(), seq % 2 == 1 ? v1::TORCH_ALLOCATOR_ACTION_ALLOC
                                            : v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED);
         EXPECT_EQ(e.address(), 0x7f0000000000ull + (t << 32) + seq * 512);
@@ -231,6 +266,14 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
       }
     }
     EXPECT_EQ(positions > 0, per_thread);
+    if (attributed) {
+      EXPECT_GT(attributed_allocs, 4000u);
+      EXPECT_EQ(names.size(), 5u);
+      EXPECT_EQ(names[std::make_pair(int{v1::ATTRIBUTION_KIND_OPERATOR}, 2u)], "op.2");
+      EXPECT_EQ(names[std::make_pair(int{v1::ATTRIBUTION_KIND_MODULE}, 1u)], "module.1");
+    } else {
+      EXPECT_TRUE(names.empty());
+    }
     ASSERT_EQ(by_device.size(), 3u) << "per_thread " << per_thread;
     for (auto& [device, events] : by_device) {
       EXPECT_EQ(threads[device].size(), 1u);

@@ -3,12 +3,18 @@
 // plays the caching allocator on several threads, each its own device (so each device's
 // events come from one thread, in sequence, as under torch's device lock). Every field is a
 // function of the device and the sequence, so that the test can check each event whole.
+// With watch_ops (`run --ops`) its ALLOCs name operators, and with the tracer's
+// cumemtrace_module_enter (`run --modules`) each thread says its module, changing every six
+// events (FakeAttribution): the test checks every ALLOC's attribution too.
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,12 +36,36 @@ int Attach(const char* /*c10_cuda_path*/, cumemtrace_torch_emit_fn emit, void* c
 void Probe() {}
 void Stop() { g_emit = nullptr; }
 
+bool g_watching = false;
+int WatchOps(cumemtrace_torch_name_fn define, void* context, char* /*message*/,
+             size_t /*message_size*/) {
+  for (uint32_t id = 1; id <= 3; ++id) {
+    const std::string name = "op." + std::to_string(id);
+    define(CUMEMTRACE_TORCH_NAME_OPERATOR, id, name.c_str(), context);
+  }
+  g_watching = true;
+  return 0;
+}
+
 const cumemtrace_torch_bridge kBridge = {CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION, "9.9.0", Attach,
-                                         Probe, Stop};
+                                         Probe, Stop, WatchOps};
 
 }  // namespace
 
 extern "C" {
+// The attribution of the ALLOC with sequence `seq` on device `device` (cupti_mux_test.cc
+// checks it): operators when watched, module when the tracer has module calls; the same for
+// six events in a row.
+__attribute__((visibility("default"))) void fake_torch_bridge_attribution(
+    uint32_t device, uint64_t seq, uint32_t* module, cumemtrace_torch_event* e) {
+  const uint64_t k = seq / 6;
+  *module = static_cast<uint32_t>(k % 3);
+  e->op = static_cast<uint32_t>(1 + k % 3);
+  e->inner_op = k % 4 == 1 ? 0 : static_cast<uint32_t>(1 + (k + 1) % 3);
+  e->autograd_sequence = k % 5 == 0 ? 0 : (k + 1) | (k % 7 == 0 ? CUMEMTRACE_TORCH_BACKWARD_BIT : 0);
+  e->autograd_thread = e->autograd_sequence != 0 ? device + 1 : 0;
+}
+
 __attribute__((visibility("default"))) const cumemtrace_torch_bridge* cumemtrace_torch_bridge_v1() {
   return &kBridge;
 }
@@ -44,8 +74,16 @@ __attribute__((visibility("default"))) const cumemtrace_torch_bridge* cumemtrace
 __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, int events) {
   std::vector<std::thread> workers;
   std::vector<int> refused(static_cast<size_t>(threads), 0);
+  using DefineModule = uint32_t (*)(uint32_t, const char*);
+  using EnterModule = uint32_t (*)(uint32_t);
+  auto define_module = reinterpret_cast<DefineModule>(dlsym(RTLD_DEFAULT, "cumemtrace_module_define"));
+  auto enter_module = reinterpret_cast<EnterModule>(dlsym(RTLD_DEFAULT, "cumemtrace_module_enter"));
+  if (define_module != nullptr) {
+    define_module(1, "module.1");
+    define_module(2, "module.2");
+  }
   for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([t, events, &refused] {
+    workers.emplace_back([t, events, &refused, enter_module] {
       for (int n = 1; n <= events; ++n) {
         cumemtrace_torch_event e{};
         const auto seq = static_cast<uint64_t>(n);
@@ -63,6 +101,18 @@ __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, i
 #if defined(__x86_64__)
         e.tsc = __rdtsc();
 #endif
+        if (e.action == CUMEMTRACE_TORCH_ALLOC) {
+          uint32_t module = 0;
+          cumemtrace_torch_event attribution{};
+          fake_torch_bridge_attribution(e.device, seq, &module, &attribution);
+          if (g_watching) {
+            e.op = attribution.op;
+            e.inner_op = attribution.inner_op;
+            e.autograd_sequence = attribution.autograd_sequence;
+            e.autograd_thread = attribution.autograd_thread;
+          }
+          if (enter_module != nullptr) enter_module(module);
+        }
         if (g_emit == nullptr || g_emit(&e, g_context) == 0) ++refused[static_cast<size_t>(t)];
       }
     });

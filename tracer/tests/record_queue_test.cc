@@ -136,7 +136,7 @@ cumemtrace_torch_event TorchEvent(uint64_t n) {
 bool PushTorch(RecordQueue& queue, uint64_t n, uint32_t thread_id, uint64_t timestamp_ns,
                const uint64_t* stack = nullptr, uint32_t stack_words = 0) {
   ring::TorchRecord record = TorchRecordOf(TorchEvent(n), thread_id, timestamp_ns);
-  return queue.PushTorchRecord(record, stack, stack_words);
+  return queue.PushTorchRecord(record, nullptr, stack, stack_words);
 }
 
 void ExpectTorchRecord(const HostRecord& r, uint64_t n, uint32_t thread_id) {
@@ -191,6 +191,44 @@ TEST(RecordQueue, CarriesTheTorchBridgesRecords) {
   EXPECT_TRUE(out[1].torch_bridge_state->attached());
   EXPECT_EQ(out[1].torch_bridge_state->torch_version(), "2.11.0+cu130");
   delete out[1].torch_bridge_state;
+}
+
+// `run --modules` / `--ops`: an ALLOC's attribution rides after its record, before its stack,
+// and both come back; a record without one reads as all zero.
+TEST(RecordQueue, CarriesAnAllocationsModuleAndOperatorsBeforeItsStack) {
+  RecordQueue queue(1024);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  ring::TorchAttribution attribution{3, 7, 9, 2, 41 | ring::kBackwardBit};
+  const uint64_t stack[] = {uint64_t{2} << 16, 0xabc, 0xdef};  // 2 native frames
+  ring::TorchRecord record = TorchRecordOf(TorchEvent(5), 42, 1005);
+  ASSERT_TRUE(queue.PushTorchRecord(record, &attribution, stack, 3));
+  ASSERT_TRUE(PushTorch(queue, 6, 42, 1006));
+  HostRecord name = At(7);
+  name.type = HostRecord::Type::kAttributionName;
+  name.category = v1::ATTRIBUTION_KIND_OPERATOR;
+  name.range_id = 7;
+  name.text = "aten::mm";
+  ASSERT_TRUE(queue.Push(name));
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out, nullptr);
+  ASSERT_EQ(out.size(), 3u);
+  ExpectTorchRecord(out[0], 5, 42);
+  EXPECT_EQ(out[0].torch.module, 3u);
+  EXPECT_EQ(out[0].torch.op, 7u);
+  EXPECT_EQ(out[0].torch.inner_op, 9u);
+  EXPECT_EQ(out[0].torch.autograd_thread, 2u);
+  EXPECT_EQ(out[0].torch.autograd_sequence, 41 | ring::kBackwardBit);
+  ASSERT_EQ(out[0].stack_words, 3u);
+  EXPECT_EQ(out[0].stack[1], 0xabcu);
+  EXPECT_EQ(out[0].stack[2], 0xdefu);
+  ExpectTorchRecord(out[1], 6, 42);
+  EXPECT_EQ(out[1].torch.op, 0u);
+  EXPECT_EQ(out[1].torch.autograd_sequence, 0u);
+  EXPECT_EQ(out[2].type, HostRecord::Type::kAttributionName);
+  EXPECT_EQ(out[2].category, uint32_t{v1::ATTRIBUTION_KIND_OPERATOR});
+  EXPECT_EQ(out[2].range_id, 7u);
+  EXPECT_EQ(out[2].text, "aten::mm");
 }
 
 // The bridge's own writer around the ring many times, between records of the generic one,

@@ -110,6 +110,54 @@ TEST(ThreadBuffers, SenderTakesEveryEventWholeWithItsDefinitionsAndCounters) {
   EXPECT_EQ(buffers.TakeFallbacks(), 0u);
 }
 
+// `run --modules` / `--ops`: an ALLOC's attribution is written only when it changes, applies
+// to ALLOCs only, and a slot's next thread never inherits its previous thread's.
+TEST(ThreadBuffers, AllocationsCarryTheirAttributionAndANewThreadStartsFromNone) {
+  Area area(1, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 1, 64);
+  const TscClock clock;
+  std::vector<HostRecord> taken;
+  std::vector<ThreadBuffers::SlotPosition> positions;
+  auto attributed = [](uint64_t seq, uint64_t a) {
+    TensorEvent e = EventOf(0, seq);
+    e.attributed = true;
+    e.attribution_a = a;  // module 5, op a >> 32
+    e.attribution_b = a + 1;
+    e.attribution_c = a == 0 ? 0 : 77;
+    return e;
+  };
+  const uint64_t first = 5 | uint64_t{3} << 32;
+  std::thread writer([&] {
+    for (uint64_t seq = 1; seq <= 6; ++seq) {
+      ASSERT_TRUE(buffers.Write(attributed(seq, seq <= 4 ? first : first + 1)));
+    }
+  });
+  writer.join();
+  buffers.TakeAll(clock, &taken, &positions);
+  ASSERT_EQ(taken.size(), 6u);
+  for (const HostRecord& r : taken) {
+    const bool alloc = r.torch.action == v1::TORCH_ALLOCATOR_ACTION_ALLOC;
+    const uint64_t a = !alloc ? 0 : r.torch.sequence <= 4 ? first : first + 1;
+    EXPECT_EQ(r.torch.module, static_cast<uint32_t>(a)) << r.torch.sequence;
+    EXPECT_EQ(r.torch.op, static_cast<uint32_t>(a >> 32)) << r.torch.sequence;
+    EXPECT_EQ(r.torch.inner_op, alloc ? static_cast<uint32_t>(a + 1) : 0u);
+    EXPECT_EQ(r.torch.autograd_sequence, alloc ? 77u : 0u);
+    EXPECT_TRUE(Whole(r));
+  }
+  for (const auto& p : positions) buffers.Free(p);
+  taken.clear();
+  // The ended thread's slot goes to the next thread, whose allocations name nothing.
+  buffers.TakeAll(clock, &taken, &positions);
+  std::thread next([&] { ASSERT_TRUE(buffers.Write(attributed(7, 0))); });
+  next.join();
+  buffers.TakeAll(clock, &taken, &positions);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].torch.module, 0u);
+  EXPECT_EQ(taken[0].torch.op, 0u);
+  EXPECT_EQ(taken[0].torch.autograd_sequence, 0u);
+}
+
 TEST(ThreadBuffers, AFullSlotRefusesUntilTheSenderFrees) {
   Area area(1, 16);
   ThreadBuffers buffers;

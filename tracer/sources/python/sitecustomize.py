@@ -2,7 +2,8 @@
 
 `cumemtrace run` puts this folder first on PYTHONPATH, so the interpreter runs this file at
 start. It names what the program's tensors are once the program imports torch
-(cumemtrace_categories.py, unless `--no-categories`), wraps the functions named with
+(cumemtrace_categories.py, unless `--no-categories`), follows which module each thread is in
+(cumemtrace_modules.py, with `--modules`), wraps the functions named with
 `--phase PHASE=MODULE:QUALNAME` in phase ranges, then runs the sitecustomize it shadows (a
 distribution's or a virtual environment's), if any.
 """
@@ -31,6 +32,13 @@ if os.environ.get("CUMEMTRACE_CATEGORIES", "1") != "0":
         cumemtrace_categories.install()
     except Exception as error:  # never the reason the program fails
         sys.stderr.write(f"cumemtrace: categories not read: {error}\n")
+
+if os.environ.get("CUMEMTRACE_MODULES", "0") == "1":
+    try:
+        import cumemtrace_modules
+        cumemtrace_modules.install()
+    except Exception as error:  # never the reason the program fails
+        sys.stderr.write(f"cumemtrace: modules not followed: {error}\n")
 
 try:
     import cumemtrace_phases

@@ -17,9 +17,10 @@ extern "C" {
 
 /* Raised when a struct below changes in a way an older tracer cannot read. */
 #define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION \
-  4u /* 2: cumemtrace_torch_event.tsc;      \
+  5u /* 2: cumemtrace_torch_event.tsc;      \
         3: CUMEMTRACE_TORCH_ALLOC_ROUNDED;  \
-        4: the emit function's result */
+        4: the emit function's result;      \
+        5: operators (watch_ops) */
 
 /* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
 enum {
@@ -54,7 +55,25 @@ typedef struct cumemtrace_torch_event {
   /* torch's own TSC read for the entry (TraceEntry's time, where torch reads the TSC for
      it), or 0: the tracer then reads its clock. */
   uint64_t tsc;
+  /* An ALLOC's operators once watch_ops was called (op_context.h), else 0: the outermost
+     and innermost running (names defined through the name function), autograd's sequence
+     number + 1 (bit 63: in backward) and RecordFunction's thread id that goes with it. */
+  uint32_t op;
+  uint32_t inner_op;
+  uint64_t autograd_sequence;
+  uint32_t autograd_thread;
+  uint32_t reserved;
 } cumemtrace_torch_event;
+
+#define CUMEMTRACE_TORCH_BACKWARD_BIT (UINT64_C(1) << 63)
+
+/* Kinds of names, numbered as cumemtrace.v1.AttributionKind. */
+enum { CUMEMTRACE_TORCH_NAME_OPERATOR = 2 };
+
+/* Defines `id` as `name` (NUL-terminated, valid only during the call), before the first
+   event that uses it, on the thread of that event. */
+typedef void (*cumemtrace_torch_name_fn)(uint32_t kind, uint32_t id, const char* name,
+                                         void* context);
 
 /* Called by the shim on the allocator's thread under the allocator's device lock, and for a
    STATS_PROBE on the thread that called probe: it must only copy the event and return (no
@@ -94,6 +113,11 @@ typedef struct cumemtrace_torch_bridge {
   void (*probe)(void);
   /* Stops emitting (process exit, forked child). */
   void (*stop)(void);
+  /* After a successful attach: watches the operators every thread runs (a global
+     RecordFunction callback of FUNCTION and BACKWARD_FUNCTION scope, without inputs) and
+     names them in each ALLOC. 0 on success, else writes the reason into `message`. */
+  int (*watch_ops)(cumemtrace_torch_name_fn define, void* context, char* message,
+                   size_t message_size);
 } cumemtrace_torch_bridge;
 
 /* The shim's one exported symbol. */

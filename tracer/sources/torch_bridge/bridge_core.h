@@ -122,20 +122,28 @@ struct NoRoundedBlocks {
   uint64_t operator()(uint64_t /*requested*/) const noexcept { return 0; }
 };
 
+// Names no operator (op_context.h's state is the shim's).
+struct NoOps {
+  void operator()(cumemtrace_torch_event* /*alloc*/) const noexcept {}
+};
+
 // The tracker's state. OnEntry runs on allocator threads under the device's lock (so one
 // device's entries never run concurrently); Probe runs on the tracer's sender thread.
 // `ReadCounters` is callable as bool(uint32_t device, DeviceCounters*); `kTimeIsTsc` says
 // whether the entries' time is a TSC read (EntryTsc); `SmallBlock` is callable as
-// uint64_t(uint64_t requested): an ALLOC's block where it needs no counters, else 0.
-template <typename ReadCounters, bool kTimeIsTsc = false, typename SmallBlock = NoRoundedBlocks>
+// uint64_t(uint64_t requested): an ALLOC's block where it needs no counters, else 0;
+// `Ops` is callable as void(cumemtrace_torch_event*): fills an ALLOC's operators.
+template <typename ReadCounters, bool kTimeIsTsc = false, typename SmallBlock = NoRoundedBlocks,
+          typename Ops = NoOps>
 class BridgeCore {
  public:
   BridgeCore(cumemtrace_torch_emit_fn emit, void* context, ReadCounters read,
-             SmallBlock small_block = SmallBlock{})
+             SmallBlock small_block = SmallBlock{}, Ops ops = Ops{})
       : emit_(emit),
         context_(context),
         read_(std::move(read)),
-        small_block_(std::move(small_block)) {}
+        small_block_(std::move(small_block)),
+        ops_(std::move(ops)) {}
 
   template <typename Entry>
   void OnEntry(const Entry& entry) {
@@ -170,6 +178,9 @@ class BridgeCore {
       }
       slot.unsettled_alloc.store(event.action == CUMEMTRACE_TORCH_ALLOC ? event.sequence : 0,
                                  std::memory_order_release);
+    }
+    if (event.action == CUMEMTRACE_TORCH_ALLOC || event.action == CUMEMTRACE_TORCH_ALLOC_ROUNDED) {
+      ops_(&event);
     }
     emit_(&event, context_);
   }
@@ -216,6 +227,7 @@ class BridgeCore {
   void* context_;
   ReadCounters read_;
   SmallBlock small_block_;
+  Ops ops_;
   std::atomic<bool> stopped_{false};
   Slot slots_[kMaxDevices];
 };

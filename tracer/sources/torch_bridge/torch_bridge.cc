@@ -128,6 +128,37 @@ StackWords TensorStack(const cumemtrace_torch_event& event) {
   return CaptureStack(mode);
 }
 
+// An ALLOC's module and operators (`run --modules`, `--ops`): false when none is wanted.
+bool g_attributing = false;  // set at attach, before the first event
+bool AttributionOf(const cumemtrace_torch_event& event, v1::ring::TorchAttribution* out) {
+  if (!g_attributing || (event.action != CUMEMTRACE_TORCH_ALLOC &&
+                         event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
+    return false;
+  }
+  out->module = Recorder::Get().modules() ? Recorder::current_module() : 0;
+  out->op = event.op;
+  out->inner_op = event.inner_op;
+  out->autograd_thread = event.autograd_thread;
+  out->autograd_sequence = event.autograd_sequence;
+  return true;
+}
+
+bool IsEmpty(const v1::ring::TorchAttribution& a) {
+  return a.module == 0 && a.op == 0 && a.inner_op == 0 && a.autograd_sequence == 0;
+}
+
+// The shim's names of operators, defined in the ring before the first event that uses them.
+void DefineName(uint32_t kind, uint32_t id, const char* name, void* /*context*/) {
+  HostRecord record;
+  record.type = HostRecord::Type::kAttributionName;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.category = kind;
+  record.range_id = id;
+  record.text = name != nullptr ? name : "";
+  Recorder::Get().Record(std::move(record));
+}
+
 // A stats probe comes from the sender thread, no program thread: thread 0.
 uint32_t ThreadOf(const cumemtrace_torch_event& event) {
   return event.action == CUMEMTRACE_TORCH_STATS_PROBE ? 0 : CurrentThreadId();
@@ -140,13 +171,24 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
 int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording()) return 1;
+  v1::ring::TorchAttribution attribution{};
+  const bool attributed = AttributionOf(*event, &attribution);
+  const v1::ring::TorchAttribution* attached =
+      attributed && !IsEmpty(attribution) ? &attribution : nullptr;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
     // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
     // here. A probe (the sender's), a stack, or a benchmark's windows take the ring's path.
     if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE &&
-        g_alternate_ns == 0 && CurrentStackMode() == kStacksOff &&
-        recorder.RecordTensor(TensorEventOf(*event, g_event_clock))) {
-      return 1;
+        g_alternate_ns == 0 && CurrentStackMode() == kStacksOff) {
+      TensorEvent tensor = TensorEventOf(*event, g_event_clock);
+      if (attributed) {
+        tensor.attributed = true;
+        tensor.attribution_a = uint64_t{attribution.module} | uint64_t{attribution.op} << 32;
+        tensor.attribution_b =
+            uint64_t{attribution.inner_op} | uint64_t{attribution.autograd_thread} << 32;
+        tensor.attribution_c = attribution.autograd_sequence;
+      }
+      if (recorder.RecordTensor(tensor)) return 1;
     }
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
@@ -154,7 +196,7 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     if (g_alternate_ns != 0 && (now / g_alternate_ns) % 2 == 1) return 1;
     const StackWords stack = TensorStack(*event);
     v1::ring::TorchRecord record = TorchRecordOf(*event, ThreadOf(*event), now);
-    return recorder.RecordTorch(record, stack.words, stack.count);
+    return recorder.RecordTorch(record, attached, stack.words, stack.count);
   }
   const uint64_t start = Ticks();
   bool from_torch = false;
@@ -163,7 +205,7 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   const StackWords stack = TensorStack(*event);
   const uint64_t stacked = Ticks();
   v1::ring::TorchRecord record = TorchRecordOf(*event, ThreadOf(*event), now);
-  const bool recorded = recorder.RecordTorch(record, stack.words, stack.count);
+  const bool recorded = recorder.RecordTorch(record, attached, stack.words, stack.count);
   const uint64_t pushed = Ticks();
   g_self_time.events.fetch_add(1, std::memory_order_relaxed);
   if (from_torch) g_self_time.torch_times.fetch_add(1, std::memory_order_relaxed);
@@ -177,6 +219,20 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     g_self_time.python_frames.fetch_add(header.python_frames, std::memory_order_relaxed);
   }
   return recorded;
+}
+
+// `run --ops`, and `run --modules` for backward's link to the forward op's module: the
+// bridge watches the operators; without them, modules come from the Python side alone.
+void WatchOps(const cumemtrace_torch_bridge& bridge) {
+  Recorder& recorder = Recorder::Get();
+  g_attributing = true;
+  char message[256];
+  if (bridge.watch_ops(DefineName, nullptr, message, sizeof(message)) == 0) return;
+  recorder.Notice(v1::NOTICE_LEVEL_WARNING, "operators_unavailable",
+                  std::string("operators are not named") +
+                      (recorder.modules() ? " and backward allocations have no module" : "") +
+                      ": " + message);
+  if (!recorder.modules()) g_attributing = false;
 }
 
 int CollectC10Cuda(dl_phdr_info* info, size_t /*size*/, void* data) {
@@ -242,7 +298,7 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
   const cumemtrace_torch_bridge* bridge = entry != nullptr ? entry() : nullptr;
   if (bridge == nullptr || bridge->abi_version != CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION ||
       bridge->torch_version == nullptr || bridge->attach == nullptr ||
-      bridge->probe == nullptr || bridge->stop == nullptr) {
+      bridge->probe == nullptr || bridge->stop == nullptr || bridge->watch_ops == nullptr) {
     lookup.reason = lookup.shim_path + " is not a bridge of this cumemtrace (interface " +
                     std::to_string(bridge != nullptr ? bridge->abi_version : 0) + ", expected " +
                     std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION) + ")";
@@ -312,6 +368,7 @@ void TorchBridge::AttachOnce() {
       state->set_allocator(allocator);
       if (result == CUMEMTRACE_TORCH_ATTACHED) {
         state->set_attached(true);
+        if (recorder.ops() || recorder.modules()) WatchOps(*lookup.bridge);
         attached_.store(lookup.bridge, std::memory_order_release);
       } else {
         state->set_reason(message);

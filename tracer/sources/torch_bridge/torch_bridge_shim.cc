@@ -14,10 +14,17 @@
 #include <string>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#if __has_include(<ATen/record_function.h>)
+#include <ATen/record_function.h>
+#define CUMEMTRACE_HAVE_RECORD_FUNCTION 1
+#else
+#define CUMEMTRACE_HAVE_RECORD_FUNCTION 0
+#endif
 
 #include "tracer/sources/torch_bridge/bridge_abi.h"
 #include "tracer/sources/torch_bridge/bridge_core.h"
 #include "tracer/sources/torch_bridge/device_counters.h"
+#include "tracer/sources/torch_bridge/op_context.h"
 
 #ifndef CUMEMTRACE_TORCH_VERSION
 #error "CUMEMTRACE_TORCH_VERSION must name the torch version whose headers are used"
@@ -28,6 +35,9 @@ namespace {
 namespace cca = c10::cuda::CUDACachingAllocator;
 using cumemtrace::torch_bridge::BridgeCore;
 using cumemtrace::torch_bridge::DeviceCounters;
+using cumemtrace::torch_bridge::OpFrame;
+using cumemtrace::torch_bridge::OpNames;
+using cumemtrace::torch_bridge::OpStack;
 
 std::atomic<cca::CUDAAllocator*>* g_allocator = nullptr;
 
@@ -43,7 +53,17 @@ constexpr bool kTorchTimeIsTsc = true;
 #else
 constexpr bool kTorchTimeIsTsc = false;
 #endif
-using Core = BridgeCore<CounterReader, kTorchTimeIsTsc, cumemtrace::torch_bridge::SmallPoolBlock>;
+// The operators each thread runs (watch_ops), copied into its ALLOCs.
+std::atomic<bool> g_watching_ops{false};
+thread_local OpStack t_ops;
+struct OpFiller {
+  void operator()(cumemtrace_torch_event* alloc) const noexcept {
+    if (g_watching_ops.load(std::memory_order_relaxed)) t_ops.Fill(alloc);
+  }
+};
+
+using Core = BridgeCore<CounterReader, kTorchTimeIsTsc, cumemtrace::torch_bridge::SmallPoolBlock,
+                        OpFiller>;
 Core* g_core = nullptr;  // leaked: torch keeps calling the tracker until the process ends
 
 void Copy(const std::string& text, char* out, size_t size) {
@@ -90,7 +110,8 @@ int Attach(const char* c10_cuda_path, cumemtrace_torch_emit_fn emit, void* conte
     }
     g_core = new Core(
         emit, context, CounterReader{},
-        cumemtrace::torch_bridge::SmallPoolBlock{cumemtrace::torch_bridge::FindDivisions(library)});
+        cumemtrace::torch_bridge::SmallPoolBlock{cumemtrace::torch_bridge::FindDivisions(library)},
+        OpFiller{});
     Core* core = g_core;
     allocator->attachAllocatorTraceTracker(
         [core](const cca::TraceEntry& entry) { core->OnEntry(entry); });
@@ -110,10 +131,86 @@ void Probe() noexcept {
 
 void Stop() noexcept {
   if (g_core != nullptr) g_core->Stop();
+  g_watching_ops.store(false);
+}
+
+#if CUMEMTRACE_HAVE_RECORD_FUNCTION
+// libtorch_cpu's functions, found in the loaded library: a Python program loads it with
+// RTLD_LOCAL (through torch._C), so the shim cannot link against it by name.
+using AddGlobalCallbackFn = at::CallbackHandle (*)(at::RecordFunctionCallback);
+// RecordFunction::name() const, called with `this` as its first argument (the Itanium C++
+// ABI's convention for a non-virtual member function).
+using RecordFunctionNameFn = const char* (*)(const at::RecordFunction*);
+RecordFunctionNameFn g_record_function_name = nullptr;
+OpNames* g_op_names = nullptr;  // leaked: callbacks run until the process ends
+thread_local OpNames::Cache t_op_name_cache;
+
+std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
+  OpFrame frame;
+  try {
+    frame.op = g_op_names->IdOf(g_record_function_name(&fn), &t_op_name_cache);
+  } catch (...) {
+    frame.op = 0;  // no memory for a new name: the frame is kept, unnamed
+  }
+  const int64_t sequence = fn.seqNr();
+  frame.sequence = sequence >= 0 ? static_cast<uint64_t>(sequence) + 1 : 0;
+  frame.backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+  frame.thread = static_cast<uint32_t>(frame.backward ? fn.forwardThreadId() : fn.threadId());
+  t_ops.Enter(frame);
+  return nullptr;
+}
+
+void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
+  t_ops.Exit();
+}
+#endif
+
+int WatchOps(cumemtrace_torch_name_fn define, void* context, char* message,
+             size_t message_size) noexcept {
+  Copy("", message, message_size);
+#if CUMEMTRACE_HAVE_RECORD_FUNCTION
+  try {
+    if (g_core == nullptr) {
+      Copy("the bridge is not attached", message, message_size);
+      return 1;
+    }
+    void* torch_cpu = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (torch_cpu == nullptr) {
+      Copy("libtorch_cpu is not loaded", message, message_size);
+      return 1;
+    }
+    auto add = reinterpret_cast<AddGlobalCallbackFn>(
+        dlsym(torch_cpu, "_ZN2at17addGlobalCallbackENS_22RecordFunctionCallbackE"));
+    g_record_function_name =
+        reinterpret_cast<RecordFunctionNameFn>(dlsym(torch_cpu, "_ZNK2at14RecordFunction4nameEv"));
+    if (add == nullptr || g_record_function_name == nullptr) {
+      Copy("libtorch_cpu has no at::addGlobalCallback or at::RecordFunction::name", message,
+           message_size);
+      return 1;
+    }
+    g_op_names = new OpNames(define, context);
+    g_watching_ops.store(true);
+    add(at::RecordFunctionCallback(OnOpStart, OnOpEnd)
+            .needsInputs(false)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+    return 0;
+  } catch (const std::exception& error) {
+    Copy(std::string("at::addGlobalCallback failed: ") + error.what(), message, message_size);
+  } catch (...) {
+    Copy("at::addGlobalCallback failed", message, message_size);
+  }
+  g_watching_ops.store(false);
+  return 1;
+#else
+  (void)define;
+  (void)context;
+  Copy("this bridge was built without torch's ATen/record_function.h", message, message_size);
+  return 1;
+#endif
 }
 
 const cumemtrace_torch_bridge kBridge = {
-    CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION, CUMEMTRACE_TORCH_VERSION, Attach, Probe, Stop,
+    CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION, CUMEMTRACE_TORCH_VERSION, Attach, Probe, Stop, WatchOps,
 };
 
 }  // namespace

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include "tracer/sources/torch_bridge/op_context.h"
 #include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
 
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,6 +64,22 @@ TEST(TorchBridgeConvert, MapsEveryActionAndTheEntryFields) {
     EXPECT_EQ(event.pool_id_first, 7u);
     EXPECT_EQ(event.pool_id_second, 9u);
   }
+}
+
+// Only an allocation is born inside an operator: frees and segments name none.
+TEST(TorchBridgeCore, AsksForOperatorsForAllocationsOnly) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  auto ops = [](cumemtrace_torch_event* alloc) { alloc->op = 42; };
+  BridgeCore<Reader, false, NoRoundedBlocks, decltype(ops)> core(Collect, &events,
+                                                                  Reader{&counters}, {}, ops);
+  core.OnEntry(Entry(FabricatedEntry::SEGMENT_ALLOC, 0, 0x1000, 4096));
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 512));
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 512));
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].op, 0u);
+  EXPECT_EQ(events[1].op, 42u);
+  EXPECT_EQ(events[2].op, 0u);
 }
 
 TEST(TorchBridgeConvert, SkipsSnapshotsUnknownActionsAndBadDevices) {
@@ -308,3 +326,120 @@ TEST(TorchBridgeCore, StopsEmitting) {
 
 }  // namespace
 }  // namespace cumemtrace::torch_bridge
+
+// ---------------------------------------------------------------------------
+// The operators a thread runs (op_context.h), as the shim's RecordFunction callbacks push them.
+
+namespace op_context_test {
+
+using cumemtrace::torch_bridge::OpFrame;
+using cumemtrace::torch_bridge::OpNames;
+using cumemtrace::torch_bridge::OpStack;
+
+OpFrame Frame(uint32_t op, uint64_t sequence = 0, uint32_t thread = 0, bool backward = false) {
+  OpFrame frame;
+  frame.op = op;
+  frame.sequence = sequence;
+  frame.thread = thread;
+  frame.backward = backward;
+  return frame;
+}
+
+TEST(OpStack, AForwardAllocationNamesTheCalledOpTheRunningOneAndTheNodeItRecorded) {
+  OpStack stack;
+  cumemtrace_torch_event none{};
+  stack.Fill(&none);
+  EXPECT_EQ(none.op, 0u);
+  EXPECT_EQ(none.autograd_sequence, 0u);
+  // aten::linear (1) calls aten::t (2, node 5), then aten::addmm (3, node 6) allocates.
+  stack.Enter(Frame(1, 0, 7));
+  stack.Enter(Frame(2, 5, 7));
+  stack.Exit();
+  stack.Enter(Frame(3, 6, 7));
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  EXPECT_EQ(alloc.op, 1u);
+  EXPECT_EQ(alloc.inner_op, 3u);
+  EXPECT_EQ(alloc.autograd_sequence, 6u);
+  EXPECT_EQ(alloc.autograd_thread, 7u);
+  stack.Exit();
+  stack.Exit();
+  EXPECT_EQ(stack.depth(), 0u);
+  // An op alone is its own outermost: no inner op.
+  stack.Enter(Frame(4));
+  cumemtrace_torch_event alone{};
+  stack.Fill(&alone);
+  EXPECT_EQ(alone.op, 4u);
+  EXPECT_EQ(alone.inner_op, 0u);
+  EXPECT_EQ(alone.autograd_sequence, 0u);
+}
+
+TEST(OpStack, ABackwardAllocationNamesItsNodeAndTheForwardsSequence) {
+  OpStack stack;
+  // AddmmBackward0 (8) for the forward's node 6 on forward thread 7 runs aten::mm (9), whose
+  // own sequence (grad mode is off in backward) is none.
+  stack.Enter(Frame(8, 6, 7, true));
+  stack.Enter(Frame(9, 0, 2));
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  EXPECT_EQ(alloc.op, 8u);
+  EXPECT_EQ(alloc.inner_op, 9u);
+  EXPECT_EQ(alloc.autograd_sequence, 6u | CUMEMTRACE_TORCH_BACKWARD_BIT);
+  EXPECT_EQ(alloc.autograd_thread, 7u);
+  // Even when an op inside the node records a node of its own (create_graph).
+  stack.Enter(Frame(10, 40, 2));
+  cumemtrace_torch_event nested{};
+  stack.Fill(&nested);
+  EXPECT_EQ(nested.autograd_sequence, 6u | CUMEMTRACE_TORCH_BACKWARD_BIT);
+}
+
+TEST(OpStack, FramesDeeperThanItKeepsAreCountedAndAnUnmatchedEndIsIgnored) {
+  OpStack stack;
+  stack.Exit();  // an async op's end on another thread
+  EXPECT_EQ(stack.depth(), 0u);
+  for (uint32_t i = 1; i <= OpStack::kDepth + 8; ++i) stack.Enter(Frame(i));
+  cumemtrace_torch_event deep{};
+  stack.Fill(&deep);
+  EXPECT_EQ(deep.op, 1u);
+  EXPECT_EQ(deep.inner_op, OpStack::kDepth);
+  for (int i = 0; i < 8; ++i) stack.Exit();
+  cumemtrace_torch_event back{};
+  stack.Fill(&back);
+  EXPECT_EQ(back.inner_op, OpStack::kDepth);
+  stack.Exit();
+  cumemtrace_torch_event shallower{};
+  stack.Fill(&shallower);
+  EXPECT_EQ(shallower.inner_op, OpStack::kDepth - 1);
+}
+
+struct Defined {
+  std::vector<std::pair<uint32_t, std::string>> names;
+};
+void Define(uint32_t kind, uint32_t id, const char* name, void* context) {
+  EXPECT_EQ(kind, static_cast<uint32_t>(CUMEMTRACE_TORCH_NAME_OPERATOR));
+  static_cast<Defined*>(context)->names.emplace_back(id, name);
+}
+
+TEST(OpNames, ANameIsDefinedOnceWhateverItsPointerAndAReusedPointerIsCheckedByContent) {
+  Defined defined;
+  OpNames names(Define, &defined);
+  OpNames::Cache cache;
+  std::string backward = "MmBackward0";  // a node's name: a string of its RecordFunction
+  const uint32_t mm = names.IdOf("aten::mm", &cache);
+  EXPECT_EQ(names.IdOf(backward.c_str(), &cache), 2u);
+  EXPECT_EQ(names.IdOf("aten::mm", &cache), mm);
+  std::string copy = "aten::mm";
+  EXPECT_EQ(names.IdOf(copy.c_str(), &cache), mm);
+  // The same memory later holds another name: a new id, not the cached one.
+  backward.assign("AddBackward0");
+  EXPECT_EQ(names.IdOf(backward.c_str(), &cache), 3u);
+  OpNames::Cache other_thread;
+  EXPECT_EQ(names.IdOf("MmBackward0", &other_thread), 2u);
+  EXPECT_EQ(names.IdOf(nullptr, &cache), 0u);
+  ASSERT_EQ(defined.names.size(), 3u);
+  EXPECT_EQ(defined.names[0], std::make_pair(1u, std::string("aten::mm")));
+  EXPECT_EQ(defined.names[1], std::make_pair(2u, std::string("MmBackward0")));
+  EXPECT_EQ(defined.names[2], std::make_pair(3u, std::string("AddBackward0")));
+}
+
+}  // namespace op_context_test

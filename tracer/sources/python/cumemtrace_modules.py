@@ -1,0 +1,112 @@
+"""Which module each tensor is born in (`cumemtrace run --modules`).
+
+Once the program has imported torch (never before), two global module hooks of torch's own
+(a forward pre-hook and a forward hook that runs even when forward raises) keep a stack of
+the modules each thread is in, and tell the tracer the innermost one through its exported
+call cumemtrace_module_enter: the PyTorch bridge copies it into every tensor born on that
+thread. A module's path is found the first time it runs: the attribute name under the
+module that called it (`transformer.h.3.attn.c_attn`); a module called outside any other
+is a root and is named by its class, `<GPT>`. Paths are sent once each, through
+cumemtrace_module_define.
+
+Backward runs no module hook (autograd's threads run no Python): the collector gives a
+backward allocation the module of the forward operation it belongs to (docs/design.md,
+"Modules and operators").
+"""
+import ctypes
+import sys
+import threading
+import weakref
+
+_enter = None
+_define = None
+_local = threading.local()
+_ids = weakref.WeakKeyDictionary()  # module -> path id
+_paths = {}                          # path -> path id
+_paths_lock = threading.Lock()
+
+
+def _warn(message):
+    sys.stderr.write(f"cumemtrace: modules: {message}\n")
+
+
+def _path_of(module, parent_id, parent):
+    """The path of `module`, first called while `parent` (path id parent_id) ran."""
+    if parent is None:
+        return f"<{type(module).__name__}>"
+    name = None
+    for child_name, child in parent._modules.items():
+        if child is module:
+            name = child_name
+            break
+    if name is None:  # called by a module it is not a child of
+        name = f"<{type(module).__name__}>"
+    parent_path = _path_names.get(parent_id, "")
+    if parent_path.startswith("<"):
+        return name
+    return f"{parent_path}.{name}"
+
+
+_path_names = {}  # path id -> path
+
+
+def _id_of(module, stack):
+    parent_id, parent_ref = stack[-1] if stack else (0, None)
+    parent = parent_ref() if parent_ref is not None else None
+    path = _path_of(module, parent_id, parent)
+    with _paths_lock:
+        path_id = _paths.get(path)
+        if path_id is None:
+            path_id = len(_paths) + 1
+            _paths[path] = path_id
+            _path_names[path_id] = path
+            _define(path_id, path.encode("utf-8", "replace"))
+    _ids[module] = path_id
+    return path_id
+
+
+def _pre_hook(module, args):
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    path_id = _ids.get(module)
+    if path_id is None:
+        path_id = _id_of(module, stack)
+    stack.append((path_id, weakref.ref(module)))
+    _enter(path_id)
+
+
+def _post_hook(module, args, output):
+    stack = getattr(_local, "stack", None)
+    if stack:
+        stack.pop()
+    _enter(stack[-1][0] if stack else 0)
+
+
+def _attach(torch):
+    hooks = torch.nn.modules.module
+    hooks.register_module_forward_pre_hook(_pre_hook)
+    try:
+        hooks.register_module_forward_hook(_post_hook, always_call=True)
+    except TypeError:  # a torch without always_call
+        hooks.register_module_forward_hook(_post_hook)
+
+
+def install():
+    global _enter, _define
+    try:
+        library = ctypes.CDLL(None)
+        enter = library.cumemtrace_module_enter
+        define = library.cumemtrace_module_define
+    except (OSError, AttributeError):
+        return  # not traced: nothing to tell
+    enter.argtypes = [ctypes.c_uint32]
+    enter.restype = ctypes.c_uint32
+    define.argtypes = [ctypes.c_uint32, ctypes.c_char_p]
+    define.restype = ctypes.c_uint32
+    _enter, _define = enter, define
+    if "torch" in sys.modules:
+        _attach(sys.modules["torch"])
+    else:
+        import cumemtrace_categories
+        cumemtrace_categories._after_import("torch", _attach)

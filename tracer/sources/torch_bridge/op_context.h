@@ -1,0 +1,132 @@
+// What operator is running on each thread, for `run --ops` and `run --modules`: the shim's
+// RecordFunction callbacks push and pop frames here, and the allocator's hook copies the
+// thread's state into each ALLOC (bridge_core.h), on the same thread, with no lock.
+//
+// Written without torch's types so that the unit tests drive this exact code: the shim turns
+// an at::RecordFunction into an OpFrame, and names into ids with OpNames.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "tracer/sources/torch_bridge/bridge_abi.h"
+
+namespace cumemtrace::torch_bridge {
+
+// One running operator or autograd node.
+struct OpFrame {
+  uint32_t op = 0;            // OpNames id of its name
+  uint64_t sequence = 0;      // autograd's seqNr + 1, 0: none (-1)
+  uint32_t thread = 0;        // RecordFunction's thread id (backward: the forward's)
+  bool backward = false;      // an autograd node run by backward (BACKWARD_FUNCTION scope)
+};
+
+// The frames of one thread. Deeper frames than kDepth are counted, not kept: an ALLOC then
+// names the deepest kept frame as its inner operator.
+class OpStack {
+ public:
+  static constexpr uint32_t kDepth = 32;
+
+  void Enter(const OpFrame& frame) {
+    if (depth_ < kDepth) frames_[depth_] = frame;
+    ++depth_;
+  }
+  // An end without its start (an async op's end on another thread) is ignored.
+  void Exit() {
+    if (depth_ > 0) --depth_;
+  }
+  uint32_t depth() const { return depth_; }
+
+  // The attribution of a tensor born now. Outermost: the op the program called, or the
+  // autograd node backward runs. The sequence: in backward, the innermost node's (ops inside
+  // a node record none, unless the backward builds a graph of its own); in forward, the
+  // innermost op that recorded an autograd node (`aten::addmm` inside `aten::linear`): the
+  // node whose backward later names this allocation's forward op.
+  void Fill(cumemtrace_torch_event* event) const {
+    const uint32_t kept = depth_ < kDepth ? depth_ : kDepth;
+    if (kept == 0) return;
+    event->op = frames_[0].op;
+    event->inner_op = kept > 1 ? frames_[kept - 1].op : 0;
+    for (uint32_t i = kept; i-- > 0;) {
+      if (frames_[i].backward) {
+        event->autograd_sequence = frames_[i].sequence | CUMEMTRACE_TORCH_BACKWARD_BIT;
+        event->autograd_thread = frames_[i].thread;
+        return;
+      }
+    }
+    for (uint32_t i = kept; i-- > 0;) {
+      if (frames_[i].sequence != 0) {
+        event->autograd_sequence = frames_[i].sequence;
+        event->autograd_thread = frames_[i].thread;
+        return;
+      }
+    }
+  }
+
+ private:
+  OpFrame frames_[kDepth];
+  uint32_t depth_ = 0;
+};
+
+// Operator names to ids, from 1, each defined once through `define` (the tracer writes the
+// definition into its ring before the first ALLOC that uses it). A name's pointer is not
+// stable (autograd nodes' names are strings the RecordFunction owns), so a thread's cache,
+// keyed by pointer, is checked against the name itself.
+class OpNames {
+ public:
+  OpNames(cumemtrace_torch_name_fn define, void* context) : define_(define), context_(context) {}
+
+  struct Cache {
+    static constexpr uint32_t kSlots = 256;
+    const char* pointer[kSlots] = {};
+    const std::string* name[kSlots] = {};
+    uint32_t id[kSlots] = {};
+  };
+
+  uint32_t IdOf(const char* name, Cache* cache) {
+    if (name == nullptr) return 0;
+    const uint32_t slot = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(name) >> 3) ^
+                                                (reinterpret_cast<uintptr_t>(name) >> 11)) %
+                          Cache::kSlots;
+    if (cache->pointer[slot] == name && strcmp(cache->name[slot]->c_str(), name) == 0) {
+      return cache->id[slot];
+    }
+    const std::string* kept = nullptr;
+    const uint32_t id = Intern(name, &kept);
+    if (id == 0) return 0;
+    cache->pointer[slot] = name;
+    cache->name[slot] = kept;
+    cache->id[slot] = id;
+    return id;
+  }
+
+  // Names beyond this are not defined (a program that makes names without end): their
+  // allocations name no operator.
+  static constexpr uint32_t kMaxNames = 1u << 20;
+
+ private:
+  uint32_t Intern(const char* name, const std::string** kept) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = ids_.find(name);
+    if (found != ids_.end()) {
+      *kept = &found->first;
+      return found->second;
+    }
+    if (ids_.size() >= kMaxNames) return 0;
+    const uint32_t id = static_cast<uint32_t>(ids_.size()) + 1;
+    auto inserted = ids_.emplace(name, id).first;  // node-based: the key's address stays
+    *kept = &inserted->first;
+    define_(CUMEMTRACE_TORCH_NAME_OPERATOR, id, name, context_);
+    return id;
+  }
+
+  cumemtrace_torch_name_fn define_;
+  void* context_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, uint32_t> ids_;
+};
+
+}  // namespace cumemtrace::torch_bridge
