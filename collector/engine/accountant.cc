@@ -176,6 +176,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
       live.birth_ns = Since(first, a.birth_ns);
       if (a.attribution == 0 || a.attribution >= s.attribution.births.size()) continue;
       const BirthAttribution& b = s.attribution.births[a.attribution];
+      live.attributed = true;
       live.module = s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module);
       live.op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op);
       live.inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.inner_op);

@@ -66,6 +66,7 @@ struct LiveAllocation {
   uint64_t birth_ns = 0;
   // A tensor with attribution (`run --modules`, `--ops`; docs/design.md "Modules and
   // operators"): the module path, outer and inner operator it was born in ("" when unknown).
+  bool attributed = false;  // the tracer said what was running (all below "" otherwise)
   std::string module;
   std::string op;
   std::string inner_op;

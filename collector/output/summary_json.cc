@@ -88,6 +88,46 @@ Json CategoriesJson(const DeviceCategories& c) {
           {"by_category", std::move(by_category)}};
 }
 
+// Where a tensor was born (`run --modules`, `--ops`).
+Json BornJson(const LiveAllocation& a) {
+  Json j = {{"module", OrNull(a.module)},     {"operator", OrNull(a.op)},
+            {"inner_operator", OrNull(a.inner_op)}, {"backward", a.backward},
+            {"text", BornText(a)}};
+  if (a.backward) {
+    j["linked"] = a.linked;
+    j["module_from_forward"] = a.module_inherited;
+    j["forward_operator"] = OrNull(a.forward_op);
+    j["forward_inner_operator"] = OrNull(a.forward_inner_op);
+    j["forward_line"] = OrNull(a.forward_line);
+  }
+  return j;
+}
+
+// A device's tensors by module and operator; only where the process sent attribution.
+Json AttributionJson(const DeviceAttribution& a) {
+  return {{"tensor_peak", {{"bytes", a.tensor_peak_bytes}, {"time_ns", a.tensor_peak_time_ns}}},
+          {"by_module", Array(a.modules,
+                              [](const ModuleBytes& m) -> Json {
+                                return {{"module", OrNull(m.module)},
+                                        {"depth", m.depth},
+                                        {"bytes", m.bytes},
+                                        {"self_bytes", m.self_bytes},
+                                        {"count", m.count},
+                                        {"own_peak_bytes", m.own_peak_bytes}};
+                              })},
+          {"by_operator", Array(a.operators,
+                                [](const OperatorBytes& o) -> Json {
+                                  return {{"operator", OrNull(o.op)},
+                                          {"bytes", o.bytes},
+                                          {"count", o.count}};
+                                })},
+          {"backward",
+           {{"allocations", a.backward_allocations},
+            {"bytes", a.backward_bytes},
+            {"unlinked_allocations", a.unlinked_backward_allocations},
+            {"unlinked_bytes", a.unlinked_backward_bytes}}}};
+}
+
 Json DeviceJson(const DeviceReport& d) {
   Json peak = {{"bytes", d.peak.bytes},
                {"time_ns", OrNull(d.peak.seen, d.peak.time_ns)},
@@ -101,10 +141,13 @@ Json DeviceJson(const DeviceReport& d) {
                                                           {"bytes", g.bytes}};
                                                 })},
                {"largest", Array(d.peak.largest, [](const LiveAllocation& a) -> Json {
-                  return {{"address", a.address},  {"bytes", a.bytes},
-                          {"kind", a.kind},        {"phase", OrNull(a.phase)},
-                          {"api", OrNull(a.api)},  {"thread_id", a.thread_id},
-                          {"birth_ns", a.birth_ns}};
+                  Json j = {{"address", a.address},  {"bytes", a.bytes},
+                            {"kind", a.kind},        {"phase", OrNull(a.phase)},
+                            {"api", OrNull(a.api)},  {"thread_id", a.thread_id},
+                            {"birth_ns", a.birth_ns}};
+                  // Only with `run --modules` / `--ops`, as top_stacks below.
+                  if (a.attributed) j["born"] = BornJson(a);
+                  return j;
                 })}};
   // Only with `run --stacks`, so that summaries of traces without stacks keep their shape.
   if (!d.peak.top_stacks.empty()) {
@@ -144,6 +187,7 @@ Json DeviceJson(const DeviceReport& d) {
             {"reallocated_live_address", d.reallocated_live_address},
             {"lifetime_at_peak", internal::LifetimeAtPeakJson(d.lifetime_at_peak)},
             {"categories", CategoriesJson(d.categories)}};
+  if (d.attribution.given) j["attribution"] = AttributionJson(d.attribution);
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
