@@ -103,31 +103,6 @@ Json BornJson(const LiveAllocation& a) {
   return j;
 }
 
-// A device's tensors by module and operator; only where the process sent attribution.
-Json AttributionJson(const DeviceAttribution& a) {
-  return {{"tensor_peak", {{"bytes", a.tensor_peak_bytes}, {"time_ns", a.tensor_peak_time_ns}}},
-          {"by_module", Array(a.modules,
-                              [](const ModuleBytes& m) -> Json {
-                                return {{"module", OrNull(m.module)},
-                                        {"depth", m.depth},
-                                        {"bytes", m.bytes},
-                                        {"self_bytes", m.self_bytes},
-                                        {"count", m.count},
-                                        {"own_peak_bytes", m.own_peak_bytes}};
-                              })},
-          {"by_operator", Array(a.operators,
-                                [](const OperatorBytes& o) -> Json {
-                                  return {{"operator", OrNull(o.op)},
-                                          {"bytes", o.bytes},
-                                          {"count", o.count}};
-                                })},
-          {"backward",
-           {{"allocations", a.backward_allocations},
-            {"bytes", a.backward_bytes},
-            {"unlinked_allocations", a.unlinked_backward_allocations},
-            {"unlinked_bytes", a.unlinked_backward_bytes}}}};
-}
-
 Json DeviceJson(const DeviceReport& d) {
   Json peak = {{"bytes", d.peak.bytes},
                {"time_ns", OrNull(d.peak.seen, d.peak.time_ns)},
@@ -187,7 +162,7 @@ Json DeviceJson(const DeviceReport& d) {
             {"reallocated_live_address", d.reallocated_live_address},
             {"lifetime_at_peak", internal::LifetimeAtPeakJson(d.lifetime_at_peak)},
             {"categories", CategoriesJson(d.categories)}};
-  if (d.attribution.given) j["attribution"] = AttributionJson(d.attribution);
+  if (d.attribution.given) j["attribution"] = internal::AttributionJson(d.attribution);
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
@@ -449,6 +424,31 @@ Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
   if (!l.given) return nullptr;
   return {{"bytes_by_class", l.bytes_by_class},
           {"activation_memory_bytes", l.activation_memory_bytes}};
+}
+
+// A device's tensors by module and operator (DeviceAttribution::given).
+Json AttributionJson(const DeviceAttribution& a) {
+  return {{"tensor_peak", {{"bytes", a.tensor_peak_bytes}, {"time_ns", a.tensor_peak_time_ns}}},
+          {"by_module", Array(a.modules,
+                              [](const ModuleBytes& m) -> Json {
+                                return {{"module", OrNull(m.module)},
+                                        {"depth", m.depth},
+                                        {"bytes", m.bytes},
+                                        {"self_bytes", m.self_bytes},
+                                        {"count", m.count},
+                                        {"own_peak_bytes", m.own_peak_bytes}};
+                              })},
+          {"by_operator", Array(a.operators,
+                                [](const OperatorBytes& o) -> Json {
+                                  return {{"operator", OrNull(o.op)},
+                                          {"bytes", o.bytes},
+                                          {"count", o.count}};
+                                })},
+          {"backward",
+           {{"allocations", a.backward_allocations},
+            {"bytes", a.backward_bytes},
+            {"unlinked_allocations", a.unlinked_backward_allocations},
+            {"unlinked_bytes", a.unlinked_backward_bytes}}}};
 }
 
 }  // namespace internal
