@@ -232,11 +232,9 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
                                           const std::string& allocator, const std::string& kernels,
-                                          const std::string& stacks, bool modules,
-                                          bool ops, bool quiet,
-                                          const std::vector<std::string>& python_phases,
-                                          bool categories,
-                                          const std::string& pytest_budget_file,
+                                          const std::string& stacks, bool modules, bool ops,
+                                          bool quiet, const std::vector<std::string>& python_phases,
+                                          bool categories, const std::string& pytest_budget_file,
                                           const std::string& bridge_dir) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -449,8 +447,12 @@ int RunCommand(int argc, char** argv) {
                                        stacks + "'");
         }
         break;
-      case 'M': modules = true; break;
-      case 'O': ops = true; break;
+      case 'M':
+        modules = true;
+        break;
+      case 'O':
+        ops = true;
+        break;
       case 'q': quiet = true; break;
       case 'L': live = true; break;
       case 'p': python_phases.push_back(optarg); break;

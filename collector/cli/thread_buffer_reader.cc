@@ -49,8 +49,8 @@ ThreadBufferWalk::ThreadBufferWalk(const unsigned char* area, uint64_t bytes,
   memcpy(&header, area, sizeof(header));
   // Layout 1 had no kAttribution units nor the slot's attribution fields.
   if (header.magic != tb::kMagic || header.layout_version < 1 ||
-      header.layout_version > tb::kLayoutVersion ||
-      header.slot_count == 0 || header.slot_count > tb::kMaxSlots || header.slot_units == 0 ||
+      header.layout_version > tb::kLayoutVersion || header.slot_count == 0 ||
+      header.slot_count > tb::kMaxSlots || header.slot_units == 0 ||
       header.slot_units > tb::kMaxSlotUnits || (header.slot_units & (header.slot_units - 1)) != 0) {
     return;
   }

@@ -184,8 +184,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
       live.linked = b.linked;
       live.module_inherited = b.module_inherited;
       live.forward_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op);
-      live.forward_inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR,
-                                                 b.forward_inner_op);
+      live.forward_inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_inner_op);
       if (b.forward_stack != 0) {
         if (resolver == nullptr) resolver = std::make_unique<StackResolver>(s);
         live.forward_line = resolver->PythonLineText(resolver->Resolve(b.forward_stack));
@@ -491,10 +490,9 @@ void Accountant::FillAttribution(const DecodedStream& s, const std::vector<uint3
       op.op = name;
       out.operators.push_back(op);
     }
-    std::stable_sort(out.operators.begin(), out.operators.end(),
-                     [](const OperatorBytes& x, const OperatorBytes& y) {
-                       return x.bytes > y.bytes;
-                     });
+    std::stable_sort(
+        out.operators.begin(), out.operators.end(),
+        [](const OperatorBytes& x, const OperatorBytes& y) { return x.bytes > y.bytes; });
 
     // The tree: a path's parent is the path without its last segment; a top-level path's is
     // the root module (`<GPT>`) when the process named exactly one.
@@ -542,7 +540,8 @@ void Accountant::FillAttribution(const DecodedStream& s, const std::vector<uint3
       if (node != module_node_index_.end() && node->second < t.node_peak.size()) {
         m.own_peak_bytes = t.node_peak[node->second];
       }
-      if (!root.empty() && path == root) m.own_peak_bytes = std::max(m.own_peak_bytes, t.module_peak);
+      if (!root.empty() && path == root)
+        m.own_peak_bytes = std::max(m.own_peak_bytes, t.module_peak);
     }
     // Depth-first, each node before its children, siblings by bytes at the peak.
     auto by_bytes = [&](std::vector<std::string>& list) {

@@ -180,7 +180,7 @@ struct ProcessTimeline {
   std::vector<KernelSlice> kernels;             // by start
   std::vector<MarkInstant> marks;               // by time
   StackTable stacks;                            // empty without `run --stacks`
-  bool attribution = false;  // the process sent module paths or operators
+  bool attribution = false;                     // the process sent module paths or operators
 };
 
 // processes[i] belongs to report->processes[i]; timelines only with AnalysisOptions::timelines.

@@ -85,7 +85,7 @@ struct ModuleBytes {
   uint32_t depth = 0;  // 0: a root (or a top-level path when the process named no one root)
   uint64_t bytes = 0;
   uint64_t self_bytes = 0;
-  uint64_t count = 0;  // tensors of the subtree live at the tensor peak
+  uint64_t count = 0;           // tensors of the subtree live at the tensor peak
   uint64_t own_peak_bytes = 0;  // the subtree's highest live bytes over the run
 };
 

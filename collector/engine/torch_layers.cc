@@ -150,8 +150,8 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   if (sequence != 0) {
     const std::pair<uint32_t, uint64_t> link{t.autograd_thread(), sequence};
     if (!b.backward) {
-      a.forward.try_emplace(link, AttributionDecode::ForwardOp{b.op, b.inner_op, b.module,
-                                                               t.stack_id()});
+      a.forward.try_emplace(link,
+                            AttributionDecode::ForwardOp{b.op, b.inner_op, b.module, t.stack_id()});
     } else if (auto it = a.forward.find(link); it != a.forward.end()) {
       b.linked = true;
       b.forward_op = it->second.op;

@@ -126,8 +126,8 @@ class SnapshotWriter : public internal::PickleWriter {
     EndDict();
   }
 
-  void Block(uint64_t address, uint64_t bytes, uint64_t requested, bool active,
-             int32_t stack = -1, const TimelineAllocation* born = nullptr) {
+  void Block(uint64_t address, uint64_t bytes, uint64_t requested, bool active, int32_t stack = -1,
+             const TimelineAllocation* born = nullptr) {
     BeginDict();
     Field("address", address);
     Field("size", bytes);

@@ -22,7 +22,8 @@ std::string Frame(const std::string& text) {
 // The segments a path adds below its parent's row: "encoder.fc1" under "encoder" adds "fc1".
 std::vector<std::string> Segments(const std::string& path, const std::string& parent) {
   std::string rest = path;
-  if (!parent.empty() && parent[0] != '<' && path.compare(0, parent.size() + 1, parent + ".") == 0) {
+  if (!parent.empty() && parent[0] != '<' &&
+      path.compare(0, parent.size() + 1, parent + ".") == 0) {
     rest = path.substr(parent.size() + 1);
   }
   std::vector<std::string> out;

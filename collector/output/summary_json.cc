@@ -90,8 +90,10 @@ Json CategoriesJson(const DeviceCategories& c) {
 
 // Where a tensor was born (`run --modules`, `--ops`).
 Json BornJson(const LiveAllocation& a) {
-  Json j = {{"module", OrNull(a.module)},     {"operator", OrNull(a.op)},
-            {"inner_operator", OrNull(a.inner_op)}, {"backward", a.backward},
+  Json j = {{"module", OrNull(a.module)},
+            {"operator", OrNull(a.op)},
+            {"inner_operator", OrNull(a.inner_op)},
+            {"backward", a.backward},
             {"text", BornText(a)}};
   if (a.backward) {
     j["linked"] = a.linked;
@@ -429,21 +431,18 @@ Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
 // A device's tensors by module and operator (DeviceAttribution::given).
 Json AttributionJson(const DeviceAttribution& a) {
   return {{"tensor_peak", {{"bytes", a.tensor_peak_bytes}, {"time_ns", a.tensor_peak_time_ns}}},
-          {"by_module", Array(a.modules,
-                              [](const ModuleBytes& m) -> Json {
-                                return {{"module", OrNull(m.module)},
-                                        {"depth", m.depth},
-                                        {"bytes", m.bytes},
-                                        {"self_bytes", m.self_bytes},
-                                        {"count", m.count},
-                                        {"own_peak_bytes", m.own_peak_bytes}};
-                              })},
-          {"by_operator", Array(a.operators,
-                                [](const OperatorBytes& o) -> Json {
-                                  return {{"operator", OrNull(o.op)},
-                                          {"bytes", o.bytes},
-                                          {"count", o.count}};
-                                })},
+          {"by_module",
+           Array(a.modules,
+                 [](const ModuleBytes& m) -> Json {
+                   return {{"module", OrNull(m.module)}, {"depth", m.depth},
+                           {"bytes", m.bytes},           {"self_bytes", m.self_bytes},
+                           {"count", m.count},           {"own_peak_bytes", m.own_peak_bytes}};
+                 })},
+          {"by_operator",
+           Array(a.operators,
+                 [](const OperatorBytes& o) -> Json {
+                   return {{"operator", OrNull(o.op)}, {"bytes", o.bytes}, {"count", o.count}};
+                 })},
           {"backward",
            {{"allocations", a.backward_allocations},
             {"bytes", a.backward_bytes},

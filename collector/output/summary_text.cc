@@ -206,8 +206,8 @@ void PrintAttribution(std::ostream& out, const DeviceReport& d) {
            " its highest)\n";
   }
   std::vector<OperatorBytes> ops = a.operators;
-  const bool any_op = std::any_of(ops.begin(), ops.end(),
-                                  [](const OperatorBytes& o) { return !o.op.empty(); });
+  const bool any_op =
+      std::any_of(ops.begin(), ops.end(), [](const OperatorBytes& o) { return !o.op.empty(); });
   if (ops.size() > kTopRows) ops.resize(kTopRows);
   if (any_op) {
     Section(out, "    ", "tensors by operator at the tensor peak", {"operator", "count", "bytes"},
@@ -231,7 +231,9 @@ void PrintAttribution(std::ostream& out, const DeviceReport& d) {
     if (l.attributed) born.push_back(&l);
   }
   Section(out, "    ", "largest at peak, where born", {"bytes", "where"}, "rl", born,
-          [](const LiveAllocation* l) -> Row { return {Bytes(l->bytes), OneLine(BornText(*l), 120)}; });
+          [](const LiveAllocation* l) -> Row {
+            return {Bytes(l->bytes), OneLine(BornText(*l), 120)};
+          });
 }
 
 void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {

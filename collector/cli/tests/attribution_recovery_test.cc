@@ -4,10 +4,9 @@
 // slot's attribution in effect at `freed`). Rings and buffers are written here by hand, as a
 // tracer of each layout would.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
@@ -35,8 +34,7 @@ class RingWriter {
 
   // A TorchRecord ALLOC, with an attribution after it when `attribution` is given; `cut`
   // leaves the attribution out while keeping the flag (a damaged record).
-  RingWriter& Torch(uint64_t address, const ring::TorchAttribution* attribution,
-                    bool cut = false) {
+  RingWriter& Torch(uint64_t address, const ring::TorchAttribution* attribution, bool cut = false) {
     ring::TorchRecord r{};
     r.type = ring::kTorchEvent;
     r.action = v1::TORCH_ALLOCATOR_ACTION_ALLOC;
@@ -113,8 +111,8 @@ class RingWriter {
   uint64_t sequence_ = 0;
 };
 
-ring::TorchAttribution Attribution(uint32_t module, uint32_t op, uint32_t inner_op,
-                                   uint32_t thread, uint64_t sequence) {
+ring::TorchAttribution Attribution(uint32_t module, uint32_t op, uint32_t inner_op, uint32_t thread,
+                                   uint64_t sequence) {
   ring::TorchAttribution a{};
   a.module = module;
   a.op = op;
@@ -128,8 +126,8 @@ TEST(RingAttribution, Layout3RecoversAttributionAndNames) {
   const ring::TorchAttribution forward = Attribution(3, 1, 2, 500, 11);
   const ring::TorchAttribution backward = Attribution(0, 4, 0, 500, 11 | ring::kBackwardBit);
   RingWriter w(3);
-  w.Name(v1::ATTRIBUTION_KIND_MODULE, 3, "encoder.fc1").Name(v1::ATTRIBUTION_KIND_OPERATOR, 1,
-                                                             "aten::linear");
+  w.Name(v1::ATTRIBUTION_KIND_MODULE, 3, "encoder.fc1")
+      .Name(v1::ATTRIBUTION_KIND_OPERATOR, 1, "aten::linear");
   w.Torch(0x1000, &forward).Torch(0x2000, &backward).Torch(0x3000, nullptr);
   SharedRingReader::Recovered recovered;
   const std::vector<v1::Event> events = w.Recover(&recovered);

@@ -1080,8 +1080,7 @@ TEST(Attribution, MemoryVizAllocEntriesCarryModuleAndOperator) {
   ASSERT_EQ(allocs.size(), 3u);
   EXPECT_EQ(allocs[0x10000]["frames"],
             json::parse(R"([{"filename": "encoder.fc1", "line": 0, "name": "aten::linear"}])"));
-  EXPECT_EQ(allocs[0x20000]["frames"],
-            json::parse(R"([{"filename": "encoder.fc1", "line": 0,
+  EXPECT_EQ(allocs[0x20000]["frames"], json::parse(R"([{"filename": "encoder.fc1", "line": 0,
                              "name": "backward: AddmmBackward0"}])"));
   EXPECT_TRUE(allocs[0x30000]["frames"].empty());
 }
