@@ -357,6 +357,32 @@ TEST(Attribution, UnknownIdsNameNothing) {
   EXPECT_EQ(unknown->inner_op, "");
 }
 
+// A later, higher peak replaces the first one whole: a module whose blocks were freed in
+// between has nothing at the peak, though it held the most at the first one.
+TEST(Attribution, ALaterPeakReplacesTheFirst) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Module(kFc2, "fc2").Module(kHead, "head");
+  t.Alloc(0x1000, 4 * kMiB, {kFc1, 0, 0, 0, 0, false});
+  t.Alloc(0x2000, 2 * kMiB, {kFc2, 0, 0, 0, 0, false});  // first peak: 6 MiB
+  t.Free(0x1000);
+  t.Alloc(0x3000, 1 * kMiB, {kFc1, 0, 0, 0, 0, false});
+  t.Free(0x3000);
+  t.Alloc(0x4000, 8 * kMiB, {kHead, 0, 0, 0, 0, false});  // the peak: 10 MiB
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const DeviceAttribution& a = d->attribution;
+  EXPECT_EQ(a.tensor_peak_bytes, 2 * kMiB + 8 * kMiB);
+  const ModuleBytes* fc1 = FindModule(a, "fc1");
+  ASSERT_NE(fc1, nullptr);  // a row for its own peak over the run
+  EXPECT_EQ(fc1->bytes, 0u);
+  EXPECT_EQ(fc1->own_peak_bytes, 4 * kMiB);
+  EXPECT_EQ(FindModule(a, "fc2")->bytes, 2 * kMiB);
+  EXPECT_EQ(FindModule(a, "head")->bytes, 8 * kMiB);
+  EXPECT_EQ(a.modules.front().module, "head");  // the largest at the peak first
+  EXPECT_EQ(FindOp(a, "")->bytes, a.tensor_peak_bytes);
+}
+
 // Without attribution nothing is given (and the report is as before).
 TEST(Attribution, NotGivenWithoutAttribution) {
   AttributedTrace t;
