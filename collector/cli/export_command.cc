@@ -45,6 +45,10 @@ Formats:
                (default output: TRACE.csv/)
   html         the self-contained viewer (default output: TRACE.report.html; with
                several runs, FIRST.compare.html)
+  modules      the tensors at the tensor peak by module path (`run --modules`) as folded
+               stacks, one "frame;frame;... bytes" line per module: a flame graph of the
+               module tree in flamegraph.pl, inferno or speedscope (default output:
+               TRACE.modules.folded)
 
 TRACE.xxx means the trace file's path with .cmtrace replaced, next to it.
 
@@ -62,7 +66,7 @@ cannot be read or the output cannot be written, 2 for bad usage (including an ex
 output without --force). docs/exports.md describes every format.
 )";
 
-enum class Format { kPerfetto, kChrome, kMemoryViz, kCsv, kHtml };
+enum class Format { kPerfetto, kChrome, kMemoryViz, kCsv, kHtml, kModules };
 
 bool ParseFormat(const std::string& name, Format* format, const char** suffix) {
   if (name == "perfetto") {
@@ -80,6 +84,9 @@ bool ParseFormat(const std::string& name, Format* format, const char** suffix) {
   } else if (name == "html") {
     *format = Format::kHtml;
     *suffix = ".report.html";
+  } else if (name == "modules") {
+    *format = Format::kModules;
+    *suffix = ".modules.folded";
   } else {
     return false;
   }
@@ -198,13 +205,14 @@ int ExportCommand(int argc, char** argv) {
     }
   }
   if (format_name.empty()) {
-    return UsageError("export", "no --format given (perfetto, chrome, memory-viz, csv or html)");
+    return UsageError("export",
+                      "no --format given (perfetto, chrome, memory-viz, csv, html or modules)");
   }
   Format format;
   const char* suffix = nullptr;
   if (!ParseFormat(format_name, &format, &suffix)) {
     return UsageError("export", "unknown format '" + format_name +
-                                    "' (perfetto, chrome, memory-viz, csv or html)");
+                                    "' (perfetto, chrome, memory-viz, csv, html or modules)");
   }
   if (pid >= 0 && format != Format::kMemoryViz) {
     return UsageError("export", "--pid applies to --format memory-viz only");
@@ -277,6 +285,16 @@ int ExportCommand(int argc, char** argv) {
       ok = WriteOutputFile(
           output, placement, [&](std::ostream& out) { WriteViewerHtml(*trace, out); }, &error);
       break;
+    case Format::kModules: {
+      const std::string folded = ModuleFoldedStacks(*trace->report);
+      if (folded.empty()) {
+        LogLine(path + " has no module paths (trace with `cumemtrace run --modules`)");
+        return 1;
+      }
+      ok = WriteOutputFile(
+          output, placement, [&](std::ostream& out) { out << folded; }, &error);
+      break;
+    }
     case Format::kMemoryViz: {
       const Report& report = *trace->report;
       if (report.processes.empty()) {

@@ -68,6 +68,15 @@ Options:
                           it has a Python stack. The summary lists the stacks that held the
                           most memory at the peak; report.html and the memory_viz export
                           show each allocation's stack
+      --modules           PyTorch programs: record the nn.Module path each tensor was born
+                          in (module hooks on the program's modules; backward tensors take
+                          their forward operation's module). The summary and summary.json
+                          list the tensor bytes at the tensor peak by module
+      --ops               PyTorch programs: record the operator each tensor was born in
+                          (aten::addmm inside aten::linear, or the autograd node in
+                          backward) and autograd's link from a backward tensor to its
+                          forward operation. The summary lists the tensor bytes at the
+                          tensor peak by operator and where its largest tensors were born
       --budget=KEY[@SCOPE]=SIZE
                           an upper limit on a figure of the summary (repeatable), e.g.
                           peak=20GiB, forward=8GiB, activation=6GiB, peak@gpu1=20GiB,
@@ -223,10 +232,9 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 // The environment of the traced program: ours plus the injection variables.
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
                                           const std::string& allocator, const std::string& kernels,
-                                          const std::string& stacks, bool quiet,
-                                          const std::vector<std::string>& python_phases,
-                                          bool categories,
-                                          const std::string& pytest_budget_file,
+                                          const std::string& stacks, bool modules, bool ops,
+                                          bool quiet, const std::vector<std::string>& python_phases,
+                                          bool categories, const std::string& pytest_budget_file,
                                           const std::string& bridge_dir) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -259,6 +267,8 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   set("CUMEMTRACE_SOCKET", socket);
   if (!kernels.empty()) set("CUMEMTRACE_KERNELS", kernels);
   if (!stacks.empty()) set("CUMEMTRACE_STACKS", stacks);
+  if (modules) set("CUMEMTRACE_MODULES", "1");
+  if (ops) set("CUMEMTRACE_OPS", "1");
   if (quiet) set("CUMEMTRACE_QUIET", "1");
   if (value_of("PYTORCH_CUDA_ALLOC_CONF") != nullptr) {
     set("CUMEMTRACE_ALLOCATOR_MODE", "user");
@@ -382,6 +392,8 @@ int RunCommand(int argc, char** argv) {
       {"no-kernels", no_argument, nullptr, 'k'},
       {"kernels", optional_argument, nullptr, 'K'},
       {"stacks", optional_argument, nullptr, 'S'},
+      {"modules", no_argument, nullptr, 'M'},
+      {"ops", no_argument, nullptr, 'O'},
       {"quiet", no_argument, nullptr, 'q'},
       {"phase", required_argument, nullptr, 'p'},
       {"no-categories", no_argument, nullptr, 'C'},
@@ -398,6 +410,8 @@ int RunCommand(int argc, char** argv) {
   std::string allocator = "native";
   std::string kernels;  // CUMEMTRACE_KERNELS: "" (auto), "0", "launches" or "1" (records)
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
+  bool modules = false;  // CUMEMTRACE_MODULES=1
+  bool ops = false;      // CUMEMTRACE_OPS=1
   bool quiet = false;
   bool categories = true;
   bool live = false;
@@ -432,6 +446,12 @@ int RunCommand(int argc, char** argv) {
           return UsageError("run", "--stacks must be 'python', 'native' or 'all', not '" +
                                        stacks + "'");
         }
+        break;
+      case 'M':
+        modules = true;
+        break;
+      case 'O':
+        ops = true;
         break;
       case 'q': quiet = true; break;
       case 'L': live = true; break;
@@ -606,8 +626,8 @@ int RunCommand(int argc, char** argv) {
     }
   }
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
-                       categories, pytest_budget_file, bridge_dir);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, modules, ops, quiet,
+                       python_phases, categories, pytest_budget_file, bridge_dir);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

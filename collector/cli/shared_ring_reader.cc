@@ -112,6 +112,15 @@ void SetTorchEvent(const v1::ring::TorchRecord& r, v1::TorchAllocatorEvent* torc
   torch->set_pool_id_second(r.pool_second);
 }
 
+void SetTorchAttribution(const v1::ring::TorchAttribution& a, v1::TorchAllocatorEvent* torch) {
+  torch->set_module_id(a.module);
+  torch->set_operator_id(a.op);
+  torch->set_inner_operator_id(a.inner_op);
+  torch->set_autograd_thread(a.autograd_thread);
+  torch->set_autograd_sequence(a.autograd_sequence & ~v1::ring::kBackwardBit);
+  torch->set_backward((a.autograd_sequence & v1::ring::kBackwardBit) != 0);
+}
+
 // One recovery in progress: the ring mapped, the span to read, and what was made so far.
 class SharedRingReader::Walk {
  public:
@@ -256,7 +265,17 @@ class SharedRingReader::Walk {
       if (size < sizeof(ring::TorchRecord)) return Skip();
       ring::TorchRecord r;
       memcpy(&r, at, sizeof(r));
-      SetTorchEvent(r, out_.Add(r.timestamp_ns)->mutable_torch_allocator());
+      // Layout 3 on: an attribution follows (a flag bit of an older layout means nothing).
+      const bool attributed =
+          header_.layout_version >= 3 && (r.flags & ring::kFlagAttribution) != 0;
+      ring::TorchAttribution attribution{};
+      if (attributed) {
+        if (size < sizeof(ring::TorchRecord) + sizeof(attribution)) return Skip();
+        memcpy(&attribution, at + sizeof(r), sizeof(attribution));
+      }
+      v1::TorchAllocatorEvent* torch = out_.Add(r.timestamp_ns)->mutable_torch_allocator();
+      SetTorchEvent(r, torch);
+      if (attributed) SetTorchAttribution(attribution, torch);
       ++recovered_->records;
       return;
     }
@@ -398,6 +417,20 @@ class SharedRingReader::Walk {
         kernel->set_correlation_id(r.correlation_id);
         kernel->set_thread_id(r.thread_id);
         kernel->set_launch_only(true);
+        break;
+      }
+      case ring::kAttributionName: {
+        // An id of a kind this reader knows, as the wire's (uint32, from 1); the name is
+        // bytes, as the wire's.
+        if (header_.layout_version < 3 || r.range_id == 0 || r.range_id > UINT32_MAX ||
+            (r.category != v1::ATTRIBUTION_KIND_MODULE &&
+             r.category != v1::ATTRIBUTION_KIND_OPERATOR)) {
+          return Skip();
+        }
+        v1::AttributionName* name = out_.Add(r.timestamp_ns)->mutable_attribution_name();
+        name->set_kind(static_cast<v1::AttributionKind>(r.category));
+        name->set_id(static_cast<uint32_t>(r.range_id));
+        name->set_name(std::string(text));
         break;
       }
       case ring::kCorrelation:

@@ -21,6 +21,9 @@ namespace cumemtrace {
 // A PyTorch allocator event read from shared memory (a ring's TorchRecord, or a per-thread
 // buffer's, made one) as the wire's.
 void SetTorchEvent(const v1::ring::TorchRecord& r, v1::TorchAllocatorEvent* torch);
+// What was running when the tensor was born (ring layout 3, thread buffers layout 2): the
+// backward bit of the sequence becomes TorchAllocatorEvent.backward.
+void SetTorchAttribution(const v1::ring::TorchAttribution& a, v1::TorchAllocatorEvent* torch);
 
 class SharedRingReader {
  public:

@@ -47,8 +47,10 @@ ThreadBufferWalk::ThreadBufferWalk(const unsigned char* area, uint64_t bytes,
   if (area == nullptr || bytes < tb::kSlotTableOffset) return;
   tb::Header header;
   memcpy(&header, area, sizeof(header));
-  if (header.magic != tb::kMagic || header.layout_version != tb::kLayoutVersion ||
-      header.slot_count == 0 || header.slot_count > tb::kMaxSlots || header.slot_units == 0 ||
+  // Layout 1 had no kAttribution units nor the slot's attribution fields.
+  if (header.magic != tb::kMagic || header.layout_version < 1 ||
+      header.layout_version > tb::kLayoutVersion || header.slot_count == 0 ||
+      header.slot_count > tb::kMaxSlots || header.slot_units == 0 ||
       header.slot_units > tb::kMaxSlotUnits || (header.slot_units & (header.slot_units - 1)) != 0) {
     return;
   }
@@ -58,6 +60,7 @@ ThreadBufferWalk::ThreadBufferWalk(const unsigned char* area, uint64_t bytes,
   // Bounded above: no product overflows.
   if (table_end_ + header.slot_count * slot_units_ * tb::kUnitBytes > bytes) return;
   slot_count_ = header.slot_count;
+  layout_ = header.layout_version;
   clock_ = header.clocks[header.clock_in_use & 1];
   have_clock_ = header.clock_in_use <= 1 && clock_.mult != 0;
   valid_ = true;
@@ -82,6 +85,10 @@ bool ThreadBufferWalk::OpenSlot() {
   stream_ = slot.stream;
   pool_first_ = slot.pool_first;
   pool_second_ = slot.pool_second;
+  const bool attribution = layout_ >= 2;
+  attribution_a_ = attribution ? slot.attribution_a : 0;
+  attribution_b_ = attribution ? slot.attribution_b : 0;
+  attribution_c_ = attribution ? slot.attribution_c : 0;
   counters_ = false;
   return true;
 }
@@ -107,6 +114,12 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
         stream_ = u.a;
         pool_first_ = u.b;
         pool_second_ = u.c;
+        continue;
+      }
+      if (kind == tb::kAttribution && layout_ >= 2) {
+        attribution_a_ = u.a;
+        attribution_b_ = u.b;
+        attribution_c_ = u.c;
         continue;
       }
       if (kind == tb::kCounters) {
@@ -146,6 +159,16 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
         r.reserved_current = reserved_current_;
       }
       read->events.push_back(r);
+      v1::ring::TorchAttribution& attribution = read->attributions.emplace_back();
+      attribution = v1::ring::TorchAttribution{};
+      if (action == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
+          action == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) {
+        attribution.module = static_cast<uint32_t>(attribution_a_);
+        attribution.op = static_cast<uint32_t>(attribution_a_ >> 32);
+        attribution.inner_op = static_cast<uint32_t>(attribution_b_);
+        attribution.autograd_thread = static_cast<uint32_t>(attribution_b_ >> 32);
+        attribution.autograd_sequence = attribution_c_;
+      }
       ++made;
     }
     in_slot_ = false;
@@ -199,11 +222,16 @@ bool ThreadBufferRecovery::Continue(int64_t budget_ns, std::vector<std::string>*
   bool more = true;
   while (more) {
     read_.events.clear();
+    read_.attributions.clear();
     more = walk_->Next(kEventsPerBatch, &read_);
-    for (const v1::ring::TorchRecord& r : read_.events) {
+    for (size_t i = 0; i < read_.events.size(); ++i) {
+      const v1::ring::TorchRecord& r = read_.events[i];
       v1::Event* event = message_.mutable_batch()->add_events();
       event->set_timestamp_ns(r.timestamp_ns);
       SetTorchEvent(r, event->mutable_torch_allocator());
+      if (i < read_.attributions.size()) {
+        SetTorchAttribution(read_.attributions[i], event->mutable_torch_allocator());
+      }
       if (message_.batch().events_size() >= kEventsPerBatch) Finish(frames);
     }
     events_ += read_.events.size();

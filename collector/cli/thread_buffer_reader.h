@@ -22,6 +22,9 @@ struct ThreadBufferRead {
   // The events, their times converted to CLOCK_MONOTONIC with the map the tracer's sender
   // wrote last.
   std::vector<v1::ring::TorchRecord> events;
+  // Beside events, one each: what was running at an ALLOC's birth (layout 2's kAttribution
+  // units), all zero when nothing was.
+  std::vector<v1::ring::TorchAttribution> attributions;
   uint64_t fallbacks = 0;  // events the tracer wrote into the ring instead
   // Units that could not be read as events (an unknown kind, a TSC time with no map): a
   // damaged slot stops there.
@@ -55,7 +58,9 @@ class ThreadBufferWalk {
   bool in_slot_ = false;
   uint32_t thread_id_ = 0;
   uint64_t at_ = 0, from_ = 0, committed_ = 0;
+  uint32_t layout_ = 0;
   uint64_t stream_ = 0, pool_first_ = 0, pool_second_ = 0;
+  uint64_t attribution_a_ = 0, attribution_b_ = 0, attribution_c_ = 0;
   bool counters_ = false;
   uint64_t allocated_total_ = 0, allocated_current_ = 0, reserved_current_ = 0;
 };

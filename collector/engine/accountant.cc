@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -162,11 +163,32 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                       [](const Allocation* x, const Allocation* y) {
                         return std::tie(y->bytes, x->birth_pos) < std::tie(x->bytes, y->birth_pos);
                       });
+    std::unique_ptr<StackResolver> resolver;  // made for the first forward stack asked for
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
-      peak.largest.push_back(LiveAllocation{a.address, a.bytes, MemoryKindName(a.kind),
-                                            phases.NameOf(a.phase), s.Resolve(a.api_id),
-                                            a.thread_id, Since(first, a.birth_ns)});
+      LiveAllocation& live = peak.largest.emplace_back();
+      live.address = a.address;
+      live.bytes = a.bytes;
+      live.kind = MemoryKindName(a.kind);
+      live.phase = phases.NameOf(a.phase);
+      live.api = s.Resolve(a.api_id);
+      live.thread_id = a.thread_id;
+      live.birth_ns = Since(first, a.birth_ns);
+      if (a.attribution == 0 || a.attribution >= s.attribution.births.size()) continue;
+      const BirthAttribution& b = s.attribution.births[a.attribution];
+      live.attributed = true;
+      live.module = s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module);
+      live.op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op);
+      live.inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.inner_op);
+      live.backward = b.backward;
+      live.linked = b.linked;
+      live.module_inherited = b.module_inherited;
+      live.forward_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op);
+      live.forward_inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_inner_op);
+      if (b.forward_stack != 0) {
+        if (resolver == nullptr) resolver = std::make_unique<StackResolver>(s);
+        live.forward_line = resolver->PythonLineText(resolver->Resolve(b.forward_stack));
+      }
     }
     if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
   }
@@ -357,6 +379,198 @@ void Accountant::CategoryDeath(const Allocation& a) {
   c.tensor_live -= a.bytes;
 }
 
+const std::vector<uint32_t>& Accountant::ModuleChain(uint32_t module_id) {
+  auto [it, inserted] = module_chains_.try_emplace(module_id);
+  if (!inserted) return it->second;
+  // A name not defined yet counts as no module, for good: a tensor's bytes must leave the
+  // nodes they entered.
+  std::string path = stream_->attribution.Name(v1::ATTRIBUTION_KIND_MODULE, module_id);
+  for (;;) {
+    auto [node, added] =
+        module_node_index_.try_emplace(path, static_cast<uint32_t>(module_nodes_.size()));
+    if (added) module_nodes_.push_back(path);
+    it->second.push_back(node->second);
+    const size_t dot = path.rfind('.');
+    if (path.empty() || path[0] == '<' || dot == std::string::npos) break;
+    path.resize(dot);
+  }
+  return it->second;
+}
+
+void Accountant::AttributionLive(const Allocation& a, bool birth) {
+  AttributionSlot& t = attribution_slots_[a.slot];
+  const uint32_t i = a.attribution;
+  if (t.live_bytes.size() <= i) {
+    for (auto* v : {&t.live_bytes, &t.live_count, &t.peak_bytes, &t.peak_count}) {
+      v->resize(i + 1, 0);
+    }
+    t.is_changed.resize(i + 1, 0);
+  }
+  t.live_bytes[i] = birth ? t.live_bytes[i] + a.bytes : t.live_bytes[i] - a.bytes;
+  t.live_count[i] = birth ? t.live_count[i] + 1 : t.live_count[i] - 1;
+  if (t.is_changed[i] == 0) {
+    t.is_changed[i] = 1;
+    t.changed.push_back(i);
+  }
+  const std::vector<BirthAttribution>& births = stream_->attribution.births;
+  const BirthAttribution b = i < births.size() ? births[i] : BirthAttribution();
+  const std::vector<uint32_t>& chain = ModuleChain(b.module);
+  if (t.node_live.size() < module_nodes_.size()) {
+    t.node_live.resize(module_nodes_.size(), 0);
+    t.node_peak.resize(module_nodes_.size(), 0);
+  }
+  for (const uint32_t node : chain) {
+    if (birth) {
+      t.node_live[node] += a.bytes;
+      t.node_peak[node] = std::max(t.node_peak[node], t.node_live[node]);
+    } else {
+      t.node_live[node] -= a.bytes;
+    }
+  }
+  if (!module_nodes_[chain.front()].empty()) {
+    if (birth) {
+      t.module_live += a.bytes;
+      t.module_peak = std::max(t.module_peak, t.module_live);
+    } else {
+      t.module_live -= a.bytes;
+    }
+  }
+  if (birth && b.backward) {
+    ++t.backward_allocations;
+    t.backward_bytes += a.bytes;
+    if (!b.linked) {
+      ++t.unlinked_allocations;
+      t.unlinked_bytes += a.bytes;
+    }
+  }
+}
+
+void Accountant::AttributionPeak(uint32_t slot, uint64_t ts) {
+  AttributionSlot& t = attribution_slots_[slot];
+  for (const uint32_t i : t.changed) {
+    t.peak_bytes[i] = t.live_bytes[i];
+    t.peak_count[i] = t.live_count[i];
+    t.is_changed[i] = 0;
+  }
+  t.changed.clear();
+  t.peak_ns = ts;
+}
+
+void Accountant::FillAttribution(const DecodedStream& s, const std::vector<uint32_t>& new_slot,
+                                 uint64_t first, ProcessReport* p) const {
+  if (!s.attribution.seen) return;
+  const AttributionDecode& names = s.attribution;
+  for (uint32_t slot = 0; slot < attribution_slots_.size(); ++slot) {
+    const AttributionSlot& t = attribution_slots_[slot];
+    DeviceAttribution& out = p->devices[new_slot[slot]].attribution;
+    const KindStats& tensors = devices_[slot].kinds[kTorchAllocatedKind];
+    if (tensors.allocations == 0) continue;
+    out.given = true;
+    out.tensor_peak_bytes = tensors.peak_bytes;
+    out.tensor_peak_time_ns = Since(first, t.peak_ns);
+    out.backward_allocations = t.backward_allocations;
+    out.backward_bytes = t.backward_bytes;
+    out.unlinked_backward_allocations = t.unlinked_allocations;
+    out.unlinked_backward_bytes = t.unlinked_bytes;
+
+    // At the peak, by outer operator and by module (two ids of one name merge).
+    std::map<std::string, OperatorBytes> ops;
+    std::map<std::string, ModuleBytes> modules;
+    for (uint32_t i = 0; i < t.peak_count.size(); ++i) {
+      if (t.peak_count[i] == 0) continue;
+      const BirthAttribution b = i < names.births.size() ? names.births[i] : BirthAttribution();
+      OperatorBytes& op = ops[names.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op)];
+      op.bytes += t.peak_bytes[i];
+      op.count += t.peak_count[i];
+      ModuleBytes& m = modules[names.Name(v1::ATTRIBUTION_KIND_MODULE, b.module)];
+      m.self_bytes += t.peak_bytes[i];
+      m.count += t.peak_count[i];
+    }
+    for (auto& [name, op] : ops) {
+      op.op = name;
+      out.operators.push_back(op);
+    }
+    std::stable_sort(
+        out.operators.begin(), out.operators.end(),
+        [](const OperatorBytes& x, const OperatorBytes& y) { return x.bytes > y.bytes; });
+
+    // The tree: a path's parent is the path without its last segment; a top-level path's is
+    // the root module (`<GPT>`) when the process named exactly one.
+    for (uint32_t node = 0; node < t.node_peak.size(); ++node) {
+      if (t.node_peak[node] > 0) modules.try_emplace(module_nodes_[node]);
+    }
+    std::vector<std::string> roots;
+    for (const auto& [path, m] : modules) {
+      if (!path.empty() && path[0] == '<') roots.push_back(path);
+    }
+    const std::string root = roots.size() == 1 ? roots[0] : std::string();
+    auto parent = [&](const std::string& path) -> std::string {
+      if (path.empty() || path[0] == '<') return {};
+      const size_t dot = path.rfind('.');
+      return dot == std::string::npos ? root : path.substr(0, dot);
+    };
+    std::vector<std::string> paths;
+    for (const auto& [path, m] : modules) paths.push_back(path);
+    for (const std::string& path : paths) {  // every parent is a row
+      for (std::string up = parent(path); !up.empty(); up = parent(up)) modules.try_emplace(up);
+    }
+    std::map<std::string, uint64_t> self_count;
+    for (auto& [path, m] : modules) self_count[path] = std::exchange(m.count, 0);
+    std::map<std::string, std::vector<std::string>> children;
+    std::vector<std::string> tops;
+    for (auto& [path, m] : modules) {
+      m.module = path;
+      if (path.empty()) {
+        m.bytes = m.self_bytes;
+        m.count = self_count[path];
+        continue;
+      }
+      const std::string up = parent(path);
+      (up.empty() ? tops : children[up]).push_back(path);
+      for (std::string a = path; !a.empty(); a = parent(a)) {
+        ModuleBytes& into = modules.find(a)->second;  // every parent is a row (above)
+        into.bytes += m.self_bytes;
+        into.count += self_count[path];
+      }
+    }
+    // Over the run: each path's subtree at its highest, from the sweep; the one root's is
+    // every module's.
+    for (auto& [path, m] : modules) {
+      auto node = module_node_index_.find(path);
+      if (node != module_node_index_.end() && node->second < t.node_peak.size()) {
+        m.own_peak_bytes = t.node_peak[node->second];
+      }
+      if (!root.empty() && path == root)
+        m.own_peak_bytes = std::max(m.own_peak_bytes, t.module_peak);
+    }
+    // Depth-first, each node before its children, siblings by bytes at the peak.
+    auto by_bytes = [&](std::vector<std::string>& list) {
+      std::sort(list.begin(), list.end(), [&](const std::string& x, const std::string& y) {
+        const ModuleBytes& a = modules[x];
+        const ModuleBytes& b = modules[y];
+        return std::tie(b.bytes, b.own_peak_bytes, a.module) <
+               std::tie(a.bytes, a.own_peak_bytes, b.module);
+      });
+    };
+    std::vector<std::pair<std::string, uint32_t>> todo;
+    by_bytes(tops);
+    for (auto it = tops.rbegin(); it != tops.rend(); ++it) todo.emplace_back(*it, 0);
+    while (!todo.empty()) {
+      auto [path, depth] = todo.back();
+      todo.pop_back();
+      ModuleBytes m = modules[path];
+      m.depth = depth;
+      out.modules.push_back(std::move(m));
+      std::vector<std::string>& kids = children[path];
+      by_bytes(kids);
+      for (auto it = kids.rbegin(); it != kids.rend(); ++it) todo.emplace_back(*it, depth + 1);
+    }
+    if (auto none = modules.find(std::string()); none != modules.end()) {
+      out.modules.push_back(none->second);
+    }
+  }
+}
+
 void Accountant::EndClassify() {
   live_.ForEachValue([&](uint32_t index) {
     const Allocation& a = pool_[index];
@@ -452,6 +666,7 @@ uint32_t Accountant::SlotOf(uint32_t device) {
   devices_.emplace_back().timeline.index = device;
   in_use_.push_back(0);
   freed_at_peak_.emplace_back();
+  attribution_slots_.emplace_back();
   phases_.AddSlot();
   if (category_pass_ == CategoryPass::kApply) {
     category_slots_.emplace_back();
@@ -501,6 +716,7 @@ void Accountant::Die(uint32_t index, uint64_t ts, int32_t death_phase) {
   a.death_phase = death_phase;
   DeviceCounters& d = devices_[a.slot];
   d.kind_live[a.kind] -= a.bytes;
+  if (a.kind == kTorchAllocatedKind) AttributionLive(a, /*birth=*/false);
   if (IsDeviceMemory(a.kind)) {
     // Here, not in Release: an allocation of another kind at a live address ends one too.
     d.in_use -= a.bytes;
@@ -565,6 +781,10 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
       Allocation{e.a,    e.b,       pos_,        e.timestamp_ns, slot,       attribution_.innermost,
                  stream, e.name_id, e.caller_id, e.thread_id,    e.stack_id, kind};
   live_.Insert(key, index);
+  if (kind == kTorchAllocatedKind) {
+    pool_[index].attribution = e.aux_id;
+    AttributionLive(pool_[index], /*birth=*/true);
+  }
 
   KindStats& k = d.kinds[kind];
   ++k.allocations;
@@ -574,6 +794,7 @@ void Accountant::Allocate(const Event& e, uint32_t slot) {
     k.peak_bytes = d.kind_live[kind];
     if (kind == kTorchAllocatedKind) {
       d.torch_reserved_at_allocated_peak = d.kind_live[kTorchReservedKind];
+      AttributionPeak(slot, e.timestamp_ns);
     }
   }
   if (IsStaticMemory(kind)) {
@@ -808,6 +1029,7 @@ ProcessReport Accountant::Finish(DecodedStream& s, uint64_t events, uint64_t lat
     }
   }
 
+  FillAttribution(s, new_slot, first, &p);
   std::vector<std::vector<const Allocation*>> peak_contents(n_slots);
   for (const Allocation* a : at_peak) peak_contents[new_slot[a->slot]].push_back(a);
   FillPeakContents(peak_contents, phases_, s, options_.top_allocations, first, &p);

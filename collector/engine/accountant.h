@@ -69,6 +69,7 @@ struct Allocation {
   // one); with kKeepAll, set at the end.
   uint8_t category = 0;
   uint32_t ordinal = 0;  // device memory: its place among the process's device allocations
+  uint32_t attribution = 0;  // a tensor: index into AttributionDecode::births (0: none)
   // kKeepAll, device memory: its birth's and death's steps in the device's timeline.
   uint32_t birth_step = kNoStep;
   uint32_t death_step = kNoStep;
@@ -125,6 +126,22 @@ struct CategorySlot {
   // handful of libraries, copied at each new peak.
   std::unordered_map<uint32_t, uint64_t> other_live, other_at_tensor_peak_by_library,
       other_at_device_peak_by_library;
+};
+
+// A device's tensors by attribution (docs/design.md "Modules and operators"): live bytes per
+// distinct attribution (AttributionDecode::births), copied at each new tensor peak through
+// the list of those changed since the last one, and per module path its subtree's live bytes
+// and highest.
+struct AttributionSlot {
+  std::vector<uint64_t> live_bytes, live_count;  // by attribution index
+  std::vector<uint64_t> peak_bytes, peak_count;  // at the tensor peak
+  std::vector<uint32_t> changed;                 // indices changed since the last peak
+  std::vector<uint8_t> is_changed;
+  std::vector<uint64_t> node_live, node_peak;  // by module node (Accountant::module_nodes_)
+  uint64_t module_live = 0, module_peak = 0;   // tensors born in any module
+  uint64_t peak_ns = 0;
+  uint64_t backward_allocations = 0, backward_bytes = 0;
+  uint64_t unlinked_allocations = 0, unlinked_bytes = 0;
 };
 
 class Accountant {
@@ -199,6 +216,15 @@ class Accountant {
   uint8_t FinalCategory(const Allocation& a, const LifetimeClassifier& classifier,
                         uint64_t end_ns) const;
   void CategoryBirth(Allocation& a, uint32_t slot);
+  // A tensor's bytes in or out of its device's attribution figures; AttributionPeak at a new
+  // tensor peak.
+  void AttributionLive(const Allocation& a, bool birth);
+  void AttributionPeak(uint32_t slot, uint64_t ts);
+  // The module nodes of a module id: its path and its parents' (a.b.c, a.b, a), the names
+  // as known when first asked (docs/design.md).
+  const std::vector<uint32_t>& ModuleChain(uint32_t module_id);
+  void FillAttribution(const DecodedStream& s, const std::vector<uint32_t>& new_slot,
+                       uint64_t first, ProcessReport* p) const;
   void CategoryDeath(const Allocation& a);
 
   const AnalysisOptions& options_;
@@ -261,6 +287,11 @@ class Accountant {
   std::vector<TensorLayer> slot_layer_;  // kApply: by slot, as the previous sweep found it
   std::vector<CategorySlot> category_slots_;
   std::unordered_map<uint32_t, bool> async_api_;  // interned api id -> stream-ordered
+  // By slot; module paths seen by the sweep (node index -> path) and each module id's chain.
+  std::vector<AttributionSlot> attribution_slots_;
+  std::vector<std::string> module_nodes_;
+  std::unordered_map<std::string, uint32_t> module_node_index_;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> module_chains_;
 };
 
 class EventOrder;

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -63,7 +64,8 @@ struct Event {
   uint32_t thread_id;
   // Interned ids: api name (memory, failed), kernel name, NVTX message.
   uint32_t name_id;
-  // Interned ids: NVTX domain, failed allocation's error name.
+  // Interned ids: NVTX domain, failed allocation's error name. A tensor's kAllocate: its
+  // attribution, an index into DecodedStream::attribution.births (0: none).
   uint32_t aux_id;
   int32_t code;  // failed allocation's error code
   uint32_t caller_id;  // interned calling module (allocation, failed allocation), 0 if unknown
@@ -115,6 +117,7 @@ struct TorchPendingAlloc {
   uint64_t rounded_last_sequence = 0;
   uint32_t thread_id = 0;
   uint32_t stack_id = 0;
+  uint32_t attribution = 0;  // index into AttributionDecode::births
   bool gap = false;  // an event of the device was lost since: the block size is estimated
   // Freed (FREE_REQUESTED without counters) before its size was settled.
   bool freed = false;
@@ -166,6 +169,51 @@ struct TorchDecodeState {
   TorchBridgeReport report;
 };
 
+// What was running when a tensor was born (`run --modules`, `--ops`; docs/design.md "Modules
+// and operators"), with the backward link already made: ids of AttributionName (resolved
+// once the stream is read), and the wire stack id of the linked forward allocation.
+struct BirthAttribution {
+  uint32_t module = 0;  // its own, or for a backward allocation without one its forward op's
+  uint32_t op = 0;      // outermost operator (in backward: the autograd node)
+  uint32_t inner_op = 0;
+  bool backward = false;
+  bool linked = false;            // backward: the forward allocation of its node was found
+  bool module_inherited = false;  // `module` is the forward op's
+  uint32_t forward_op = 0;        // linked: the forward allocation's outer and inner operator
+  uint32_t forward_inner_op = 0;
+  uint32_t forward_stack = 0;  // linked: its wire stack id (`run --stacks`), 0 if none
+  auto Key() const {
+    return std::make_tuple(module, op, inner_op, backward, linked, module_inherited, forward_op,
+                           forward_inner_op, forward_stack);
+  }
+};
+
+struct AttributionDecode {
+  // AttributionName definitions: (kind, id) -> name.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> names;
+  // Distinct attributions of the stream's tensors, [0] none: bounded by the program's code
+  // (modules x operators x stacks), not by its events.
+  std::vector<BirthAttribution> births{BirthAttribution()};
+  std::map<decltype(BirthAttribution().Key()), uint32_t> index;
+  // The first forward allocation of each (autograd thread, sequence): what a backward
+  // allocation with the same pair names.
+  struct ForwardOp {
+    uint32_t op = 0;
+    uint32_t inner_op = 0;
+    uint32_t module = 0;
+    uint32_t stack = 0;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, ForwardOp> forward;
+  bool seen = false;  // a tensor event carried attribution, or a name was defined
+
+  // "" for id 0 or an id never defined.
+  std::string Name(uint32_t kind, uint32_t id) const {
+    if (id == 0) return std::string();
+    auto it = names.find({kind, id});
+    return it == names.end() ? std::string() : it->second;
+  }
+};
+
 // Everything one stream (one traced process) delivered.
 struct DecodedStream : StreamFacts {
   DecodedStream() { timestamp_clock = injection_mode = "unspecified"; }  // until a handshake
@@ -191,6 +239,7 @@ struct DecodedStream : StreamFacts {
 
   TorchDecodeState torch;
   WireStacks stacks;  // `run --stacks`
+  AttributionDecode attribution;  // `run --modules`, `--ops`
 
   // "" for id 0; an id that was never defined shows as "#<id>" rather than vanishing.
   std::string Resolve(uint32_t id) const {

@@ -127,6 +127,11 @@ struct TimelineAllocation {
   // (docs/phases.md "Categories"); category_from_objects: a tag named it.
   uint8_t category = 0;
   bool category_from_objects = false;
+  // A tensor with attribution (`run --modules`, `--ops`): indices into ProcessTimeline::strings
+  // of its module path and outer operator, 0 ("") when unknown.
+  uint32_t module = 0;
+  uint32_t op = 0;
+  bool backward = false;  // born in an autograd node's backward
 };
 
 // One NVTX range occurrence.
@@ -175,6 +180,7 @@ struct ProcessTimeline {
   std::vector<KernelSlice> kernels;             // by start
   std::vector<MarkInstant> marks;               // by time
   StackTable stacks;                            // empty without `run --stacks`
+  bool attribution = false;                     // the process sent module paths or operators
 };
 
 // processes[i] belongs to report->processes[i]; timelines only with AnalysisOptions::timelines.

@@ -64,6 +64,53 @@ struct LiveAllocation {
   std::string api;  // "" when the call was not seen
   uint32_t thread_id = 0;
   uint64_t birth_ns = 0;
+  // A tensor with attribution (`run --modules`, `--ops`; docs/design.md "Modules and
+  // operators"): the module path, outer and inner operator it was born in ("" when unknown).
+  bool attributed = false;  // the tracer said what was running (all below "" otherwise)
+  std::string module;
+  std::string op;
+  std::string inner_op;
+  bool backward = false;          // born in an autograd node's backward (op names the node)
+  bool linked = false;            // backward: its forward operation was found
+  bool module_inherited = false;  // backward: module is its forward operation's
+  std::string forward_op;         // linked: the forward allocation's outer and inner operator
+  std::string forward_inner_op;
+  std::string forward_line;  // linked: "file:line" of its forward stack's innermost Python frame
+};
+
+// A module path's tensor bytes (`run --modules`): `bytes` its own and its submodules', at the
+// tensor peak; `self_bytes` born in it outside every submodule.
+struct ModuleBytes {
+  std::string module;  // "" for tensors born outside every module
+  uint32_t depth = 0;  // 0: a root (or a top-level path when the process named no one root)
+  uint64_t bytes = 0;
+  uint64_t self_bytes = 0;
+  uint64_t count = 0;           // tensors of the subtree live at the tensor peak
+  uint64_t own_peak_bytes = 0;  // the subtree's highest live bytes over the run
+};
+
+// Tensor bytes live at the tensor peak by the outermost operator they were born in.
+struct OperatorBytes {
+  std::string op;  // "" when none was running (or `--ops` was off)
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+// A device's tensors by module and operator (docs/design.md "Modules and operators"); given
+// when the process sent any attribution.
+struct DeviceAttribution {
+  bool given = false;
+  uint64_t tensor_peak_bytes = 0;  // = TorchLayers::allocated_peak_bytes
+  uint64_t tensor_peak_time_ns = 0;
+  // Every module path with bytes over the run, as a tree: depth-first, each node before its
+  // children, siblings by bytes at the peak (largest first); then "" (no module).
+  std::vector<ModuleBytes> modules;
+  std::vector<OperatorBytes> operators;  // largest first
+  // Backward allocations over the run, and those whose forward operation was not found.
+  uint64_t backward_allocations = 0;
+  uint64_t backward_bytes = 0;
+  uint64_t unlinked_backward_allocations = 0;
+  uint64_t unlinked_backward_bytes = 0;
 };
 
 struct KindStats {
@@ -211,6 +258,7 @@ struct DeviceReport {
   uint64_t reallocated_live_address = 0;  // allocation at an address already live (anomaly)
   TorchLayers torch;
   DeviceCategories categories;
+  DeviceAttribution attribution;
 };
 
 // Device memory in use at one occurrence's entry and at its highest point inside:

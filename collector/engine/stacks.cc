@@ -142,4 +142,15 @@ std::string StackResolver::UserFrameText(int32_t stack) const {
   return text + " in " + table_.function[f];
 }
 
+std::string StackResolver::PythonLineText(int32_t stack) const {
+  if (stack < 0 || static_cast<size_t>(stack) >= table_.stacks.size()) return {};
+  for (const uint32_t f : table_.stacks[static_cast<size_t>(stack)]) {
+    if (std::string(table_.kind[f]) != "python") continue;
+    std::string text = BaseName(table_.file[f]);
+    if (table_.line[f] != 0) text += ":" + std::to_string(table_.line[f]);
+    return text;
+  }
+  return {};
+}
+
 }  // namespace cumemtrace::internal

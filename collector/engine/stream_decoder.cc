@@ -287,6 +287,9 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
       e.kind = static_cast<uint8_t>(v1::Category_IsValid(t.category()) ? t.category() : 0);
       return;
     }
+    case v1::Event::kAttributionName:
+      AddAttributionName(stream, event.attribution_name());
+      return;
     case v1::Event::kMemoryPool:  // pool sizes are not part of the summary yet
     case v1::Event::PAYLOAD_NOT_SET:
       return;
@@ -431,9 +434,9 @@ bool StreamDecoder::AddBatchFrameFast(DecodedStream& stream, std::string_view fr
         continue;
       }
       // A second oneof member (replace or merge semantics) is protobuf's business.
-      // Fields past the last one this reader knows (Event.tensor_category = 19) are a newer
+      // Fields past the last one this reader knows (Event.attribution_name = 20) are a newer
       // writer's: protobuf's business too.
-      if (field < 2 || field > 19 || wire_type != kLengthDelimited || payload != 0) return false;
+      if (field < 2 || field > 20 || wire_type != kLengthDelimited || payload != 0) return false;
       payload = field;
       if (!in.Bytes(&payload_bytes)) return false;
     }

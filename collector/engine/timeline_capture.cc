@@ -27,6 +27,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   };
 
   out->allocations.resize(allocations.size());
+  out->attribution = s.attribution.seen;
   std::unordered_map<uint32_t, uint32_t> interned;  // wire string id -> strings index
   auto name_of = [&](uint32_t id) {
     auto [it, inserted] = interned.emplace(id, 0);
@@ -53,6 +54,12 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.kind = a.kind;
     t.category = static_cast<uint8_t>(a.category & ~kFromObjects);
     t.category_from_objects = (a.category & kFromObjects) != 0;
+    if (a.attribution != 0 && a.attribution < s.attribution.births.size()) {
+      const BirthAttribution& b = s.attribution.births[a.attribution];
+      t.module = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module));
+      t.op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op));
+      t.backward = b.backward;
+    }
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
     }

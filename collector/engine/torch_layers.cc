@@ -59,19 +59,21 @@ bool ReleaseBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint6
 
 // Appends a tensor's allocation to the sweep.
 void PushAllocation(DecodedStream& s, uint32_t device, uint64_t timestamp_ns, uint64_t address,
-                    uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
+                    uint64_t bytes, uint32_t thread_id, uint32_t stack_id, uint32_t attribution) {
   NameTensorOrigin(s);
   Event e = TensorEvent(EventType::kAllocate, timestamp_ns, device, address, bytes, thread_id);
   e.caller_id = kTorchCallerId;
   e.stack_id = stack_id;
+  e.aux_id = attribution;
   s.events.push_back(e);
   ++s.torch.report.blocks;
 }
 
 // Appends a tensor's allocation and makes its block live.
 void AppendBlock(DecodedStream& s, TorchDeviceDecode& d, uint32_t device, uint64_t timestamp_ns,
-                 uint64_t address, uint64_t bytes, uint32_t thread_id, uint32_t stack_id) {
-  PushAllocation(s, device, timestamp_ns, address, bytes, thread_id, stack_id);
+                 uint64_t address, uint64_t bytes, uint32_t thread_id, uint32_t stack_id,
+                 uint32_t attribution) {
+  PushAllocation(s, device, timestamp_ns, address, bytes, thread_id, stack_id, attribution);
   if (!d.live.emplace(address, bytes).second) {
     ++s.torch.report.counter_mismatches;  // a block live twice: an event was lost
   } else {
@@ -108,11 +110,13 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
     ++s.torch.report.estimated_block_sizes;
   }
   if (!a.freed) {
-    AppendBlock(s, d, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
+    AppendBlock(s, d, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id,
+                a.attribution);
   } else {
     // Freed before anything settled its size (AddTorchAllocatorEvent): a rounded ALLOC may
     // hold its address already, so the pair goes to the sweep without the live blocks.
-    PushAllocation(s, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id);
+    PushAllocation(s, device, a.timestamp_ns, a.address, bytes, a.thread_id, a.stack_id,
+                   a.attribution);
     s.events.push_back(TensorEvent(EventType::kRelease, a.free_timestamp_ns, device, a.address,
                                    bytes, a.free_thread_id));
   }
@@ -127,7 +131,54 @@ bool HasCounters(const v1::TorchAllocatorEvent& t) {
   return t.action() != v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED || t.allocated_bytes_total() != 0;
 }
 
+// The attribution of an ALLOC: its index among the stream's distinct attributions, with the
+// backward link made (the first forward allocation of the same autograd thread and
+// sequence, in the order events arrive: a forward op runs before its backward).
+uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
+  const uint64_t sequence = t.autograd_sequence();
+  if (t.module_id() == 0 && t.operator_id() == 0 && t.inner_operator_id() == 0 && sequence == 0 &&
+      !t.backward()) {
+    return 0;
+  }
+  AttributionDecode& a = s.attribution;
+  a.seen = true;
+  BirthAttribution b;
+  b.module = t.module_id();
+  b.op = t.operator_id();
+  b.inner_op = t.inner_operator_id();
+  b.backward = t.backward();
+  if (sequence != 0) {
+    const std::pair<uint32_t, uint64_t> link{t.autograd_thread(), sequence};
+    if (!b.backward) {
+      a.forward.try_emplace(link,
+                            AttributionDecode::ForwardOp{b.op, b.inner_op, b.module, t.stack_id()});
+    } else if (auto it = a.forward.find(link); it != a.forward.end()) {
+      b.linked = true;
+      b.forward_op = it->second.op;
+      b.forward_inner_op = it->second.inner_op;
+      b.forward_stack = it->second.stack;
+      if (b.module == 0 && it->second.module != 0) {
+        b.module = it->second.module;
+        b.module_inherited = true;
+      }
+    }
+  }
+  auto [it, inserted] = a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));
+  if (inserted) a.births.push_back(b);
+  return it->second;
+}
+
 }  // namespace
+
+void AddAttributionName(DecodedStream& s, const v1::AttributionName& name) {
+  if (name.id() == 0 || (name.kind() != v1::ATTRIBUTION_KIND_MODULE &&
+                         name.kind() != v1::ATTRIBUTION_KIND_OPERATOR)) {
+    return;  // no id, or a kind this reader does not know
+  }
+  s.attribution.seen = true;
+  // Ids are never reused: a repeated definition (a name sent again) keeps the first.
+  s.attribution.names.try_emplace({static_cast<uint32_t>(name.kind()), name.id()}, name.name());
+}
 
 void AddTorchBridgeState(DecodedStream& s, const v1::TorchBridgeState& state) {
   TorchBridgeReport& r = s.torch.report;
@@ -208,6 +259,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
       d.pending.current_usable = agreed;
       d.pending.thread_id = t.thread_id();
       d.pending.stack_id = t.stack_id();
+      d.pending.attribution = AttributionOf(s, t);
       return;
     }
     case v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED: {
@@ -217,7 +269,8 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
         d.pending.rounded_since += bytes;
         d.pending.rounded_last_sequence = t.sequence();
       }
-      AppendBlock(s, d, t.device(), timestamp_ns, t.address(), bytes, t.thread_id(), t.stack_id());
+      AppendBlock(s, d, t.device(), timestamp_ns, t.address(), bytes, t.thread_id(), t.stack_id(),
+                  AttributionOf(s, t));
       ++r.rounded_blocks;
       return;
     }

@@ -22,6 +22,8 @@ void AddTorchBridgeState(DecodedStream& stream, const v1::TorchBridgeState& stat
 // An allocator event, in arrival order; may append allocation and release events.
 void AddTorchAllocatorEvent(DecodedStream& stream, uint64_t timestamp_ns,
                             const v1::TorchAllocatorEvent& event);
+// A module path or operator name that tensor events refer to (`run --modules`, `--ops`).
+void AddAttributionName(DecodedStream& stream, const v1::AttributionName& name);
 // After each batch: retags the allocator's segments among the events from `first` on.
 void RetagTorchSegments(DecodedStream& stream, size_t first);
 // At the process's end: an allocation no event followed gets its size estimated.

@@ -41,6 +41,12 @@ bool FirstOutOfMemory(const ProcessReport& process, uint64_t* at_ns);
 // The process memory_viz exports by default: the one with the highest device peak.
 size_t ProcessWithHighestPeak(const Report& report);
 
+// The tensors at the tensor peak by module path (`run --modules`) as folded stacks, one line
+// "frame;frame;... bytes" per module with bytes of its own: frames are the path's segments
+// under the root module, so a flame graph of it draws the module tree. Each process and
+// device with attribution; under a "pid P GPU D" frame when there are several. "" when none.
+std::string ModuleFoldedStacks(const Report& report);
+
 // The summary's tables as CSV files: (file name, content), e.g. ("devices.csv", "...").
 std::vector<std::pair<std::string, std::string>> SummaryCsvTables(const Report& report);
 

@@ -41,8 +41,9 @@ namespace {
 // The snapshot's records, each allocation's frames taken from the process' stack table.
 class SnapshotWriter : public internal::PickleWriter {
  public:
-  SnapshotWriter(std::ostream& out, const StackTable& stacks)
-      : PickleWriter(out), stacks_(stacks) {}
+  SnapshotWriter(std::ostream& out, const StackTable& stacks,
+                 const std::vector<std::string>& strings)
+      : PickleWriter(out), stacks_(stacks), strings_(strings) {}
 
   void Field(const char* key, uint64_t value) {
     Str(key);
@@ -53,10 +54,20 @@ class SnapshotWriter : public internal::PickleWriter {
     Str(value);
   }
 
-  // `stack` indexes the stack table; -1 (frees, gaps): an empty list.
-  void Frames(int32_t stack) {
+  // `stack` indexes the stack table; -1 (frees, gaps): an empty list. A tensor born with
+  // attribution (`run --modules`, `--ops`) has a frame of its own first: the module path as
+  // the file, the operator as the function, line 0.
+  void Frames(int32_t stack, const TimelineAllocation* born = nullptr) {
     Str("frames");
     BeginList();
+    if (born != nullptr && (born->module != 0 || born->op != 0)) {
+      BeginDict();
+      Field("filename", born->module != 0 ? strings_[born->module] : "(no module)");
+      Field("line", 0);
+      Field("name", (born->backward ? "backward: " : "") +
+                        (born->op != 0 ? strings_[born->op] : std::string("(no operator)")));
+      EndDict();
+    }
     if (stack >= 0 && static_cast<size_t>(stack) < stacks_.stacks.size()) {
       for (uint32_t f : stacks_.stacks[static_cast<size_t>(stack)]) {
         BeginDict();
@@ -70,7 +81,8 @@ class SnapshotWriter : public internal::PickleWriter {
   }
 
   void Entry(const char* action, uint64_t address, uint64_t bytes, uint64_t time_abs_ns,
-             const std::string& category, int32_t stack = -1) {
+             const std::string& category, int32_t stack = -1,
+             const TimelineAllocation* born = nullptr) {
     BeginDict();
     Field("action", action);
     Field("addr", address);
@@ -81,7 +93,7 @@ class SnapshotWriter : public internal::PickleWriter {
     // PyTorch's own OOM entries carry the device's free bytes under this key too, and its
     // _memory_viz.trace() reads it (a KeyError without it, seen on the GPU suite).
     if (std::string_view(action) == "oom") Field("device_free", address);
-    Frames(stack);
+    Frames(stack, born);
     Field("category", category);
     EndDict();
   }
@@ -114,14 +126,14 @@ class SnapshotWriter : public internal::PickleWriter {
     EndDict();
   }
 
-  void Block(uint64_t address, uint64_t bytes, uint64_t requested, bool active,
-             int32_t stack = -1) {
+  void Block(uint64_t address, uint64_t bytes, uint64_t requested, bool active, int32_t stack = -1,
+             const TimelineAllocation* born = nullptr) {
     BeginDict();
     Field("address", address);
     Field("size", bytes);
     Field("requested_size", requested);
     Field("state", active ? "active_allocated" : "inactive");
-    Frames(stack);
+    Frames(stack, born);
     EndDict();
   }
 
@@ -134,6 +146,7 @@ class SnapshotWriter : public internal::PickleWriter {
 
  private:
   const StackTable& stacks_;
+  const std::vector<std::string>& strings_;
 };
 
 bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == kTorchReservedKind; }
@@ -181,7 +194,7 @@ void BridgedSegments(SnapshotWriter& w, const ProcessTimeline& t, const uint64_t
         for (; next < last; ++next) {
           const TimelineAllocation& b = *tensors[next];
           if (b.address > cursor) w.Block(cursor, b.address - cursor, 0, false);
-          w.Block(b.address, b.bytes, b.bytes, true, b.stack);
+          w.Block(b.address, b.bytes, b.bytes, true, b.stack, &b);
           cursor = b.address + b.bytes;
         }
         if (cursor < end) w.Block(cursor, end - cursor, 0, false);
@@ -253,7 +266,7 @@ void WriteSnapshot(const AnalyzedTrace& trace, size_t process, const uint64_t* a
   const ProcessTimeline& t = trace.timelines.at(process);
   const bool bridged = p.torch.attached;
   const bool blocks_known = p.allocator_mode != "native";
-  SnapshotWriter w(out, t.stacks);
+  SnapshotWriter w(out, t.stacks, t.strings);
   w.BeginDict();
 
   w.Str("segments");
@@ -276,10 +289,11 @@ void WriteSnapshot(const AnalyzedTrace& trace, size_t process, const uint64_t* a
   bool unknown_written = false;
   uint64_t last_ns = 0;
   auto entry = [&](const char* action, uint64_t address, uint64_t bytes, uint64_t time_ns,
-                   const std::string& category, int32_t stack = -1) {
+                   const std::string& category, int32_t stack = -1,
+                   const TimelineAllocation* born = nullptr) {
     unknown_written |= category == "unknown";
     last_ns = std::max(last_ns, time_ns);
-    w.Entry(action, address, bytes, origin + time_ns, category, stack);
+    w.Entry(action, address, bytes, origin + time_ns, category, stack, born);
   };
   w.Str("device_traces");
   w.BeginList();
@@ -324,7 +338,7 @@ void WriteSnapshot(const AnalyzedTrace& trace, size_t process, const uint64_t* a
                                                       : internal::PhaseLabel(t, a.phase, "unknown");
       if (steps[i].birth) {
         if (segment) entry("segment_alloc", a.address, a.bytes, now, category, a.stack);
-        if (block) entry("alloc", a.address, a.bytes, now, category, a.stack);
+        if (block) entry("alloc", a.address, a.bytes, now, category, a.stack, &a);
       } else {
         if (block) entry("free_requested", a.address, a.bytes, now, category);
         if (block) entry("free_completed", a.address, a.bytes, now, category);

@@ -27,6 +27,9 @@ nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_sprea
 // A device's "lifetime_at_peak"; null without training phases (LifetimeAtPeak::given).
 nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
 
+// A device's "attribution" (`run --modules`, `--ops`): only where DeviceAttribution::given.
+nlohmann::ordered_json AttributionJson(const DeviceAttribution& a);
+
 // One of sweep.json's "points" (run_figures.cc), which the sweep page's data repeats.
 nlohmann::json SweepPointJson(const SweepPoint& point);
 

@@ -88,6 +88,23 @@ Json CategoriesJson(const DeviceCategories& c) {
           {"by_category", std::move(by_category)}};
 }
 
+// Where a tensor was born (`run --modules`, `--ops`).
+Json BornJson(const LiveAllocation& a) {
+  Json j = {{"module", OrNull(a.module)},
+            {"operator", OrNull(a.op)},
+            {"inner_operator", OrNull(a.inner_op)},
+            {"backward", a.backward},
+            {"text", BornText(a)}};
+  if (a.backward) {
+    j["linked"] = a.linked;
+    j["module_from_forward"] = a.module_inherited;
+    j["forward_operator"] = OrNull(a.forward_op);
+    j["forward_inner_operator"] = OrNull(a.forward_inner_op);
+    j["forward_line"] = OrNull(a.forward_line);
+  }
+  return j;
+}
+
 Json DeviceJson(const DeviceReport& d) {
   Json peak = {{"bytes", d.peak.bytes},
                {"time_ns", OrNull(d.peak.seen, d.peak.time_ns)},
@@ -101,10 +118,13 @@ Json DeviceJson(const DeviceReport& d) {
                                                           {"bytes", g.bytes}};
                                                 })},
                {"largest", Array(d.peak.largest, [](const LiveAllocation& a) -> Json {
-                  return {{"address", a.address},  {"bytes", a.bytes},
-                          {"kind", a.kind},        {"phase", OrNull(a.phase)},
-                          {"api", OrNull(a.api)},  {"thread_id", a.thread_id},
-                          {"birth_ns", a.birth_ns}};
+                  Json j = {{"address", a.address},  {"bytes", a.bytes},
+                            {"kind", a.kind},        {"phase", OrNull(a.phase)},
+                            {"api", OrNull(a.api)},  {"thread_id", a.thread_id},
+                            {"birth_ns", a.birth_ns}};
+                  // Only with `run --modules` / `--ops`, as top_stacks below.
+                  if (a.attributed) j["born"] = BornJson(a);
+                  return j;
                 })}};
   // Only with `run --stacks`, so that summaries of traces without stacks keep their shape.
   if (!d.peak.top_stacks.empty()) {
@@ -144,6 +164,7 @@ Json DeviceJson(const DeviceReport& d) {
             {"reallocated_live_address", d.reallocated_live_address},
             {"lifetime_at_peak", internal::LifetimeAtPeakJson(d.lifetime_at_peak)},
             {"categories", CategoriesJson(d.categories)}};
+  if (d.attribution.given) j["attribution"] = internal::AttributionJson(d.attribution);
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
     j["torch"] = {{"allocated_peak_bytes", t.allocated_peak_bytes},
@@ -405,6 +426,28 @@ Json LifetimeAtPeakJson(const LifetimeAtPeak& l) {
   if (!l.given) return nullptr;
   return {{"bytes_by_class", l.bytes_by_class},
           {"activation_memory_bytes", l.activation_memory_bytes}};
+}
+
+// A device's tensors by module and operator (DeviceAttribution::given).
+Json AttributionJson(const DeviceAttribution& a) {
+  return {{"tensor_peak", {{"bytes", a.tensor_peak_bytes}, {"time_ns", a.tensor_peak_time_ns}}},
+          {"by_module",
+           Array(a.modules,
+                 [](const ModuleBytes& m) -> Json {
+                   return {{"module", OrNull(m.module)}, {"depth", m.depth},
+                           {"bytes", m.bytes},           {"self_bytes", m.self_bytes},
+                           {"count", m.count},           {"own_peak_bytes", m.own_peak_bytes}};
+                 })},
+          {"by_operator",
+           Array(a.operators,
+                 [](const OperatorBytes& o) -> Json {
+                   return {{"operator", OrNull(o.op)}, {"bytes", o.bytes}, {"count", o.count}};
+                 })},
+          {"backward",
+           {{"allocations", a.backward_allocations},
+            {"bytes", a.backward_bytes},
+            {"unlinked_allocations", a.unlinked_backward_allocations},
+            {"unlinked_bytes", a.unlinked_backward_bytes}}}};
 }
 
 }  // namespace internal

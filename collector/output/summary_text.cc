@@ -175,6 +175,67 @@ void PrintCategories(std::ostream& out, const ProcessReport& p, const DeviceRepo
   }
 }
 
+constexpr size_t kTopRows = 10;
+
+// `run --modules` / `--ops`: tensors at the tensor peak by module (the paths holding the most
+// bytes of their own, with their subtree's) and by operator, the backward link, and where the
+// largest allocations were born.
+void PrintAttribution(std::ostream& out, const DeviceReport& d) {
+  const DeviceAttribution& a = d.attribution;
+  if (!a.given) return;
+  std::vector<const ModuleBytes*> modules;
+  bool named = false;
+  for (const ModuleBytes& m : a.modules) {
+    named = named || !m.module.empty();
+    if (m.self_bytes > 0) modules.push_back(&m);
+  }
+  std::stable_sort(modules.begin(), modules.end(), [](const ModuleBytes* x, const ModuleBytes* y) {
+    return x->self_bytes > y->self_bytes;
+  });
+  if (modules.size() > kTopRows) modules.resize(kTopRows);
+  if (named && !modules.empty()) {
+    out << "    tensors by module at the tensor peak (" << Bytes(a.tensor_peak_bytes) << " at "
+        << At(a.tensor_peak_time_ns) << "):\n";
+    std::vector<Row> rows{{"module", "own", "with submodules", "own peak"}};
+    for (const ModuleBytes* m : modules) {
+      rows.push_back({m->module.empty() ? "(no module)" : OneLine(m->module, 60),
+                      Bytes(m->self_bytes), Bytes(m->bytes), Bytes(m->own_peak_bytes)});
+    }
+    PrintTable(out, "      ", rows, "lrrr");
+    out << "      (own: born in the module itself; own peak: the module with its submodules at"
+           " its highest)\n";
+  }
+  std::vector<OperatorBytes> ops = a.operators;
+  const bool any_op =
+      std::any_of(ops.begin(), ops.end(), [](const OperatorBytes& o) { return !o.op.empty(); });
+  if (ops.size() > kTopRows) ops.resize(kTopRows);
+  if (any_op) {
+    Section(out, "    ", "tensors by operator at the tensor peak", {"operator", "count", "bytes"},
+            "lrr", ops, [](const OperatorBytes& o) -> Row {
+              return {o.op.empty() ? "(no operator)" : OneLine(o.op, 60), Grouped(o.count),
+                      Bytes(o.bytes)};
+            });
+  }
+  if (a.backward_allocations > 0) {
+    out << "    backward tensors    " << Bytes(a.backward_bytes) << " in "
+        << Plural(a.backward_allocations, "allocation") << " over the run";
+    if (a.unlinked_backward_allocations > 0) {
+      out << "; " << Bytes(a.unlinked_backward_bytes) << " ("
+          << Plural(a.unlinked_backward_allocations, "allocation")
+          << ") not linked to a forward operation";
+    }
+    out << '\n';
+  }
+  std::vector<const LiveAllocation*> born;
+  for (const LiveAllocation& l : d.peak.largest) {
+    if (l.attributed) born.push_back(&l);
+  }
+  Section(out, "    ", "largest at peak, where born", {"bytes", "where"}, "rl", born,
+          [](const LiveAllocation* l) -> Row {
+            return {Bytes(l->bytes), OneLine(BornText(*l), 120)};
+          });
+}
+
 void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& d) {
   out << "  GPU " << d.index;
   if (d.has_info) out << ": " << d.name << " (" << Bytes(d.total_memory_bytes) << ")";
@@ -210,6 +271,7 @@ void PrintDevice(std::ostream& out, const ProcessReport& p, const DeviceReport& 
     out << "    not PyTorch's       peak " << Bytes(t.other_device_peak_bytes)
         << " (device memory its allocator never sees)\n";
   }
+  PrintAttribution(out, d);
   PrintOrigins(out, "by API", d.by_api);
   PrintOrigins(out, "by library", d.by_library);
   // Only with training phases (report.h).
@@ -597,6 +659,28 @@ void PrintJob(std::ostream& out, const JobReport& job) {
 }
 
 }  // namespace
+
+std::string BornText(const LiveAllocation& a) {
+  if (!a.attributed) return std::string();
+  const std::string module = a.module.empty() ? std::string() : "module " + a.module;
+  if (a.backward) {
+    std::string text;
+    if (a.linked) {
+      text = "backward of " + (a.forward_op.empty() ? std::string("an operation") : a.forward_op);
+      if (!a.forward_line.empty()) text += " at " + a.forward_line;
+    } else {
+      text = "backward" + (a.op.empty() ? std::string() : " (" + a.op + ")") +
+             ", forward operation not found";
+    }
+    return module.empty() ? text : text + " (" + module + ")";
+  }
+  std::string op = a.inner_op.empty() ? a.op : a.inner_op + " (" + a.op + ")";
+  if (op.empty() && module.empty()) return "born outside every operator and module";
+  std::string text = "born";
+  if (!op.empty()) text += " in " + op;
+  if (!module.empty()) text += " in " + module;
+  return text;
+}
 
 void PrintSummaryText(const Report& report, std::ostream& terminal) {
   // Names and notices come from the traced program: nothing in them may reach the terminal

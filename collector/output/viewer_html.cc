@@ -74,7 +74,8 @@ json PeakData(const DeviceReport& dr, const DeviceTimeline& dt) {
 json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
-  std::vector<uint32_t> birth, death, api, library;
+  std::vector<uint32_t> birth, death, api, library, module, op;
+  std::vector<uint8_t> backward;
   std::vector<int32_t> phase, stack;
   std::vector<double> bytes;
   std::vector<uint8_t> kind, lifetime_class;
@@ -96,6 +97,11 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
     api.push_back(a.api);
     library.push_back(a.library);
     kind.push_back(a.kind);
+    if (t.attribution) {
+      module.push_back(a.module);
+      op.push_back(a.op);
+      backward.push_back(a.backward ? 1 : 0);
+    }
   }
   std::vector<float> busy(kKernelBins, 0.0f);
   const double width = std::max<double>(1.0, static_cast<double>(p.duration_ns)) / kKernelBins;
@@ -123,6 +129,15 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
   // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
   if (!t.stacks.empty()) d["allocations"]["stack"] = Column(stack);
+  // With `run --modules` / `--ops`: each allocation's module path and outer operator (indices
+  // into the process' strings, 0: none) and whether it was born in backward; the device's
+  // figures by module and operator as summary.json has them.
+  if (t.attribution) {
+    d["allocations"]["module"] = Column(module);
+    d["allocations"]["operator"] = Column(op);
+    d["allocations"]["backward"] = Column(backward);
+    if (dr.attribution.given) d["attribution"] = internal::AttributionJson(dr.attribution);
+  }
   return d;
 }
 

@@ -362,6 +362,21 @@ TEST_F(CliEndToEnd, ChildEnvironmentCarriesTheInjection) {
                          "CUMEMTRACE_KERNELS=0\nCUMEMTRACE_QUIET=1\n");
   }
   {
+    // --modules and --ops each set their own variable only.
+    std::vector<std::string> args = {"run", "-o", tmp_ + "/m", "--ops", "--", kFake};
+    for (const char* arg :
+         {"--no-connect", "--print-env=CUMEMTRACE_MODULES", "--print-env=CUMEMTRACE_OPS"}) {
+      args.push_back(arg);
+    }
+    EXPECT_EQ(RunCli(args, "", {}).out, "CUMEMTRACE_MODULES unset\nCUMEMTRACE_OPS=1\n");
+    args[2] = tmp_ + "/m2";
+    args[3] = "--modules";
+    EXPECT_EQ(RunCli(args, "", {}).out, "CUMEMTRACE_MODULES=1\nCUMEMTRACE_OPS unset\n");
+    args[2] = tmp_ + "/m3";
+    args.insert(args.begin() + 4, "--ops");
+    EXPECT_EQ(RunCli(args, "", {}).out, "CUMEMTRACE_MODULES=1\nCUMEMTRACE_OPS=1\n");
+  }
+  {
     // --kernels turns CUPTI's per-kernel GPU records on.
     std::vector<std::string> args = {"run", "-o", tmp_ + "/k", "--kernels", "--", kFake,
                                      "--no-connect", "--print-env=CUMEMTRACE_KERNELS"};

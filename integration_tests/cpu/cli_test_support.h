@@ -42,8 +42,8 @@ inline std::vector<std::string> ChildEnv(const EnvOverrides& overrides) {
     if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const char* name : {"CUMEMTRACE_SOCKET", "LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF",
-                           "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH",
-                           "CUMEMTRACE_KERNELS", "CUMEMTRACE_QUIET"}) {
+                           "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "CUMEMTRACE_KERNELS",
+                           "CUMEMTRACE_QUIET", "CUMEMTRACE_MODULES", "CUMEMTRACE_OPS"}) {
     env.erase(name);
   }
   env["CUMEMTRACE_TRACER_LIB"] = kStub;

@@ -9,11 +9,13 @@ CAPACITY = 4096
 MAGIC = 0x47524D43
 LAYOUT = 2
 NVTX, MEMORY, FAILED, THREAD_NAME, EXIT, BRIDGE, LAUNCH = 2, 1, 3, 4, 6, 8, 9
+ATTRIBUTION_NAME = 11  # layout 3
 TORCH_EVENT, PADDING = 128, 255
+FLAG_ATTRIBUTION = 2  # layout 3: a TorchAttribution after the TorchRecord
 
 
-def header(write, dropped=0, first=0, last=0, magic=MAGIC):
-    head = struct.pack("<IIQQQQQQII", magic, LAYOUT, CAPACITY, write, 0, dropped, first, last,
+def header(write, dropped=0, first=0, last=0, magic=MAGIC, layout=LAYOUT):
+    head = struct.pack("<IIQQQQQQII", magic, layout, CAPACITY, write, 0, dropped, first, last,
                        2, 0)
     head = head.ljust(256, b"\0")
     for name, kind in ((b"cuMemAlloc_v2", 1), (b"cuMemFree_v2", 0)):
@@ -26,11 +28,11 @@ def padded(n):
 
 
 def record(kind, text=b"", caller=b"", domain=b"", payload=b"", op=0, api=0, release=0,
-           nbytes=0, error=0, ts=1000):
+           nbytes=0, error=0, ts=1000, category=0, range_id=0):
     body = text + caller + domain + payload
     size = padded(112 + len(body))
-    rec = struct.pack("<IBBHIIQIIIIQQQQQQiBBBBIIII", size, kind, op, api, 7, 3, ts, 0, 0, 0,
-                      0, 0, 0x7F0000000000, nbytes, 0, 0, 0, error, release, 0, 1, 0,
+    rec = struct.pack("<IBBHIIQIIIIQQQQQQiBBBBIIII", size, kind, op, api, 7, 3, ts, 0, category,
+                      0, 0, range_id, 0x7F0000000000, nbytes, 0, 0, 0, error, release, 0, 1, 0,
                       len(text), len(caller), len(domain), len(payload))
     return (rec + body).ljust(size, b"\0")
 
@@ -38,6 +40,15 @@ def record(kind, text=b"", caller=b"", domain=b"", payload=b"", op=0, api=0, rel
 def torch_event(ts=2000):
     return struct.pack("<IBBBBII10Q", 96, TORCH_EVENT, 1, 0, 0, 7, 0, ts, 0x7F0000001000, 512,
                        0, 1, 512, 512, 2 << 20, 1, 0)
+
+
+# An ALLOC with what was running (module, op, inner op, autograd thread, sequence; bit 63:
+# backward); `cut` keeps the flag but leaves the attribution out.
+def attributed_torch_event(sequence, ts=2000, cut=False):
+    size = 96 if cut else 120
+    event = struct.pack("<IBBBBII10Q", size, TORCH_EVENT, 1, FLAG_ATTRIBUTION, 0, 7, 0, ts,
+                        0x7F0000001000, 512, 0, 1, 512, 512, 2 << 20, 1, 0)
+    return event if cut else event + struct.pack("<IIIIQ", 3, 1, 2, 7, sequence)
 
 
 def padding(n):
@@ -100,6 +111,13 @@ def main():
     seeds["drops-2-64-minus-1"] = seed(0, 0, 0, header(0, dropped=2**64 - 1, first=1, last=2),
                                        b"")
     seeds["wrong-magic-drops"] = seed(0, 0, 0, header(0, dropped=5, magic=MAGIC ^ 1), b"")
+    # Layout 3: names and attributed tensors (a backward one, a cut one, ids out of range).
+    body = (record(ATTRIBUTION_NAME, text=b"encoder.fc1", category=1, range_id=3) +
+            record(ATTRIBUTION_NAME, text=b"aten::linear", category=2, range_id=1) +
+            record(ATTRIBUTION_NAME, text=b"\xff\xfe", category=2, range_id=2**32) +
+            attributed_torch_event(11) + attributed_torch_event(11 | 1 << 63, ts=2100) +
+            attributed_torch_event(12, ts=2200, cut=True) + torch_event(ts=2300))
+    seeds["attribution"] = seed(0, 0, 1, header(len(body), layout=3), body)
     for name, content in seeds.items():
         with open(f"{out}/{name}", "wb") as f:
             f.write(content)

@@ -1010,6 +1010,111 @@ TEST(MemoryVizExport, AtOomIsTheStateOfThatInstant) {
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 
+// ---- modules and operators (`run --modules`, `--ops`) ---------------------------------------
+
+// Tensors of the PyTorch bridge with attribution: one forward block in encoder.fc1 under
+// aten::linear, one backward block of the same autograd node (its module from the forward
+// op), one block without attribution.
+std::string AttributionTrace() {
+  StreamBuilder s(1, 4444);
+  s.Device(0, "GPU", 1 << 30).Flush();
+  v1::Event state;
+  state.set_timestamp_ns(5);
+  state.mutable_torch_bridge()->set_attached(true);
+  s.Raw(state);
+  auto name = [&](v1::AttributionKind kind, uint32_t id, const std::string& text) {
+    v1::Event e;
+    e.mutable_attribution_name()->set_kind(kind);
+    e.mutable_attribution_name()->set_id(id);
+    e.mutable_attribution_name()->set_name(text);
+    s.Raw(e);
+  };
+  name(v1::ATTRIBUTION_KIND_MODULE, 1, "encoder.fc1");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 1, "aten::linear");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 2, "AddmmBackward0");
+  uint64_t total = 0, sequence = 0;
+  auto alloc = [&](uint64_t ts, uint64_t address, uint64_t block, uint32_t module, uint32_t op,
+                   bool backward) {
+    v1::Event e;
+    e.set_timestamp_ns(ts);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_action(v1::TORCH_ALLOCATOR_ACTION_ALLOC);
+    t->set_sequence(++sequence);
+    t->set_address(address);
+    t->set_requested_bytes(block - 100);
+    t->set_allocated_bytes_total(total);
+    t->set_allocated_bytes_current(total);
+    t->set_module_id(module);
+    t->set_operator_id(op);
+    t->set_autograd_sequence(op != 0 ? 7 : 0);
+    t->set_autograd_thread(op != 0 ? 11 : 0);
+    t->set_backward(backward);
+    total += block;
+    s.Raw(e);
+  };
+  alloc(100, 0x10000, 4096, 1, 1, false);
+  alloc(110, 0x20000, 8192, 0, 2, true);
+  alloc(120, 0x30000, 1024, 0, 0, false);
+  v1::Event probe;
+  probe.set_timestamp_ns(130);
+  probe.mutable_torch_allocator()->set_action(v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE);
+  probe.mutable_torch_allocator()->set_sequence(sequence);
+  probe.mutable_torch_allocator()->set_allocated_bytes_total(total);
+  probe.mutable_torch_allocator()->set_allocated_bytes_current(total);
+  s.Raw(probe);
+  s.Exit(200, 0).LauncherExit(0, 0);
+  return WriteTempFile("attribution." + std::to_string(getpid()) + ".cmtrace",
+                       FileBytes(s.Chunks()));
+}
+
+TEST(Attribution, MemoryVizAllocEntriesCarryModuleAndOperator) {
+  auto trace = Load(AttributionTrace());
+  ASSERT_NE(trace, nullptr);
+  std::ostringstream out;
+  WriteMemoryVizSnapshot(*trace, 0, out);
+  const json v = Unpickle(out.str());
+  std::map<uint64_t, json> allocs;
+  for (const json& e : v.at("device_traces").at(0)) {
+    if (e["action"] == "alloc") allocs[e["addr"].get<uint64_t>()] = e;
+  }
+  ASSERT_EQ(allocs.size(), 3u);
+  EXPECT_EQ(allocs[0x10000]["frames"],
+            json::parse(R"([{"filename": "encoder.fc1", "line": 0, "name": "aten::linear"}])"));
+  EXPECT_EQ(allocs[0x20000]["frames"], json::parse(R"([{"filename": "encoder.fc1", "line": 0,
+                             "name": "backward: AddmmBackward0"}])"));
+  EXPECT_TRUE(allocs[0x30000]["frames"].empty());
+}
+
+TEST(Attribution, PageDataHasModuleAndOperatorColumns) {
+  auto trace = Load(AttributionTrace());
+  ASSERT_NE(trace, nullptr);
+  const json data = json::parse(EmbeddedPageData(*trace));
+  const json& process = data["processes"][0];
+  const json& device = process["devices"][0];
+  const json& allocations = device["allocations"];
+  const std::vector<int32_t> module = Int32Column(allocations.at("module"));
+  const std::vector<int32_t> op = Int32Column(allocations.at("operator"));
+  ASSERT_EQ(module.size(), allocations["n"].get<size_t>());
+  ASSERT_EQ(module.size(), 3u);  // in birth order
+  const json& strings = process["strings"];
+  EXPECT_EQ(strings[static_cast<size_t>(module[0])], "encoder.fc1");
+  EXPECT_EQ(strings[static_cast<size_t>(op[0])], "aten::linear");
+  EXPECT_EQ(strings[static_cast<size_t>(module[1])], "encoder.fc1");  // from its forward op
+  EXPECT_EQ(strings[static_cast<size_t>(op[1])], "AddmmBackward0");
+  EXPECT_EQ(module[2], 0);
+  EXPECT_EQ(op[2], 0);
+  const json& by_module = device.at("attribution").at("by_module");
+  ASSERT_FALSE(by_module.empty());
+  EXPECT_EQ(by_module[0]["module"], "encoder");
+  EXPECT_EQ(by_module[0]["bytes"], 4096 + 8192);
+  // Without attribution, no columns.
+  auto plain = Load(SyntheticTrace());
+  ASSERT_NE(plain, nullptr);
+  const json plain_data = json::parse(EmbeddedPageData(*plain));
+  EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("module"));
+  EXPECT_FALSE(plain_data["processes"][0]["devices"][0].contains("attribution"));
+}
+
 }  // namespace
 }  // namespace cumemtrace::testing
 

@@ -1,0 +1,433 @@
+// Tensors by module and operator (`run --modules`, `--ops`) on fabricated streams: the bytes at
+// the tensor peak per module and operator are the live blocks' sums by the byte, a backward
+// allocation names its forward operation through autograd's (thread, sequence) and takes its
+// module, and ids that were never defined name nothing.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collector/engine/engine.h"
+#include "collector/engine/tests/trace_builder.h"
+
+namespace cumemtrace {
+namespace {
+
+using testing::Analyze;
+using testing::FindDevice;
+using testing::StreamBuilder;
+
+constexpr uint64_t kKiB = 1024, kMiB = 1024 * 1024;
+constexpr uint32_t kMain = 500, kWorker = 600;
+
+// Module and operator ids of the stream.
+enum : uint32_t { kRoot = 1, kEncoder = 2, kFc1 = 3, kFc2 = 4, kHead = 5 };
+enum : uint32_t { kLinear = 1, kAddmm = 2, kAddmmBackward = 3, kEmpty = 4 };
+
+struct Attribution {
+  uint32_t module = 0;
+  uint32_t op = 0;
+  uint32_t inner_op = 0;
+  uint64_t sequence = 0;  // seqNr + 1
+  uint32_t autograd_thread = 0;
+  bool backward = false;
+};
+
+// A caching allocator's ALLOC and FREE_REQUESTED events with its counters, each ALLOC with
+// what was running; the block sizes settle exactly (multiples of 512, requested = block - 100).
+class AttributedTrace {
+ public:
+  AttributedTrace() : s_(1, 4242) {
+    s_.Device(0, "NVIDIA H100 80GB HBM3", 85899345920ull).Flush();
+    v1::Event state;
+    state.set_timestamp_ns(5);
+    state.mutable_torch_bridge()->set_attached(true);
+    s_.Raw(state);
+  }
+  AttributedTrace& Name(v1::AttributionKind kind, uint32_t id, const std::string& name) {
+    v1::Event e;
+    e.set_timestamp_ns(ts_);
+    v1::AttributionName* n = e.mutable_attribution_name();
+    n->set_kind(kind);
+    n->set_id(id);
+    n->set_name(name);
+    s_.Raw(e);
+    return *this;
+  }
+  AttributedTrace& Module(uint32_t id, const std::string& path) {
+    return Name(v1::ATTRIBUTION_KIND_MODULE, id, path);
+  }
+  AttributedTrace& Op(uint32_t id, const std::string& name) {
+    return Name(v1::ATTRIBUTION_KIND_OPERATOR, id, name);
+  }
+  AttributedTrace& Alloc(uint64_t address, uint64_t block, const Attribution& a,
+                         uint32_t thread = kMain, uint32_t stack_id = 0) {
+    v1::Event e = Event(v1::TORCH_ALLOCATOR_ACTION_ALLOC, address, thread);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_requested_bytes(block - 100);
+    t->set_allocated_bytes_total(total_);
+    t->set_allocated_bytes_current(current_);
+    t->set_module_id(a.module);
+    t->set_operator_id(a.op);
+    t->set_inner_operator_id(a.inner_op);
+    t->set_autograd_sequence(a.sequence);
+    t->set_autograd_thread(a.autograd_thread);
+    t->set_backward(a.backward);
+    t->set_stack_id(stack_id);
+    total_ += block;
+    current_ += block;
+    blocks_[address] = block;
+    s_.Raw(e);
+    return *this;
+  }
+  AttributedTrace& Free(uint64_t address) {
+    v1::Event e = Event(v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED, address, kMain);
+    e.mutable_torch_allocator()->set_requested_bytes(blocks_.at(address));
+    current_ -= blocks_.at(address);
+    blocks_.erase(address);
+    s_.Raw(e);
+    return *this;
+  }
+  AttributedTrace& Raw(const v1::Event& e) {
+    s_.Raw(e);
+    return *this;
+  }
+  AttributedTrace& Flush() {
+    s_.Flush();
+    return *this;
+  }
+  std::unique_ptr<Report> Analyze() {
+    // A probe after the last event settles the last block from the counters.
+    v1::Event probe;
+    probe.set_timestamp_ns(++ts_);
+    v1::TorchAllocatorEvent* t = probe.mutable_torch_allocator();
+    t->set_action(v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE);
+    t->set_sequence(sequence_);
+    t->set_allocated_bytes_total(total_);
+    t->set_allocated_bytes_current(current_);
+    s_.Raw(probe);
+    s_.Exit(++ts_, 0).Flush();
+    return testing::Analyze(s_.Chunks());
+  }
+
+ private:
+  v1::Event Event(v1::TorchAllocatorAction action, uint64_t address, uint32_t thread) {
+    v1::Event e;
+    e.set_timestamp_ns(++ts_);
+    v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
+    t->set_action(action);
+    t->set_sequence(++sequence_);
+    t->set_address(address);
+    t->set_thread_id(thread);
+    return e;
+  }
+
+  StreamBuilder s_;
+  uint64_t ts_ = 10;
+  uint64_t sequence_ = 0;
+  uint64_t total_ = 0;
+  uint64_t current_ = 0;
+  std::map<uint64_t, uint64_t> blocks_;
+};
+
+const ModuleBytes* FindModule(const DeviceAttribution& a, const std::string& path) {
+  for (const ModuleBytes& m : a.modules) {
+    if (m.module == path) return &m;
+  }
+  return nullptr;
+}
+
+const OperatorBytes* FindOp(const DeviceAttribution& a, const std::string& op) {
+  for (const OperatorBytes& o : a.operators) {
+    if (o.op == op) return &o;
+  }
+  return nullptr;
+}
+
+const LiveAllocation* FindLargest(const DeviceReport& d, uint64_t address) {
+  for (const LiveAllocation& a : d.peak.largest) {
+    if (a.address == address) return &a;
+  }
+  return nullptr;
+}
+
+// The training step of a small model: forward in encoder.fc1, encoder.fc2 and head, a block
+// outside every module, then two backward blocks on autograd's worker thread, one of whose
+// forward op is known.
+AttributedTrace TrainingStep(bool names_first) {
+  AttributedTrace t;
+  auto names = [](AttributedTrace& trace) {
+    trace.Module(kRoot, "<Net>").Module(kEncoder, "encoder").Module(kFc1, "encoder.fc1");
+    trace.Module(kFc2, "encoder.fc2").Module(kHead, "head");
+    trace.Op(kLinear, "aten::linear").Op(kAddmm, "aten::addmm");
+    trace.Op(kAddmmBackward, "AddmmBackward0").Op(kEmpty, "aten::empty");
+  };
+  if (names_first) names(t);
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, kAddmm, 10, kMain, false});
+  t.Alloc(0xa000, 6 * kMiB, {kFc1, kLinear, kAddmm, 10, kMain, false});  // a temporary
+  t.Free(0xa000);
+  t.Alloc(0x2000, 2 * kMiB, {kFc2, kLinear, kAddmm, 11, kMain, false});
+  t.Alloc(0x3000, 4 * kMiB, {kHead, kEmpty, 0, 0, 0, false});
+  t.Alloc(0x4000, 512 * kKiB, {kRoot, kEmpty, 0, 0, 0, false});
+  t.Alloc(0x5000, 8 * kMiB, {});
+  t.Flush();
+  // Backward: node of sequence 11 (aten::linear in encoder.fc2) and one never seen forward.
+  t.Alloc(0x6000, 1 * kMiB, {0, kAddmmBackward, 0, 11, kMain, true}, kWorker);
+  t.Alloc(0x7000, 3 * kMiB, {0, kAddmmBackward, 0, 99, kMain, true}, kWorker);
+  // After the peak: head's block goes, a small one comes.
+  t.Free(0x3000);
+  t.Alloc(0x9000, 64 * kKiB, {kEncoder, kEmpty, 0, 0, 0, false});
+  if (!names_first) names(t);
+  return t;
+}
+
+TEST(Attribution, ModulesAtTheTensorPeakAreTheLiveBlocksByTheByte) {
+  std::unique_ptr<Report> report = TrainingStep(/*names_first=*/true).Analyze();
+  ASSERT_EQ(report->processes.size(), 1u);
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const DeviceAttribution& a = d->attribution;
+  ASSERT_TRUE(a.given);
+  // Live at the peak (after the second backward block): everything but the temporary.
+  const uint64_t fc1 = 1 * kMiB, fc2 = 2 * kMiB, head = 4 * kMiB, root = 512 * kKiB;
+  const uint64_t none = 8 * kMiB, linked = 1 * kMiB, unlinked = 3 * kMiB;
+  const uint64_t peak = fc1 + fc2 + head + root + none + linked + unlinked;
+  EXPECT_EQ(a.tensor_peak_bytes, peak);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, peak);
+
+  const ModuleBytes* m_fc1 = FindModule(a, "encoder.fc1");
+  const ModuleBytes* m_fc2 = FindModule(a, "encoder.fc2");
+  const ModuleBytes* m_encoder = FindModule(a, "encoder");
+  const ModuleBytes* m_head = FindModule(a, "head");
+  const ModuleBytes* m_root = FindModule(a, "<Net>");
+  const ModuleBytes* m_none = FindModule(a, "");
+  for (const ModuleBytes* m : {m_fc1, m_fc2, m_encoder, m_head, m_root, m_none}) {
+    ASSERT_NE(m, nullptr);
+  }
+  EXPECT_EQ(m_fc1->self_bytes, fc1);
+  // The linked backward block takes its forward op's module.
+  EXPECT_EQ(m_fc2->self_bytes, fc2 + linked);
+  EXPECT_EQ(m_encoder->self_bytes, 0u);
+  EXPECT_EQ(m_encoder->bytes, fc1 + fc2 + linked);
+  EXPECT_EQ(m_head->bytes, head);
+  // The one root holds every module's bytes; the unlinked backward block has no module.
+  EXPECT_EQ(m_root->self_bytes, root);
+  EXPECT_EQ(m_root->bytes, root + fc1 + fc2 + linked + head);
+  EXPECT_EQ(m_none->bytes, none + unlinked);
+  EXPECT_EQ(m_encoder->count, 3u);
+  uint64_t self_sum = 0;
+  for (const ModuleBytes& m : a.modules) self_sum += m.self_bytes;
+  EXPECT_EQ(self_sum, peak);
+
+  // A tree: the root first, each child after its parent, one level deeper.
+  EXPECT_EQ(a.modules.front().module, "<Net>");
+  EXPECT_EQ(a.modules.front().depth, 0u);
+  EXPECT_EQ(m_encoder->depth, 1u);
+  EXPECT_EQ(m_fc1->depth, 2u);
+  EXPECT_EQ(a.modules.back().module, "");
+  auto index = [&](const ModuleBytes* m) { return m - a.modules.data(); };
+  EXPECT_LT(index(m_encoder), index(m_fc1));
+  EXPECT_LT(index(m_encoder), index(m_fc2));
+  // Siblings by bytes at the peak: encoder and head hold 4 MiB each, so the own peak decides,
+  // where encoder's temporary made it the higher.
+  EXPECT_LT(index(m_encoder), index(m_head));
+
+  // Over the run: encoder.fc1 held its block and the 6 MiB temporary together.
+  EXPECT_EQ(m_fc1->own_peak_bytes, fc1 + 6 * kMiB);
+  EXPECT_EQ(m_encoder->own_peak_bytes, fc1 + 6 * kMiB);
+  EXPECT_EQ(m_head->own_peak_bytes, head);
+  EXPECT_EQ(m_root->own_peak_bytes, root + fc1 + fc2 + linked + head);
+
+  // By outer operator at the peak.
+  const OperatorBytes* linear = FindOp(a, "aten::linear");
+  const OperatorBytes* empty = FindOp(a, "aten::empty");
+  const OperatorBytes* backward = FindOp(a, "AddmmBackward0");
+  const OperatorBytes* no_op = FindOp(a, "");
+  for (const OperatorBytes* o : {linear, empty, backward, no_op}) ASSERT_NE(o, nullptr);
+  EXPECT_EQ(linear->bytes, fc1 + fc2);
+  EXPECT_EQ(linear->count, 2u);
+  EXPECT_EQ(empty->bytes, head + root);
+  EXPECT_EQ(backward->bytes, linked + unlinked);
+  EXPECT_EQ(no_op->bytes, none);
+  EXPECT_EQ(FindOp(a, "aten::addmm"), nullptr);  // an inner op only
+  EXPECT_EQ(a.operators.front().op, "");         // largest first
+  uint64_t op_sum = 0;
+  for (const OperatorBytes& o : a.operators) op_sum += o.bytes;
+  EXPECT_EQ(op_sum, peak);
+
+  // Backward blocks over the run, and the one whose forward op was never seen.
+  EXPECT_EQ(a.backward_allocations, 2u);
+  EXPECT_EQ(a.backward_bytes, linked + unlinked);
+  EXPECT_EQ(a.unlinked_backward_allocations, 1u);
+  EXPECT_EQ(a.unlinked_backward_bytes, unlinked);
+}
+
+TEST(Attribution, LargestBlocksNameWhereTheyWereBorn) {
+  std::unique_ptr<Report> report = TrainingStep(/*names_first=*/true).Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const LiveAllocation* fc2 = FindLargest(*d, 0x2000);
+  const LiveAllocation* linked = FindLargest(*d, 0x6000);
+  const LiveAllocation* unlinked = FindLargest(*d, 0x7000);
+  const LiveAllocation* none = FindLargest(*d, 0x5000);
+  for (const LiveAllocation* l : {fc2, linked, unlinked, none}) ASSERT_NE(l, nullptr);
+  EXPECT_EQ(fc2->module, "encoder.fc2");
+  EXPECT_EQ(fc2->op, "aten::linear");
+  EXPECT_EQ(fc2->inner_op, "aten::addmm");
+  EXPECT_FALSE(fc2->backward);
+  EXPECT_TRUE(linked->backward);
+  EXPECT_TRUE(linked->linked);
+  EXPECT_TRUE(linked->module_inherited);
+  EXPECT_EQ(linked->module, "encoder.fc2");
+  EXPECT_EQ(linked->op, "AddmmBackward0");
+  EXPECT_EQ(linked->forward_op, "aten::linear");
+  EXPECT_EQ(linked->forward_inner_op, "aten::addmm");
+  EXPECT_TRUE(unlinked->backward);
+  EXPECT_FALSE(unlinked->linked);
+  EXPECT_EQ(unlinked->module, "");
+  EXPECT_EQ(unlinked->forward_op, "");
+  EXPECT_EQ(none->module, "");
+  EXPECT_EQ(none->op, "");
+}
+
+// Definitions may come after their use (the ring and the per-thread buffers are read side by
+// side): resolved once the stream is read, with the same figures.
+TEST(Attribution, NamesDefinedAfterUseResolveTheSame) {
+  std::unique_ptr<Report> first = TrainingStep(/*names_first=*/true).Analyze();
+  std::unique_ptr<Report> later = TrainingStep(/*names_first=*/false).Analyze();
+  const DeviceAttribution& a = FindDevice(first->processes[0], 0)->attribution;
+  const DeviceAttribution& b = FindDevice(later->processes[0], 0)->attribution;
+  ASSERT_EQ(a.operators.size(), b.operators.size());
+  for (size_t i = 0; i < a.operators.size(); ++i) {
+    EXPECT_EQ(a.operators[i].op, b.operators[i].op);
+    EXPECT_EQ(a.operators[i].bytes, b.operators[i].bytes);
+  }
+  ASSERT_EQ(a.modules.size(), b.modules.size());
+  for (size_t i = 0; i < a.modules.size(); ++i) {
+    EXPECT_EQ(a.modules[i].module, b.modules[i].module);
+    EXPECT_EQ(a.modules[i].bytes, b.modules[i].bytes);
+    EXPECT_EQ(a.modules[i].self_bytes, b.modules[i].self_bytes);
+  }
+}
+
+// A backward block's link needs the same autograd thread: the same sequence number of
+// another thread is another node.
+TEST(Attribution, BackwardLinkNeedsTheForwardThread) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Op(kLinear, "aten::linear").Op(kAddmmBackward, "AddmmBackward0");
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 5, kMain, false});
+  t.Alloc(0x2000, 2 * kMiB, {0, kAddmmBackward, 0, 5, kWorker, true}, kWorker);
+  t.Alloc(0x3000, 4 * kMiB, {0, kAddmmBackward, 0, 5, kMain, true}, kWorker);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->attribution.unlinked_backward_bytes, 2 * kMiB);
+  EXPECT_EQ(d->attribution.backward_bytes, 6 * kMiB);
+  EXPECT_FALSE(FindLargest(*d, 0x2000)->linked);
+  EXPECT_TRUE(FindLargest(*d, 0x3000)->linked);
+  EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 1 * kMiB + 4 * kMiB);
+}
+
+// Ids never defined, ids of an unknown kind and a backward block with no sequence: no name,
+// counted where a block without attribution is, and nothing breaks.
+TEST(Attribution, UnknownIdsNameNothing) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1");
+  t.Name(static_cast<v1::AttributionKind>(7), kFc2, "not a kind");  // a newer writer's
+  t.Name(v1::ATTRIBUTION_KIND_MODULE, 0, "no id");
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, 0, 0, 0, 0, false});
+  t.Alloc(0x2000, 2 * kMiB, {kFc2, 4000000000u, 77, 0, 0, false});
+  t.Alloc(0x3000, 4 * kMiB, {0, 0, 0, 0, 0, true}, kWorker);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const DeviceAttribution& a = d->attribution;
+  ASSERT_TRUE(a.given);
+  EXPECT_EQ(FindModule(a, "fc1")->bytes, 1 * kMiB);
+  EXPECT_EQ(FindModule(a, "")->bytes, 2 * kMiB + 4 * kMiB);
+  EXPECT_EQ(FindModule(a, "not a kind"), nullptr);
+  EXPECT_EQ(FindModule(a, "no id"), nullptr);
+  EXPECT_EQ(FindOp(a, "")->bytes, 7 * kMiB);
+  EXPECT_EQ(a.unlinked_backward_bytes, 4 * kMiB);
+  const LiveAllocation* unknown = FindLargest(*d, 0x2000);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_EQ(unknown->module, "");
+  EXPECT_EQ(unknown->op, "");
+  EXPECT_EQ(unknown->inner_op, "");
+}
+
+// A later, higher peak replaces the first one whole: a module whose blocks were freed in
+// between has nothing at the peak, though it held the most at the first one.
+TEST(Attribution, ALaterPeakReplacesTheFirst) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Module(kFc2, "fc2").Module(kHead, "head");
+  t.Alloc(0x1000, 4 * kMiB, {kFc1, 0, 0, 0, 0, false});
+  t.Alloc(0x2000, 2 * kMiB, {kFc2, 0, 0, 0, 0, false});  // first peak: 6 MiB
+  t.Free(0x1000);
+  t.Alloc(0x3000, 1 * kMiB, {kFc1, 0, 0, 0, 0, false});
+  t.Free(0x3000);
+  t.Alloc(0x4000, 8 * kMiB, {kHead, 0, 0, 0, 0, false});  // the peak: 10 MiB
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const DeviceAttribution& a = d->attribution;
+  EXPECT_EQ(a.tensor_peak_bytes, 2 * kMiB + 8 * kMiB);
+  const ModuleBytes* fc1 = FindModule(a, "fc1");
+  ASSERT_NE(fc1, nullptr);  // a row for its own peak over the run
+  EXPECT_EQ(fc1->bytes, 0u);
+  EXPECT_EQ(fc1->own_peak_bytes, 4 * kMiB);
+  EXPECT_EQ(FindModule(a, "fc2")->bytes, 2 * kMiB);
+  EXPECT_EQ(FindModule(a, "head")->bytes, 8 * kMiB);
+  EXPECT_EQ(a.modules.front().module, "head");  // the largest at the peak first
+  EXPECT_EQ(FindOp(a, "")->bytes, a.tensor_peak_bytes);
+}
+
+// Without attribution nothing is given (and the report is as before).
+TEST(Attribution, NotGivenWithoutAttribution) {
+  AttributedTrace t;
+  t.Alloc(0x1000, 1 * kMiB, {});
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->attribution.given);
+  EXPECT_TRUE(d->attribution.modules.empty());
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 1 * kMiB);
+}
+
+// With `--stacks`, a backward block names the line of its forward allocation.
+TEST(Attribution, BackwardNamesItsForwardLine) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Op(kLinear, "aten::linear").Op(kAddmmBackward, "AddmmBackward0");
+  v1::Event e;
+  e.mutable_interned_string()->set_id(90);
+  e.mutable_interned_string()->set_value("forward");
+  t.Raw(e);
+  e.mutable_interned_string()->set_id(91);
+  e.mutable_interned_string()->set_value("/home/me/model.py");
+  t.Raw(e);
+  v1::Event frame;
+  v1::StackFrame* f = frame.mutable_stack_frame();
+  f->set_id(1);
+  f->set_kind(v1::STACK_FRAME_KIND_PYTHON);
+  f->set_function_name_id(90);
+  f->set_file_name_id(91);
+  f->set_line(42);
+  t.Raw(frame);
+  v1::Event stack;
+  stack.mutable_stack()->set_id(3);
+  stack.mutable_stack()->add_frame_ids(1);
+  t.Raw(stack);
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 5, kMain, false}, kMain, /*stack_id=*/3);
+  t.Alloc(0x2000, 2 * kMiB, {0, kAddmmBackward, 0, 5, kMain, true}, kWorker);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const LiveAllocation* backward = FindLargest(*d, 0x2000);
+  ASSERT_NE(backward, nullptr);
+  EXPECT_EQ(backward->forward_line, "model.py:42");
+  EXPECT_EQ(backward->module, "fc1");
+}
+
+}  // namespace
+}  // namespace cumemtrace
