@@ -299,8 +299,12 @@ void RecordQueue::ReadTorchRecord(const unsigned char* at, uint32_t size,
   }
 }
 
+bool RecordQueue::HasUntaken() const {
+  return header_ != nullptr && Load(&header_->write_position) != read_position_;
+}
+
 DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends,
-                                uint64_t* dropped_total) {
+                                uint64_t* dropped_total, size_t max_records) {
   out->clear();
   if (ends != nullptr) ends->clear();
   DropWindow drops;
@@ -322,11 +326,25 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
   // has stopped growing.
   taken_stack_words_.clear();
   std::vector<TakenStack> stacks;
-  // Only this thread reads, and writers never touch [read_position_, write): no lock.
-  while (read_position_ < write) {
-    const unsigned char* at = data_ + read_position_ % ring_bytes_;
+  // Only this thread reads, and writers never touch [read_position_, write): no lock. The
+  // ring is memory the program can write (a stray pointer, a hostile library), so a size is
+  // believed only where a record can be, as the collector's recovery does: a size of 0 kept
+  // this loop at one place forever, and a size past the write position or the data's end
+  // read beyond them. Where no record can start, reading resumes at the next lap (a record
+  // never wraps, so every lap begins with one) or at the write position.
+  while (read_position_ < write && out->size() < max_records) {
+    const uint64_t offset = read_position_ % ring_bytes_;
+    const uint64_t room = ring_bytes_ - offset;
+    const uint64_t left = write - read_position_;
+    const unsigned char* at = data_ + offset;
     uint32_t size = 0;
-    memcpy(&size, at, sizeof(size));
+    if (read_position_ % kAlign == 0 && room >= kAlign) memcpy(&size, at, sizeof(size));
+    if (size < kAlign || size % kAlign != 0 || size > room || size > left) {
+      const uint64_t skip = std::min(room, left);
+      read_position_ += skip;
+      damaged_bytes_.fetch_add(skip, std::memory_order_relaxed);
+      continue;
+    }
     const uint8_t type = at[offsetof(ring::Record, type)];
     if (type == ring::kPadding) {  // may be all that is left
       read_position_ += size;
@@ -334,13 +352,26 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     }
     if (type == ring::kTorchEvent) {
       read_position_ += size;
+      if (size < sizeof(ring::TorchRecord)) {
+        damaged_records_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       ReadTorchRecord(at, size, out, &stacks);
       if (ends != nullptr) ends->push_back(read_position_);
       continue;
     }
+    read_position_ += size;
     ring::Record r;
+    if (size < sizeof(r)) {
+      damaged_records_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     memcpy(&r, at, sizeof(r));
-    read_position_ += r.size;
+    if (uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes + r.payload_bytes >
+        size - sizeof(r)) {
+      damaged_records_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     HostRecord& record = out->emplace_back();
     record.type = static_cast<HostRecord::Type>(r.type);
     record.nvtx_operation = r.nvtx_operation;

@@ -105,11 +105,19 @@ class RecordQueue {
   // into a reserve the other records never use.
   void PushPastCapacity(const HostRecord& record);
   // Sender only: appends the records written since the last call to *out (cleared first),
-  // with the ring position after each in *ends, and returns the drops since the last call;
-  // *dropped_total is the running total of drops. A record's `stack` points into the queue
-  // until the next call.
+  // at most `max_records` of them (the rest wait for the next call), with the ring position
+  // after each in *ends, and returns the drops since the last call; *dropped_total is the
+  // running total of drops. A record's `stack` points into the queue until the next call.
   DropWindow TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends = nullptr,
-                     uint64_t* dropped_total = nullptr);
+                     uint64_t* dropped_total = nullptr, size_t max_records = SIZE_MAX);
+  // Sender only: records are written that TakeAll has not taken yet.
+  bool HasUntaken() const;
+  // Sender only: how far TakeAll has read (records, padding and damage skipped).
+  uint64_t taken_position() const { return read_position_; }
+  // What TakeAll found that no tracer writes (the program wrote over its ring), left out:
+  // bytes where no record could start, and records whose sizes do not hold their fields.
+  uint64_t damaged_bytes() const { return damaged_bytes_.load(std::memory_order_relaxed); }
+  uint64_t damaged_records() const { return damaged_records_.load(std::memory_order_relaxed); }
   // Sender only: every record below `position` has reached the kernel's socket buffer.
   void Free(uint64_t position);
   // Sender only: makes the ring's pages up to kPopulateAhead past the write position present
@@ -159,6 +167,8 @@ class RecordQueue {
   uint64_t populated_ = 0;      // the sender's: ring bytes made present, from 0
   uint64_t drops_taken_ = 0;    // the sender's
   std::vector<uint64_t> taken_stack_words_;  // the sender's: stacks of the last TakeAll
+  std::atomic<uint64_t> damaged_bytes_{0};
+  std::atomic<uint64_t> damaged_records_{0};
 };
 
 }  // namespace cumemtrace::tracer
