@@ -81,6 +81,12 @@ Options:
                           output scrolls above it). Only when stderr is a terminal
       --quiet             silence the tracer's notices and do not print the summary (nor
                           the budgets, unless one is exceeded)
+      --wait-when-full    keep every record: a thread whose record finds the tracer's
+                          ring full waits until the tracer has sent enough to make room,
+                          instead of dropping it (counted, and shown as a gap). For bursts
+                          beyond what the tracer sends (about 2 million NVTX records a
+                          second); the program runs slower in them. A lost or stalled
+                          collector still drops. PyTorch's tensor events never wait
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
                           named PHASE, without editing the program (repeatable), e.g.
@@ -224,6 +230,7 @@ bool MakeDirs(const std::string& dir, std::vector<std::string>* created, std::st
 std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::string& socket,
                                           const std::string& allocator, const std::string& kernels,
                                           const std::string& stacks, bool quiet,
+                                          bool wait_when_full,
                                           const std::vector<std::string>& python_phases,
                                           bool categories,
                                           const std::string& pytest_budget_file,
@@ -260,6 +267,7 @@ std::vector<std::string> ChildEnvironment(const std::string& tracer, const std::
   if (!kernels.empty()) set("CUMEMTRACE_KERNELS", kernels);
   if (!stacks.empty()) set("CUMEMTRACE_STACKS", stacks);
   if (quiet) set("CUMEMTRACE_QUIET", "1");
+  if (wait_when_full) set("CUMEMTRACE_WAIT_WHEN_FULL", "1");
   if (value_of("PYTORCH_CUDA_ALLOC_CONF") != nullptr) {
     set("CUMEMTRACE_ALLOCATOR_MODE", "user");
   } else if (allocator == "async") {
@@ -383,6 +391,7 @@ int RunCommand(int argc, char** argv) {
       {"kernels", optional_argument, nullptr, 'K'},
       {"stacks", optional_argument, nullptr, 'S'},
       {"quiet", no_argument, nullptr, 'q'},
+      {"wait-when-full", no_argument, nullptr, 'W'},
       {"phase", required_argument, nullptr, 'p'},
       {"no-categories", no_argument, nullptr, 'C'},
       {"budget", required_argument, nullptr, 'b'},
@@ -399,6 +408,7 @@ int RunCommand(int argc, char** argv) {
   std::string kernels;  // CUMEMTRACE_KERNELS: "" (auto), "0", "launches" or "1" (records)
   std::string stacks;   // CUMEMTRACE_STACKS: "" (off), "python", "native" or "all"
   bool quiet = false;
+  bool wait_when_full = false;
   bool categories = true;
   bool live = false;
   bool bridge_build = true;
@@ -434,6 +444,7 @@ int RunCommand(int argc, char** argv) {
         }
         break;
       case 'q': quiet = true; break;
+      case 'W': wait_when_full = true; break;
       case 'L': live = true; break;
       case 'p': python_phases.push_back(optarg); break;
       case 'C': categories = false; break;
@@ -606,8 +617,8 @@ int RunCommand(int argc, char** argv) {
     }
   }
   const std::vector<std::string> env_strings =
-      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, python_phases,
-                       categories, pytest_budget_file, bridge_dir);
+      ChildEnvironment(tracer, socket_path, allocator, kernels, stacks, quiet, wait_when_full,
+                       python_phases, categories, pytest_budget_file, bridge_dir);
   std::vector<char*> child_env;
   for (const std::string& entry : env_strings) child_env.push_back(const_cast<char*>(entry.c_str()));
   child_env.push_back(nullptr);

@@ -69,6 +69,13 @@ bool SharedRingFromEnv() {
   return value == nullptr || strcmp(value, "0") != 0;
 }
 
+// CUMEMTRACE_WAIT_WHEN_FULL=1 (`run --wait-when-full`): a thread waits for room in a full
+// ring instead of dropping its record (RecordQueue::set_wait_when_full).
+bool WaitWhenFullFromEnv() {
+  const char* value = getenv("CUMEMTRACE_WAIT_WHEN_FULL");
+  return value != nullptr && strcmp(value, "1") == 0;
+}
+
 std::string DefaultSocketPath() {
   if (const char* runtime_dir = getenv("XDG_RUNTIME_DIR"); runtime_dir && *runtime_dir) {
     return std::string(runtime_dir) + "/cumemtrace/collector.sock";
@@ -336,6 +343,7 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   // stream and its ring. Otherwise the sender thread connects.
   std::string ignored;
   if (s.connection.Connect(socket_path_, &ignored, /*wait=*/false)) SendHandshake();
+  queue_.set_wait_when_full(WaitWhenFullFromEnv());
   recorder_.set_recording(true);
   // The sender starts with every signal blocked so the program's signals never land on it.
   sigset_t all;
@@ -452,6 +460,7 @@ void TracerRuntime::OnExit(int status, void* arg) {
   self.wake_.notify_one();
   // Bounded: a stopped or dead collector never holds the program's exit hostage.
   self.wake_.wait_for(lock, kExitWait, [&] { return self.sender_done_; });
+  self.queue_.set_wait_when_full(false);  // a sender still stuck makes no more room
   self.recorder_.set_recording(false);
 }
 
@@ -583,6 +592,7 @@ void TracerRuntime::SendHandshake() {
 
 void TracerRuntime::SenderMain() {
   pthread_setname_np(pthread_self(), "cumemtrace-tx");
+  RecordQueue::MarkSenderThread();  // a record it makes never waits for itself
   SenderState& s = *g_sender;
   std::string& outbox = s.outbox;
 
@@ -595,6 +605,7 @@ void TracerRuntime::SenderMain() {
     recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
            "not tracing: " + error +
                " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
+    queue_.set_wait_when_full(false);  // nothing will make room
     recorder_.set_recording(false);
     std::lock_guard<std::mutex> lock(wake_mutex_);
     sender_done_ = true;
@@ -604,6 +615,7 @@ void TracerRuntime::SenderMain() {
 
   bool busy = false;
   for (;;) {
+    queue_.SenderBeat();
     queue_.PopulateAhead();
     bool stopping;
     {
@@ -634,6 +646,10 @@ void TracerRuntime::SenderMain() {
       const CollectorConnection::SendResult sent = s.connection.Send(
           &outbox, stopping ? kExitSendBudgetMs : (busy || drained_many ? kBusySendMs : 0));
       s.outbox_consumed += before - outbox.size();
+      if (sent != CollectorConnection::SendResult::kAllSent &&
+          sent != CollectorConnection::SendResult::kPending) {
+        queue_.set_wait_when_full(false);  // no collector to make room for: drop and count
+      }
       if (sent == CollectorConnection::SendResult::kClosed) {
         recorder_.set_recording(false);
         recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
@@ -658,6 +674,7 @@ void TracerRuntime::SenderMain() {
       s.buffer_frames.pop_front();
     }
     if (stopping || !s.connection.connected()) {
+      queue_.set_wait_when_full(false);  // threads still pushing must not wait for nobody
       s.connection.Close();
       std::lock_guard<std::mutex> lock(wake_mutex_);
       sender_done_ = true;

@@ -500,5 +500,154 @@ TEST(RecordQueue, TakeAllResumesAtTheNextLapAfterADamagedSize) {
   EXPECT_EQ(queue.damaged_bytes(), capacity - damaged_at);
 }
 
+// --- waiting for room (CUMEMTRACE_WAIT_WHEN_FULL) ----------------------------------------
+
+// A sender stand-in: takes and frees what is in the ring every `every`, beating as the
+// real one does, until told to stop.
+struct SlowSender {
+  SlowSender(RecordQueue* queue, std::chrono::microseconds every) {
+    thread = std::thread([this, queue, every] {
+      RecordQueue::MarkSenderThread();
+      std::vector<HostRecord> out;
+      std::vector<uint64_t> ends;
+      while (!stop.load()) {
+        queue->SenderBeat();
+        std::this_thread::sleep_for(every);
+        dropped += queue->TakeAll(&out, &ends).count;
+        taken += out.size();
+        queue->Free(queue->taken_position());
+      }
+      dropped += queue->TakeAll(&out, &ends).count;
+      taken += out.size();
+    });
+  }
+  ~SlowSender() { Finish(); }
+  // Takes what is left, and stops.
+  void Finish() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+  }
+  std::atomic<bool> stop{false};
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  std::thread thread;
+};
+
+TEST(RecordQueueWait, ThreadsWaitForRoomAndNothingIsDropped) {
+  RecordQueue queue(2);  // 64 KiB: about 500 records, full many times over
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  queue.set_wait_when_full(true);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 20000;
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  {
+    SlowSender sender(&queue, std::chrono::microseconds(200));
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kThreads; ++t) {
+      producers.emplace_back([&queue] {
+        for (int i = 0; i < kEach; ++i) EXPECT_TRUE(queue.Push(At(1 + i, "w")));
+      });
+    }
+    for (std::thread& p : producers) p.join();
+    sender.Finish();
+    taken = sender.taken;
+    dropped = sender.dropped;
+  }
+  EXPECT_EQ(taken, uint64_t{kThreads} * kEach);
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_GT(queue.waited_pushes(), 0u);  // the ring was full: they did wait
+}
+
+TEST(RecordQueueWait, WithoutTheOptionAFullRingDropsAndTakenPlusDroppedIsPushed) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 20000;
+  std::atomic<uint64_t> refused{0};
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  {
+    SlowSender sender(&queue, std::chrono::microseconds(200));
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kThreads; ++t) {
+      producers.emplace_back([&] {
+        for (int i = 0; i < kEach; ++i) {
+          if (!queue.Push(At(1 + i, "d"))) ++refused;
+        }
+      });
+    }
+    for (std::thread& p : producers) p.join();
+    sender.Finish();
+    taken = sender.taken;
+    dropped = sender.dropped;
+  }
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(dropped, refused.load());
+  EXPECT_EQ(taken + dropped, uint64_t{kThreads} * kEach);
+  EXPECT_EQ(queue.waited_pushes(), 0u);
+}
+
+// Full ring, nobody freeing: each way out of the wait ends in a counted drop.
+void FillRing(RecordQueue* queue) {
+  while (queue->Push(At(1))) {
+  }
+}
+
+TEST(RecordQueueWait, TurningTheOptionOffReleasesAWaiterWhichDrops) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);  // the drop of FillRing's last push
+  queue.set_wait_when_full(true);
+  std::atomic<int> result{-1};
+  std::thread waiter([&] { result = queue.Push(At(2)) ? 1 : 0; });
+  // The sender goes round its loop (never freeing), so the waiter keeps waiting.
+  for (int i = 0; i < 50; ++i) {
+    queue.SenderBeat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(result.load(), -1);
+  queue.set_wait_when_full(false);  // as when the collector is gone, or the sender ends
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+  EXPECT_EQ(queue.TakeAll(&out).count, 1u);
+}
+
+TEST(RecordQueueWait, TheSenderThreadNeverWaits) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  queue.set_wait_when_full(true);
+  std::atomic<int> result{-1};
+  std::thread sender([&] {
+    RecordQueue::MarkSenderThread();
+    result = queue.Push(At(2)) ? 1 : 0;
+  });
+  sender.join();  // returns at once: a wait would be for itself
+  EXPECT_EQ(result.load(), 0);
+}
+
+TEST(RecordQueueWait, AStalledSenderEndsTheWaitWithADrop) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  queue.set_wait_when_full(true);
+  queue.set_sender_stall_ns_for_tests(50'000'000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(queue.Push(At(2)));  // no beat for 50 ms: given up
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  EXPECT_EQ(queue.waits_given_up(), 1u);
+  EXPECT_EQ(queue.TakeAll(&out).count, 1u);
+}
+
 }  // namespace
 }  // namespace cumemtrace::tracer
