@@ -191,6 +191,7 @@ struct SenderState {
   uint64_t dropped_first_ns = 0;
   uint64_t dropped_last_ns = 0;
   uint64_t last_cupti_flush_ns = 0;
+  bool ring_damage_noticed = false;
 };
 
 SenderState* g_sender = nullptr;
@@ -785,12 +786,13 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     s.ring_cursor = queue_.taken_position();
     s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
   }
-  if (queue_.damaged_bytes() > 0 || queue_.damaged_records() > 0) {
+  if (!s.ring_damage_noticed && (queue_.damaged_bytes() > 0 || queue_.damaged_records() > 0)) {
+    s.ring_damage_noticed = true;
     recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "ring_damaged",
                      "something in the program wrote over the tracer's shared ring: what "
                      "could not be read as records was left out (" +
                          std::to_string(queue_.damaged_bytes()) + " bytes, " +
-                         std::to_string(queue_.damaged_records()) + " records so far)");
+                         std::to_string(queue_.damaged_records()) + " records at first)");
   }
   // The CUPTI records below may be discarded with their batch: flush the ring's first, with
   // how far the per-thread buffers' units reach (they are all in it or before it).

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
