@@ -41,6 +41,21 @@ std::string Hex32(uint32_t value) {
 
 }  // namespace
 
+namespace {
+
+google::protobuf::ArenaOptions FrameArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 64 * 1024;
+  options.max_block_size = 1024 * 1024;
+  return options;
+}
+
+}  // namespace
+
+WireStreamValidator::WireStreamValidator()
+    : arena_(FrameArenaOptions()),
+      message_(google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&arena_)) {}
+
 WireStreamValidator::Verdict WireStreamValidator::Check(std::string_view frame,
                                                         std::string* error) {
   if (refused_) {
@@ -53,22 +68,25 @@ WireStreamValidator::Verdict WireStreamValidator::Check(std::string_view frame,
     refused_ = true;
     return Verdict::kRefused;
   };
-  if (!message_.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+  message_ = nullptr;
+  arena_.Reset();
+  message_ = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&arena_);
+  if (!message_->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
     return refuse("frame " + std::to_string(index) + " is not a StreamMessage");
   }
   if (handshake_done_) {
-    if (!message_.has_batch()) {
+    if (!message_->has_batch()) {
       return refuse("frame " + std::to_string(index) +
                     " after the handshake is not an event batch");
     }
     std::string why;
-    if (!CheckStacks(message_.batch(), &why)) {
+    if (!CheckStacks(message_->batch(), &why)) {
       return refuse("frame " + std::to_string(index) + ": " + why);
     }
     return Verdict::kBatch;
   }
-  if (!message_.has_handshake()) return refuse("the first frame is not a handshake");
-  const v1::Handshake& handshake = message_.handshake();
+  if (!message_->has_handshake()) return refuse("the first frame is not a handshake");
+  const v1::Handshake& handshake = message_->handshake();
   if (handshake.magic() != static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)) {
     return refuse("handshake magic " + Hex32(handshake.magic()) + " is not " +
                   Hex32(static_cast<uint32_t>(v1::HANDSHAKE_MAGIC)));

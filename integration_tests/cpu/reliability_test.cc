@@ -554,6 +554,116 @@ TEST_F(TracerFaults, ProgramDyingRightAfterItsWorkLosesNothingRecorded) {
   }
 }
 
+// --- bursts beyond what the tracer sends --------------------------------------------------
+
+// Four threads making 250,000 NVTX ranges each as fast as they can: faster than the sender
+// and the collector take them on this machine, so the ring fills (docs/reliability.md,
+// "Bursts"). What is not kept is counted, record for record: kept + dropped == made.
+TEST_F(TracerFaults, ABurstBeyondTheDrainRateIsCountedRecordForRecord) {
+  const std::string out = tmp_ + "/burst";
+  const Exit e = Finish(Spawn({kCli, "run", "--quiet", "-o", out, "--", kProbe, "--threads=4",
+                               "--ranges=250000", "--exit=3"},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer}}),
+                        120);
+  EXPECT_EQ(e.code(), 3) << e.err;
+  TraceFacts t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.streams.count(1), 1u);
+  const StreamFacts& s = t.streams.at(1);
+  // Records made: a push and a pop per range, the probe's "startup" range included.
+  const uint64_t made = 2 * (4 * 250000 + 1);
+  uint64_t kept = static_cast<uint64_t>(s.pops);
+  for (const auto& [name, count] : s.pushes) kept += static_cast<uint64_t>(count);
+  EXPECT_EQ(kept + s.dropped, made) << kept << " kept, " << s.dropped << " dropped";
+  EXPECT_EQ(s.tracer_exit_code, 3);
+  printf("[ figure ] 4 x 250,000 ranges flat out: %llu of %llu records kept, %llu dropped\n",
+         static_cast<unsigned long long>(kept), static_cast<unsigned long long>(made),
+         static_cast<unsigned long long>(s.dropped));
+}
+
+// The same burst with `run --wait-when-full`: the threads wait for room, none is dropped.
+TEST_F(TracerFaults, WaitWhenFullKeepsEveryRangeOfTheBurst) {
+  const std::string out = tmp_ + "/burst-wait";
+  const Exit e = Finish(Spawn({kCli, "run", "--quiet", "--wait-when-full", "-o", out, "--",
+                               kProbe, "--threads=4", "--ranges=250000", "--exit=3"},
+                              {{"CUMEMTRACE_TRACER_LIB", kTracer}}),
+                        120);
+  EXPECT_EQ(e.code(), 3) << e.err;
+  TraceFacts t = ReadTrace(out + "/trace.cmtrace");
+  ASSERT_EQ(t.streams.count(1), 1u);
+  const StreamFacts& s = t.streams.at(1);
+  EXPECT_EQ(s.pushes.count("step") ? s.pushes.at("step") : 0, 4 * 250000);
+  EXPECT_EQ(s.pops, 4 * 250000 + 1);
+  EXPECT_EQ(s.dropped, 0u);
+  EXPECT_EQ(s.tracer_exit_code, 3);
+  printf("[ figure ] --wait-when-full, 4 x 250,000 ranges flat out: %.2f s\n", e.seconds);
+}
+
+// Threads waiting for room in a full ring (the collector stopped), then the collector
+// killed: they drop and count instead, and the program finishes as it would untraced.
+TEST_F(TracerFaults, WaitWhenFullNeverHangsTheProgramWhenTheCollectorDies) {
+  StartDaemon();
+  Pipe ready;
+  Pipe go;
+  Pipe stats;
+  std::vector<std::pair<std::string, std::string>> env = TracedEnv();
+  env.emplace_back("CUMEMTRACE_QUEUE_EVENTS", "4096");  // a ring of 512 KiB, soon full
+  env.emplace_back("CUMEMTRACE_WAIT_WHEN_FULL", "1");
+  const Child traced =
+      Spawn({kProbe, "--threads=4", "--ranges=100000", "--ready-fd=3", "--go-fd=4",
+             "--stats-fd=5", "--exit=7"},
+            env, {{ready.fds[1], 3}, {go.fds[0], 4}, {stats.fds[1], 5}});
+  ready.CloseWrite();
+  go.CloseRead();
+  stats.CloseWrite();
+  ASSERT_TRUE(ready.Await());
+  AwaitDaemonLog(" opened -> ");
+  kill(daemon_.pid, SIGSTOP);
+  go.CloseWrite();
+  usleep(500 * 1000);  // the ring fills and the threads wait
+  kill(daemon_.pid, SIGKILL);
+  Finish(daemon_);
+  daemon_.pid = -1;
+  const Exit e = Finish(traced, 30);
+  ASSERT_TRUE(WIFEXITED(e.status)) << "killed by signal " << WTERMSIG(e.status);
+  EXPECT_EQ(WEXITSTATUS(e.status), 7);
+  EXPECT_NE(e.err.find("the collector went away"), std::string::npos) << e.err;
+  // They did wait: a range was held up until the collector died.
+  const std::string text = ReadToEof(stats.fds[0], 1000);
+  const size_t at = text.find("max_range_ns=");
+  ASSERT_NE(at, std::string::npos) << text;
+  const uint64_t max_range_ns = std::stoull(text.substr(at + 13));
+  EXPECT_GT(max_range_ns, 200'000'000u) << text;
+}
+
+// Forks while threads wait for room: neither parent nor child hangs, and the parent keeps
+// every range.
+TEST_F(TracerFaults, WaitWhenFullForksWithoutAHangAndKeepsEverything) {
+  StartDaemon();
+  std::vector<std::pair<std::string, std::string>> env = TracedEnv();
+  env.emplace_back("CUMEMTRACE_QUEUE_EVENTS", "512");  // 64 KiB: full all the time
+  env.emplace_back("CUMEMTRACE_WAIT_WHEN_FULL", "1");
+  const Child traced = Spawn({kProbe, "--threads=4", "--ranges=20000", "--fork-children=10",
+                              "--child-ranges=50"},
+                             env);
+  const Exit e = Finish(traced, 60);
+  ASSERT_TRUE(WIFEXITED(e.status)) << e.err;
+  EXPECT_EQ(WEXITSTATUS(e.status), 0) << e.err;
+  StopDaemon();
+  std::map<uint32_t, StreamFacts> streams = DaemonStreams();
+  ASSERT_EQ(streams.count(static_cast<uint32_t>(traced.pid)), 1u);
+  const StreamFacts& parent = streams.at(static_cast<uint32_t>(traced.pid));
+  EXPECT_EQ(parent.pushes.at("step"), 4 * 20000);
+  EXPECT_EQ(parent.dropped, 0u);
+  int children = 0;
+  for (const auto& [pid, s] : streams) {
+    if (pid == static_cast<uint32_t>(traced.pid)) continue;
+    ++children;
+    EXPECT_EQ(s.pushes.at("child"), 50) << "child " << pid;
+    EXPECT_EQ(s.dropped, 0u);
+  }
+  EXPECT_EQ(children, 10);
+}
+
 // --- the program damages its shared ring ---------------------------------------------------
 
 // The ring lives in memory the traced program can write: everything the collector reads

@@ -37,6 +37,19 @@ namespace cumemtrace::tracer {
 namespace {
 
 constexpr auto kDrainInterval = std::chrono::milliseconds(10);
+// A drain that took this many records, or left bytes the socket would not take, makes the
+// sender busy: it drains again after kBusyDrainInterval, and waits (kBusySendMs at most)
+// for the collector to take the bytes instead of coming back 10 ms later. The socket's
+// buffer (about 200 KiB) holds 10 to 20 thousand events: sent once per 10 ms, that capped
+// the stream at about 1.2 million records a second (docs/benchmarks.md, "Bursts").
+constexpr size_t kBusyRecords = 1024;
+// Records taken from the ring per drain, encoded and sent before the next are taken: their
+// space is freed as they go, and what the sender holds for them (HostRecords of 256 B, the
+// batch, the outbox) stays in the caches. Taken all at once, a full ring's 280,000 records
+// made 70 MB of HostRecords and a 4 MB outbox, at 0.5-1.4 us a record instead of 0.1.
+constexpr size_t kMaxRecordsPerDrain = 8192;
+constexpr auto kBusyDrainInterval = std::chrono::milliseconds(1);
+constexpr int kBusySendMs = 10;
 constexpr uint64_t kCuptiFlushIntervalNs = 100'000'000;  // at most 200 ms between flushes
 // An encoded event takes 10 to 40 bytes: 32 per queued event lets the outbox hold about as
 // many events as the queue, within [1 MiB, 32 MiB].
@@ -54,6 +67,13 @@ const char* kTracerVersion = "0.1.0";
 bool SharedRingFromEnv() {
   const char* value = getenv("CUMEMTRACE_SHARED_RING");
   return value == nullptr || strcmp(value, "0") != 0;
+}
+
+// CUMEMTRACE_WAIT_WHEN_FULL=1 (`run --wait-when-full`): a thread waits for room in a full
+// ring instead of dropping its record (RecordQueue::set_wait_when_full).
+bool WaitWhenFullFromEnv() {
+  const char* value = getenv("CUMEMTRACE_WAIT_WHEN_FULL");
+  return value != nullptr && strcmp(value, "1") == 0;
 }
 
 std::string DefaultSocketPath() {
@@ -171,6 +191,7 @@ struct SenderState {
   uint64_t dropped_first_ns = 0;
   uint64_t dropped_last_ns = 0;
   uint64_t last_cupti_flush_ns = 0;
+  bool ring_damage_noticed = false;
 };
 
 SenderState* g_sender = nullptr;
@@ -323,6 +344,7 @@ void TracerRuntime::Start(v1::InjectionMode mode, uint64_t start_ns) {
   // stream and its ring. Otherwise the sender thread connects.
   std::string ignored;
   if (s.connection.Connect(socket_path_, &ignored, /*wait=*/false)) SendHandshake();
+  queue_.set_wait_when_full(WaitWhenFullFromEnv());
   recorder_.set_recording(true);
   // The sender starts with every signal blocked so the program's signals never land on it.
   sigset_t all;
@@ -439,6 +461,7 @@ void TracerRuntime::OnExit(int status, void* arg) {
   self.wake_.notify_one();
   // Bounded: a stopped or dead collector never holds the program's exit hostage.
   self.wake_.wait_for(lock, kExitWait, [&] { return self.sender_done_; });
+  self.queue_.set_wait_when_full(false);  // a sender still stuck makes no more room
   self.recorder_.set_recording(false);
 }
 
@@ -570,6 +593,7 @@ void TracerRuntime::SendHandshake() {
 
 void TracerRuntime::SenderMain() {
   pthread_setname_np(pthread_self(), "cumemtrace-tx");
+  RecordQueue::MarkSenderThread();  // a record it makes never waits for itself
   SenderState& s = *g_sender;
   std::string& outbox = s.outbox;
 
@@ -582,6 +606,7 @@ void TracerRuntime::SenderMain() {
     recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "no_collector",
            "not tracing: " + error +
                " (start `cumemtrace daemon`, or run the program with `cumemtrace run`)");
+    queue_.set_wait_when_full(false);  // nothing will make room
     recorder_.set_recording(false);
     std::lock_guard<std::mutex> lock(wake_mutex_);
     sender_done_ = true;
@@ -589,12 +614,18 @@ void TracerRuntime::SenderMain() {
     return;
   }
 
+  bool busy = false;
   for (;;) {
+    queue_.SenderBeat();
     queue_.PopulateAhead();
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(wake_mutex_);
-      wake_.wait_for(lock, kDrainInterval, [&] { return wake_requested_ || stop_requested_; });
+      // Records left in the ring by the last drain are taken at once.
+      const auto interval = queue_.HasUntaken() && busy ? std::chrono::milliseconds(0)
+                            : busy                      ? kBusyDrainInterval
+                                                        : kDrainInterval;
+      wake_.wait_for(lock, interval, [&] { return wake_requested_ || stop_requested_; });
       wake_requested_ = false;
       stopping = stop_requested_;
     }
@@ -610,11 +641,16 @@ void TracerRuntime::SenderMain() {
     // The last drain keeps everything: the exit record and the count of what was dropped
     // while the collector did not read must not be the next thing thrown away.
     const bool alive = DrainOnce(&outbox, /*final=*/stopping);
+    const bool drained_many = s.host_records.size() >= kBusyRecords;
     if (alive && !outbox.empty()) {
       const size_t before = outbox.size();
-      const CollectorConnection::SendResult sent =
-          s.connection.Send(&outbox, stopping ? kExitSendBudgetMs : 0);
+      const CollectorConnection::SendResult sent = s.connection.Send(
+          &outbox, stopping ? kExitSendBudgetMs : (busy || drained_many ? kBusySendMs : 0));
       s.outbox_consumed += before - outbox.size();
+      if (sent != CollectorConnection::SendResult::kAllSent &&
+          sent != CollectorConnection::SendResult::kPending) {
+        queue_.set_wait_when_full(false);  // no collector to make room for: drop and count
+      }
       if (sent == CollectorConnection::SendResult::kClosed) {
         recorder_.set_recording(false);
         recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
@@ -626,6 +662,7 @@ void TracerRuntime::SenderMain() {
                "tracing stopped, the program continues");
       }
     }
+    busy = drained_many || !outbox.empty();
     // Records whose frames are in the kernel's hands now may be overwritten.
     while (!s.frames.empty() && s.frames.front().first <= s.outbox_consumed) {
       queue_.Free(s.frames.front().second);
@@ -638,6 +675,7 @@ void TracerRuntime::SenderMain() {
       s.buffer_frames.pop_front();
     }
     if (stopping || !s.connection.connected()) {
+      queue_.set_wait_when_full(false);  // threads still pushing must not wait for nobody
       s.connection.Close();
       std::lock_guard<std::mutex> lock(wake_mutex_);
       sender_done_ = true;
@@ -663,7 +701,8 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
   DropWindow queue_drops;
   if (outbox->size() <= outbox_bound) {
     uint64_t dropped_total = 0;
-    queue_drops = queue_.TakeAll(&s.host_records, &s.record_ends, &dropped_total);
+    queue_drops = queue_.TakeAll(&s.host_records, &s.record_ends, &dropped_total,
+                                 final ? SIZE_MAX : kMaxRecordsPerDrain);
     s.ring_drops_taken = dropped_total;
     // The per-thread buffers' events after the ring's: the ring cursor does not move for them.
     ThreadBuffers& thread_buffers = recorder_.buffers();
@@ -740,6 +779,20 @@ bool TracerRuntime::DrainOnce(std::string* outbox, bool final) {
     s.ring_cursor = s.record_ends[static_cast<size_t>(&record - s.host_records.data())];
     s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
     flush_if_full(/*from_ring=*/true);
+  }
+  // Padding and damage after the last record taken hold no event: the cursor passes them,
+  // so that their space is freed too.
+  if (queue_.taken_position() > s.ring_cursor) {
+    s.ring_cursor = queue_.taken_position();
+    s.encoder.set_ring_cursor(s.ring_cursor, s.ring_drops_reported);
+  }
+  if (!s.ring_damage_noticed && (queue_.damaged_bytes() > 0 || queue_.damaged_records() > 0)) {
+    s.ring_damage_noticed = true;
+    recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "ring_damaged",
+                     "something in the program wrote over the tracer's shared ring: what "
+                     "could not be read as records was left out (" +
+                         std::to_string(queue_.damaged_bytes()) + " bytes, " +
+                         std::to_string(queue_.damaged_records()) + " records at first)");
   }
   // The CUPTI records below may be discarded with their batch: flush the ring's first, with
   // how far the per-thread buffers' units reach (they are all in it or before it).

@@ -3,7 +3,9 @@
 #include "cumemtrace/v1/trace.pb.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <new>
 
+#include "tracer/recording/clock.h"
 #include "tracer/recording/descriptors.h"
 #include "tracer/recording/nvtx_domain.h"
 
@@ -257,14 +260,81 @@ bool RecordQueue::PushTorchRecord(ring::TorchRecord& r, const ring::TorchAttribu
   return true;
 }
 
+namespace {
+thread_local bool t_sender_thread = false;
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex is 32 bits");
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+}  // namespace
+
+void RecordQueue::MarkSenderThread() { t_sender_thread = true; }
+
+void RecordQueue::set_wait_when_full(bool on) {
+  wait_when_full_.store(on);
+  if (!on) WakeRoomWaiters();  // they drop now
+}
+
+void RecordQueue::WakeRoomWaiters() {
+  room_seq_.fetch_add(1);
+  if (room_waiters_.load() > 0) Futex(&room_seq_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
+}
+
+bool RecordQueue::ShouldWaitLocked(uint64_t* since_ns, uint64_t* beats) {
+  if (!wait_when_full_.load(std::memory_order_relaxed) || t_sender_thread) return false;
+  const uint64_t now = MonotonicNs();
+  const uint64_t seen = sender_beats_.load(std::memory_order_relaxed);
+  if (*since_ns == 0 || seen != *beats) {
+    *since_ns = now;
+    *beats = seen;
+    return true;
+  }
+  if (now - *since_ns < sender_stall_ns_) return true;
+  waits_given_up_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void RecordQueue::WaitForRoom(uint32_t seq) {
+  room_waiters_.fetch_add(1);
+  // The sender frees a frame's records as soon as the kernel has its bytes: often within
+  // microseconds of a full ring.
+  for (int spins = 0; spins < 200 && room_seq_.load() == seq; ++spins) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  // Bounded, so that a change the wake missed (the option turned off, a stalled sender) is
+  // seen within 1 ms.
+  const timespec timeout{0, 1'000'000};
+  if (room_seq_.load() == seq) Futex(&room_seq_, FUTEX_WAIT_PRIVATE, seq, &timeout);
+  room_waiters_.fetch_sub(1);
+}
+
 bool RecordQueue::Push(const HostRecord& record) {
   // Refused rather than written without its payload: PushTorchRecord is its writer.
   if (record.type == HostRecord::Type::kTorchAllocator) return false;
-  std::lock_guard<RingLock> lock(lock_);
-  if (header_ == nullptr) return false;
-  if (WriteLocked(record, kExitReserve)) return true;
-  CountDropLocked(record.timestamp_ns);
-  return false;
+  uint64_t since_ns = 0;
+  uint64_t beats = 0;
+  for (bool waited = false;; waited = true) {
+    // Read before the attempt: a Free after it moves it, and the wait below ends at once.
+    const uint32_t seq = room_seq_.load();
+    {
+      std::lock_guard<RingLock> lock(lock_);
+      if (header_ == nullptr) return false;
+      if (WriteLocked(record, kExitReserve)) {
+        if (waited) waited_pushes_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      if (!ShouldWaitLocked(&since_ns, &beats)) {
+        CountDropLocked(record.timestamp_ns);
+        return false;
+      }
+    }
+    WaitForRoom(seq);
+  }
 }
 
 void RecordQueue::PushPastCapacity(const HostRecord& record) {
@@ -316,8 +386,12 @@ void RecordQueue::ReadTorchRecord(const unsigned char* at, uint32_t size,
   }
 }
 
+bool RecordQueue::HasUntaken() const {
+  return header_ != nullptr && Load(&header_->write_position) != read_position_;
+}
+
 DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends,
-                                uint64_t* dropped_total) {
+                                uint64_t* dropped_total, size_t max_records) {
   out->clear();
   if (ends != nullptr) ends->clear();
   DropWindow drops;
@@ -339,11 +413,25 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
   // has stopped growing.
   taken_stack_words_.clear();
   std::vector<TakenStack> stacks;
-  // Only this thread reads, and writers never touch [read_position_, write): no lock.
-  while (read_position_ < write) {
-    const unsigned char* at = data_ + read_position_ % ring_bytes_;
+  // Only this thread reads, and writers never touch [read_position_, write): no lock. The
+  // ring is memory the program can write (a stray pointer, a hostile library), so a size is
+  // believed only where a record can be, as the collector's recovery does: a size of 0 kept
+  // this loop at one place forever, and a size past the write position or the data's end
+  // read beyond them. Where no record can start, reading resumes at the next lap (a record
+  // never wraps, so every lap begins with one) or at the write position.
+  while (read_position_ < write && out->size() < max_records) {
+    const uint64_t offset = read_position_ % ring_bytes_;
+    const uint64_t room = ring_bytes_ - offset;
+    const uint64_t left = write - read_position_;
+    const unsigned char* at = data_ + offset;
     uint32_t size = 0;
-    memcpy(&size, at, sizeof(size));
+    if (read_position_ % kAlign == 0 && room >= kAlign) memcpy(&size, at, sizeof(size));
+    if (size < kAlign || size % kAlign != 0 || size > room || size > left) {
+      const uint64_t skip = std::min(room, left);
+      read_position_ += skip;
+      damaged_bytes_.fetch_add(skip, std::memory_order_relaxed);
+      continue;
+    }
     const uint8_t type = at[offsetof(ring::Record, type)];
     if (type == ring::kPadding) {  // may be all that is left
       read_position_ += size;
@@ -351,13 +439,26 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     }
     if (type == ring::kTorchEvent) {
       read_position_ += size;
+      if (size < sizeof(ring::TorchRecord)) {
+        damaged_records_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       ReadTorchRecord(at, size, out, &stacks);
       if (ends != nullptr) ends->push_back(read_position_);
       continue;
     }
+    read_position_ += size;
     ring::Record r;
+    if (size < sizeof(r)) {
+      damaged_records_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     memcpy(&r, at, sizeof(r));
-    read_position_ += r.size;
+    if (uint64_t{r.text_bytes} + r.caller_bytes + r.domain_bytes + r.payload_bytes >
+        size - sizeof(r)) {
+      damaged_records_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     HostRecord& record = out->emplace_back();
     record.type = static_cast<HostRecord::Type>(r.type);
     record.nvtx_operation = r.nvtx_operation;
@@ -407,6 +508,7 @@ void RecordQueue::Free(uint64_t position) {
   if (header_ == nullptr) return;
   if (position > Load(&header_->freed_position) && position <= read_position_) {
     Store(&header_->freed_position, position);
+    WakeRoomWaiters();
   }
 }
 
@@ -420,6 +522,9 @@ void RecordQueue::ResetInChildAfterFork() {
   shared_ = false;
   read_position_ = 0;
   drops_taken_ = 0;
+  // The parent's waiting threads are not in the child: their count is not the child's.
+  room_waiters_.store(0);
+  t_sender_thread = false;
 }
 
 }  // namespace cumemtrace::tracer

@@ -90,9 +90,32 @@ class RecordQueue {
   // The header page, for the API table (written once, before the ring is handed over).
   v1::ring::Header* header() { return header_; }
 
-  // Returns false (and counts a drop) when the ring is full. Any type but kTorchAllocator,
-  // which PushTorchRecord writes (as a TorchRecord).
+  // Returns false (and counts a drop) when the ring is full, unless it waits for room
+  // (set_wait_when_full). Any type but kTorchAllocator, which PushTorchRecord writes (as a
+  // TorchRecord).
   bool Push(const HostRecord& record);
+
+  // CUMEMTRACE_WAIT_WHEN_FULL=1 (`run --wait-when-full`), for users who need every record,
+  // as heapprofd's block_client: a Push that finds the ring full waits, outside the lock
+  // (a short spin, then a futex the sender's Free wakes), and tries again, instead of
+  // dropping. It drops and counts as before, never waiting, when the option is off or is
+  // turned off while it waits (the process layer does so when the collector is gone and
+  // when the sender ends: at exit, after a lost connection), on the sender thread
+  // (MarkSenderThread: it would wait for itself), and when the sender has not gone round
+  // its loop for kSenderStallNs while it waits (a sender stuck on something the waiting
+  // thread holds). PushTorchRecord never waits: the bridge's hook holds PyTorch's
+  // allocator lock, which the sender's probe of the allocator may want.
+  void set_wait_when_full(bool on);
+  bool wait_when_full() const { return wait_when_full_.load(std::memory_order_relaxed); }
+  // The calling thread is the sender: its Pushes never wait.
+  static void MarkSenderThread();
+  // Sender only: once per turn of its loop, so that a waiting Push knows it is alive.
+  void SenderBeat() { sender_beats_.fetch_add(1, std::memory_order_relaxed); }
+  static constexpr uint64_t kSenderStallNs = 2'000'000'000;
+  void set_sender_stall_ns_for_tests(uint64_t ns) { sender_stall_ns_ = ns; }
+  // Pushes that waited for room, and those that gave up waiting (then dropped).
+  uint64_t waited_pushes() const { return waited_pushes_.load(std::memory_order_relaxed); }
+  uint64_t waits_given_up() const { return waits_given_up_.load(std::memory_order_relaxed); }
   // The PyTorch bridge's events, one or two per tensor: the busiest path of all, so the
   // bridge builds the record in the ring's own layout on its stack before the lock (all but
   // size, type and flags, which this sets), and it is copied into the ring in one pass,
@@ -107,11 +130,19 @@ class RecordQueue {
   // into a reserve the other records never use.
   void PushPastCapacity(const HostRecord& record);
   // Sender only: appends the records written since the last call to *out (cleared first),
-  // with the ring position after each in *ends, and returns the drops since the last call;
-  // *dropped_total is the running total of drops. A record's `stack` points into the queue
-  // until the next call.
+  // at most `max_records` of them (the rest wait for the next call), with the ring position
+  // after each in *ends, and returns the drops since the last call; *dropped_total is the
+  // running total of drops. A record's `stack` points into the queue until the next call.
   DropWindow TakeAll(std::vector<HostRecord>* out, std::vector<uint64_t>* ends = nullptr,
-                     uint64_t* dropped_total = nullptr);
+                     uint64_t* dropped_total = nullptr, size_t max_records = SIZE_MAX);
+  // Sender only: records are written that TakeAll has not taken yet.
+  bool HasUntaken() const;
+  // Sender only: how far TakeAll has read (records, padding and damage skipped).
+  uint64_t taken_position() const { return read_position_; }
+  // What TakeAll found that no tracer writes (the program wrote over its ring), left out:
+  // bytes where no record could start, and records whose sizes do not hold their fields.
+  uint64_t damaged_bytes() const { return damaged_bytes_.load(std::memory_order_relaxed); }
+  uint64_t damaged_records() const { return damaged_records_.load(std::memory_order_relaxed); }
   // Sender only: every record below `position` has reached the kernel's socket buffer.
   void Free(uint64_t position);
   // Sender only: makes the ring's pages up to kPopulateAhead past the write position present
@@ -137,6 +168,12 @@ class RecordQueue {
   void PublishLocked(uint64_t end);
   bool WriteLocked(const HostRecord& record, uint64_t reserve);
   void CountDropLocked(uint64_t timestamp_ns);
+  // Whether a Push that found the ring full waits (the caller holds the lock); *since_ns
+  // and *beats follow the sender's progress across the attempts of one Push.
+  bool ShouldWaitLocked(uint64_t* since_ns, uint64_t* beats);
+  // Waits until Free makes room (room_seq_ moves from `seq`), 1 ms at most.
+  void WaitForRoom(uint32_t seq);
+  void WakeRoomWaiters();
   // TakeAll's parts: a stack copied out of the ring for out's last record (pointed to once
   // taken_stack_words_ stops growing), and a TorchRecord of `size` bytes read into out.
   struct TakenStack {
@@ -161,6 +198,16 @@ class RecordQueue {
   uint64_t populated_ = 0;      // the sender's: ring bytes made present, from 0
   uint64_t drops_taken_ = 0;    // the sender's
   std::vector<uint64_t> taken_stack_words_;  // the sender's: stacks of the last TakeAll
+  std::atomic<bool> wait_when_full_{false};
+  // Moved by every Free (a futex word); waiters sleep on it.
+  std::atomic<uint32_t> room_seq_{0};
+  std::atomic<uint32_t> room_waiters_{0};
+  std::atomic<uint64_t> sender_beats_{0};
+  uint64_t sender_stall_ns_ = kSenderStallNs;
+  std::atomic<uint64_t> waited_pushes_{0};
+  std::atomic<uint64_t> waits_given_up_{0};
+  std::atomic<uint64_t> damaged_bytes_{0};
+  std::atomic<uint64_t> damaged_records_{0};
 };
 
 }  // namespace cumemtrace::tracer

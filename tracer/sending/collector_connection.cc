@@ -84,6 +84,12 @@ bool CollectorConnection::Connect(const std::string& path, std::string* error, b
   }
   const int moved = MoveToHighDescriptor(fd);
   fcntl(moved, F_SETFL, fcntl(moved, F_GETFL) | O_NONBLOCK);
+  // Bytes in flight while the collector is not scheduled: the default (net.core.wmem_default,
+  // about 200 KiB) holds 15,000 NVTX records, and a collector descheduled for a few ms on a
+  // busy machine stopped the stream. 1 MiB, which the kernel doubles, within
+  // net.core.wmem_max (it clamps to that).
+  const int send_buffer = 1 << 20;
+  setsockopt(moved, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
   struct stat st {};
   if (fstat(moved, &st) != 0) {
     *error = std::string("fstat of the collector socket: ") + strerror(errno);

@@ -16,13 +16,42 @@ void AppendFramedMessage(const v1::StreamMessage& message, std::string* out) {
   message.SerializeWithCachedSizesToArray(p);
 }
 
+namespace {
+
+constexpr size_t kFirstBlockBytes = 512 * 1024;
+
+google::protobuf::ArenaOptions ArenaOptionsFor(char* first_block) {
+  google::protobuf::ArenaOptions options;
+  options.initial_block = first_block;
+  options.initial_block_size = kFirstBlockBytes;
+  options.start_block_size = 64 * 1024;
+  options.max_block_size = 1024 * 1024;
+  return options;
+}
+
+}  // namespace
+
+EventEncoder::EventEncoder(size_t max_events_per_batch)
+    : max_events_per_batch_(max_events_per_batch),
+      first_block_(new char[kFirstBlockBytes]),
+      arena_(ArenaOptionsFor(first_block_.get())) {
+  ResetBatch();
+}
+
+void EventEncoder::ResetBatch() {
+  batch_ = nullptr;
+  arena_.Reset();
+  batch_ = google::protobuf::Arena::CreateMessage<v1::EventBatch>(&arena_);
+}
+
 uint32_t EventEncoder::Intern(std::string_view value) {
-  // std::string key: C++17 unordered_map has no heterogeneous lookup; this runs on the
-  // sender thread, never in the traced program's threads.
-  auto [it, inserted] = string_ids_.try_emplace(std::string(value), next_string_id_);
+  // A std::string key (C++17's unordered_map has no lookup by string_view), reused so that
+  // only a new string allocates; this runs on the sender thread only.
+  lookup_.assign(value.data(), value.size());
+  auto [it, inserted] = string_ids_.try_emplace(lookup_, next_string_id_);
   if (inserted) {
     ++next_string_id_;
-    v1::Event* event = batch_.add_events();
+    v1::Event* event = batch_->add_events();
     auto* interned = event->mutable_interned_string();
     interned->set_id(it->second);
     interned->set_value(it->first);
@@ -31,7 +60,7 @@ uint32_t EventEncoder::Intern(std::string_view value) {
 }
 
 v1::Event* EventEncoder::AddEvent(uint64_t timestamp_ns) {
-  v1::Event* event = batch_.add_events();
+  v1::Event* event = batch_->add_events();
   event->set_timestamp_ns(timestamp_ns);
   return event;
 }
@@ -39,19 +68,32 @@ v1::Event* EventEncoder::AddEvent(uint64_t timestamp_ns) {
 size_t EventEncoder::FlushBatch(std::string* out) {
   const size_t n = pending_events();
   if (n == 0) return 0;
-  v1::StreamMessage message;
-  batch_.set_sequence(next_sequence_++);
-  batch_.set_ring_position(ring_position_);
-  batch_.set_ring_dropped(ring_dropped_);
+  batch_->set_sequence(next_sequence_++);
+  batch_->set_ring_position(ring_position_);
+  batch_->set_ring_dropped(ring_dropped_);
   for (const auto& [slot, position] : buffer_positions_) {
-    v1::ThreadBufferPosition* p = batch_.add_thread_buffer_positions();
+    v1::ThreadBufferPosition* p = batch_->add_thread_buffer_positions();
     p->set_slot(slot);
     p->set_position(position);
   }
   buffer_positions_.clear();
-  message.mutable_batch()->Swap(&batch_);
-  AppendFramedMessage(message, out);
-  batch_.Clear();
+  // The frame of a StreamMessage whose only field is this batch (field 2, length-delimited),
+  // written around the batch's own bytes: the same bytes as SerializeToArray of the
+  // message, without moving the batch off its arena.
+  using google::protobuf::io::CodedOutputStream;
+  const size_t batch_bytes = batch_->ByteSizeLong();
+  constexpr uint32_t kBatchTag = (v1::StreamMessage::kBatchFieldNumber << 3) | 2;
+  const size_t body = CodedOutputStream::VarintSize32(kBatchTag) +
+                      CodedOutputStream::VarintSize32(static_cast<uint32_t>(batch_bytes)) +
+                      batch_bytes;
+  const size_t start = out->size();
+  out->resize(start + CodedOutputStream::VarintSize32(static_cast<uint32_t>(body)) + body);
+  auto* p = reinterpret_cast<uint8_t*>(&(*out)[start]);
+  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(body), p);
+  p = CodedOutputStream::WriteVarint32ToArray(kBatchTag, p);
+  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(batch_bytes), p);
+  batch_->SerializeWithCachedSizesToArray(p);
+  ResetBatch();
   return n;
 }
 
@@ -59,7 +101,7 @@ size_t EventEncoder::DiscardBatch(uint64_t* first_ns, uint64_t* last_ns) {
   const size_t n = pending_events();
   uint64_t first = 0;
   uint64_t last = 0;
-  for (const v1::Event& event : batch_.events()) {
+  for (const v1::Event& event : batch_->events()) {
     if (event.has_interned_string()) string_ids_.erase(event.interned_string().value());
     const uint64_t t = event.timestamp_ns();
     if (t == 0) continue;
@@ -73,7 +115,7 @@ size_t EventEncoder::DiscardBatch(uint64_t* first_ns, uint64_t* last_ns) {
     ++next_sequence_;
     ++discarded_batches_;
   }
-  batch_.Clear();
+  ResetBatch();
   return n;
 }
 

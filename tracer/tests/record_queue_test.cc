@@ -440,5 +440,252 @@ TEST(RecordQueue, ConcurrentProducersLoseNothingBelowCapacity) {
   EXPECT_EQ(total, 40000u);
 }
 
+// The ring is memory the program can write. A record whose size is 0 kept TakeAll at one
+// place forever (the sender loop spun and nothing more was ever sent); sizes past the write
+// position or not a multiple of 8, and records too short for their strings, are as
+// impossible. Each is skipped and counted, the records before it are taken, and the ring
+// goes on working. SIGALRM ends the test if TakeAll loops.
+class DamagedRing : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DamagedRing, TakeAllSkipsAnImpossibleRecordAndGoesOn) {
+  const std::string damage = GetParam();
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  unsigned char* data = reinterpret_cast<unsigned char*>(queue.header()) + ring::kHeaderBytes;
+  ASSERT_TRUE(queue.Push(At(1, "first")));
+  const uint64_t second = queue.header()->write_position;
+  ASSERT_TRUE(queue.Push(At(2, "second")));
+  ASSERT_TRUE(queue.Push(At(3, "third")));
+  const uint64_t write = queue.header()->write_position;
+  auto* record = reinterpret_cast<ring::Record*>(data + second);
+  if (damage == "zero") {
+    record->size = 0;
+  } else if (damage == "past_write") {
+    record->size = static_cast<uint32_t>(write - second + 8);
+  } else if (damage == "unaligned") {
+    record->size = 13;
+  } else if (damage == "strings") {
+    record->text_bytes = 1u << 30;  // longer than the record
+  } else {
+    record->size = 8;  // shorter than a Record
+  }
+  alarm(10);
+  std::vector<HostRecord> out;
+  std::vector<uint64_t> ends;
+  queue.TakeAll(&out, &ends);
+  alarm(0);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].text, "first");
+  for (const HostRecord& r : out) EXPECT_NE(r.text, "second");
+  EXPECT_EQ(queue.taken_position(), write);
+  EXPECT_GT(queue.damaged_bytes() + queue.damaged_records(), 0u);
+  if (damage == "strings") {
+    // The size itself was possible: the records after it are still read.
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[1].text, "third");
+    EXPECT_EQ(queue.damaged_records(), 1u);
+  } else if (damage == "short") {
+    // Too short for a record: left out, and what follows it is read as it can be.
+    EXPECT_EQ(queue.damaged_records(), 1u);
+  } else {
+    // No size to go by: reading resumes at the write position (the next lap's start is
+    // further).
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_EQ(queue.damaged_bytes(), write - second);
+  }
+  // The sender frees what it read, and the ring takes and gives records as before.
+  queue.Free(queue.taken_position());
+  ASSERT_TRUE(queue.Push(At(4, "after")));
+  queue.TakeAll(&out, &ends);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].text, "after");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, DamagedRing,
+                         ::testing::Values("zero", "past_write", "unaligned", "strings", "short"));
+
+// A damaged size near the end of the data area: reading resumes at the next lap, whose
+// first record is whole.
+TEST(RecordQueue, TakeAllResumesAtTheNextLapAfterADamagedSize) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  unsigned char* data = reinterpret_cast<unsigned char*>(queue.header()) + ring::kHeaderBytes;
+  const uint64_t capacity = queue.ring_bytes();
+  std::vector<HostRecord> out;
+  std::vector<uint64_t> ends;
+  // Records up to near the end of the first lap, taken and freed.
+  while (queue.header()->write_position < capacity - 1024) {
+    if (queue.Push(At(1, "filler"))) continue;
+    queue.TakeAll(&out, &ends);
+    queue.Free(queue.taken_position());
+  }
+  queue.TakeAll(&out, &ends);
+  queue.Free(queue.taken_position());
+  const uint64_t damaged_at = queue.header()->write_position;
+  ASSERT_TRUE(queue.Push(At(2, "damaged")));
+  while (queue.header()->write_position < capacity) ASSERT_TRUE(queue.Push(At(3, "wraps")));
+  ASSERT_TRUE(queue.Push(At(4, "next lap")));
+  reinterpret_cast<ring::Record*>(data + damaged_at % capacity)->size = 0;
+  alarm(10);
+  queue.TakeAll(&out, &ends);
+  alarm(0);
+  // The record that crossed into the next lap, and the one after it.
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].text, "wraps");
+  EXPECT_EQ(out[1].text, "next lap");
+  EXPECT_EQ(queue.damaged_bytes(), capacity - damaged_at);
+}
+
+// --- waiting for room (CUMEMTRACE_WAIT_WHEN_FULL) ----------------------------------------
+
+// A sender stand-in: takes and frees what is in the ring every `every`, beating as the
+// real one does, until told to stop.
+struct SlowSender {
+  SlowSender(RecordQueue* queue, std::chrono::microseconds every) {
+    thread = std::thread([this, queue, every] {
+      RecordQueue::MarkSenderThread();
+      std::vector<HostRecord> out;
+      std::vector<uint64_t> ends;
+      while (!stop.load()) {
+        queue->SenderBeat();
+        std::this_thread::sleep_for(every);
+        dropped += queue->TakeAll(&out, &ends).count;
+        taken += out.size();
+        queue->Free(queue->taken_position());
+      }
+      dropped += queue->TakeAll(&out, &ends).count;
+      taken += out.size();
+    });
+  }
+  ~SlowSender() { Finish(); }
+  // Takes what is left, and stops.
+  void Finish() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+  }
+  std::atomic<bool> stop{false};
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  std::thread thread;
+};
+
+TEST(RecordQueueWait, ThreadsWaitForRoomAndNothingIsDropped) {
+  RecordQueue queue(2);  // 64 KiB: about 500 records, full many times over
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  queue.set_wait_when_full(true);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 20000;
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  {
+    SlowSender sender(&queue, std::chrono::microseconds(200));
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kThreads; ++t) {
+      producers.emplace_back([&queue] {
+        for (int i = 0; i < kEach; ++i) EXPECT_TRUE(queue.Push(At(1 + i, "w")));
+      });
+    }
+    for (std::thread& p : producers) p.join();
+    sender.Finish();
+    taken = sender.taken;
+    dropped = sender.dropped;
+  }
+  EXPECT_EQ(taken, uint64_t{kThreads} * kEach);
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_GT(queue.waited_pushes(), 0u);  // the ring was full: they did wait
+}
+
+TEST(RecordQueueWait, WithoutTheOptionAFullRingDropsAndTakenPlusDroppedIsPushed) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  constexpr int kThreads = 4;
+  constexpr int kEach = 20000;
+  std::atomic<uint64_t> refused{0};
+  uint64_t taken = 0;
+  uint64_t dropped = 0;
+  {
+    SlowSender sender(&queue, std::chrono::microseconds(200));
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kThreads; ++t) {
+      producers.emplace_back([&] {
+        for (int i = 0; i < kEach; ++i) {
+          if (!queue.Push(At(1 + i, "d"))) ++refused;
+        }
+      });
+    }
+    for (std::thread& p : producers) p.join();
+    sender.Finish();
+    taken = sender.taken;
+    dropped = sender.dropped;
+  }
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(dropped, refused.load());
+  EXPECT_EQ(taken + dropped, uint64_t{kThreads} * kEach);
+  EXPECT_EQ(queue.waited_pushes(), 0u);
+}
+
+// Full ring, nobody freeing: each way out of the wait ends in a counted drop.
+void FillRing(RecordQueue* queue) {
+  while (queue->Push(At(1))) {
+  }
+}
+
+TEST(RecordQueueWait, TurningTheOptionOffReleasesAWaiterWhichDrops) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);  // the drop of FillRing's last push
+  queue.set_wait_when_full(true);
+  std::atomic<int> result{-1};
+  std::thread waiter([&] { result = queue.Push(At(2)) ? 1 : 0; });
+  // The sender goes round its loop (never freeing), so the waiter keeps waiting.
+  for (int i = 0; i < 50; ++i) {
+    queue.SenderBeat();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(result.load(), -1);
+  queue.set_wait_when_full(false);  // as when the collector is gone, or the sender ends
+  waiter.join();
+  EXPECT_EQ(result.load(), 0);
+  EXPECT_EQ(queue.TakeAll(&out).count, 1u);
+}
+
+TEST(RecordQueueWait, TheSenderThreadNeverWaits) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  queue.set_wait_when_full(true);
+  std::atomic<int> result{-1};
+  std::thread sender([&] {
+    RecordQueue::MarkSenderThread();
+    result = queue.Push(At(2)) ? 1 : 0;
+  });
+  sender.join();  // returns at once: a wait would be for itself
+  EXPECT_EQ(result.load(), 0);
+}
+
+TEST(RecordQueueWait, AStalledSenderEndsTheWaitWithADrop) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  FillRing(&queue);
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  queue.set_wait_when_full(true);
+  queue.set_sender_stall_ns_for_tests(50'000'000);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(queue.Push(At(2)));  // no beat for 50 ms: given up
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  EXPECT_EQ(queue.waits_given_up(), 1u);
+  EXPECT_EQ(queue.TakeAll(&out).count, 1u);
+}
+
 }  // namespace
 }  // namespace cumemtrace::tracer
