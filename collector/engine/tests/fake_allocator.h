@@ -82,6 +82,22 @@ class FakeAllocator {
     s_.Failed(++ts_, 0, 900, request, 2, kCudaMalloc, kOomError, device_free, kTotal);
     return *this;
   }
+  // The program's objects name the tensor at `address` (the Python side's TensorCategory).
+  FakeAllocator& Tag(uint64_t address, v1::Category category) {
+    v1::Event e;
+    e.set_timestamp_ns(++ts_);
+    v1::TensorCategory* t = e.mutable_tensor_category();
+    t->set_address(address);
+    t->set_bytes(blocks_.count(address) != 0 ? blocks_.at(address) : 0);
+    t->set_category(category);
+    s_.Raw(e);
+    return *this;
+  }
+  // Device memory another library takes for itself (no tensor): a cudaMalloc of its own.
+  FakeAllocator& Library(uint64_t address, uint64_t bytes) {
+    s_.Alloc(++ts_, 0, address, bytes, kDevice, kThread, kCudaMalloc);
+    return *this;
+  }
   FakeAllocator& Raw(const v1::Event& event) {
     s_.Raw(event);
     return *this;
