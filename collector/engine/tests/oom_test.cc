@@ -245,29 +245,9 @@ TEST(OomPostMortem, SummaryTextAndJsonSayIt) {
 // What held the memory at the OOM by category: the state of that instant (not the end's), the
 // tensors only, every byte in one category; the largest holders with theirs.
 TEST(OomPostMortem, ByCategoryIsTheStateOfThatInstant) {
-  constexpr uint64_t kBlock = 64 * kMiB, kLibrary = 0x300000000ull;
-  FakeAllocator a;
-  a.Segment(kSeg, 512 * kMiB);
-  std::map<uint64_t, uint64_t> live;  // the tensors live, as this test keeps them
-  for (uint64_t i = 0; i < 8; ++i) {
-    a.Alloc(kSeg + i * kBlock, kBlock);
-    live[kSeg + i * kBlock] = kBlock;
-  }
-  a.Tag(kSeg, v1::CATEGORY_PARAMETER)
-      .Tag(kSeg + 2 * kBlock, v1::CATEGORY_OPTIMIZER_STATE)
-      .Tag(kSeg + 4 * kBlock, v1::CATEGORY_ACTIVATION)
-      .Tag(kSeg + 1 * kBlock, v1::CATEGORY_PARAMETER);  // freed before the OOM
-  for (uint64_t i = 1; i < 8; i += 2) {
-    a.Free(kSeg + i * kBlock);
-    live.erase(kSeg + i * kBlock);
-  }
-  a.Segment(kSmallSeg, 2 * kMiB).Alloc(kSmallSeg, 512);
-  live[kSmallSeg] = 512;
-  a.Library(kLibrary, 10 * kMiB);  // not a tensor
-  a.Oom(128 * kMiB, 40 * kMiB);
-  // After it: the parameter and the optimizer state go, a larger parameter comes.
-  a.Free(kSeg).Free(kSeg + 2 * kBlock).Alloc(kSeg + 1 * kBlock, 2 * kBlock);
-  a.Tag(kSeg + 1 * kBlock, v1::CATEGORY_PARAMETER);
+  constexpr uint64_t kBlock = 64 * kMiB;
+  std::map<uint64_t, uint64_t> live;  // the tensors live, as the stream keeps them
+  FakeAllocator a = testing::OomWithCategories(&live);
   auto report = Analyze(a.Chunks());
   const FailedAllocationReport* f = TorchOom(*report);
   ASSERT_NE(f, nullptr);
@@ -306,7 +286,7 @@ TEST(OomPostMortem, ByCategoryIsTheStateOfThatInstant) {
   EXPECT_EQ(pm.largest_held[2].category, "activation");
   EXPECT_FALSE(pm.largest_held[3].category.empty());  // inferred
   EXPECT_FALSE(pm.largest_held[3].category_from_objects);
-  EXPECT_EQ(pm.largest_held[4].address, kLibrary);
+  EXPECT_EQ(pm.largest_held[4].address, testing::kExampleLibrary);
   EXPECT_EQ(pm.largest_held[4].category, "");  // another library's: no tensor
   EXPECT_EQ(pm.largest_held[4].kind, "DEVICE");
 
