@@ -27,8 +27,7 @@ constexpr size_t kTopHolders = 10;
 }  // namespace
 
 void FailedAllocationLog::NameHeld(const Failure& f, const DecodedStream& s,
-                                   const PhaseTracker& phases, uint64_t first,
-                                   OomPostMortem* pm) {
+                                   const PhaseTracker& phases, uint64_t first, OomPostMortem* pm) {
   std::vector<HeldGroup> groups;
   for (const auto& [phase, g] : f.by_phase) {
     groups.push_back(g);
@@ -127,8 +126,7 @@ void FailedAllocationLog::OnFailed(const DecodedStream& s, const Event& e, uint3
     return std::tie(y.bytes, x.address) < std::tie(x.bytes, y.address);
   };
   if (f.largest.size() > kTopHolders) {
-    std::partial_sort(f.largest.begin(), f.largest.begin() + kTopHolders, f.largest.end(),
-                      larger);
+    std::partial_sort(f.largest.begin(), f.largest.begin() + kTopHolders, f.largest.end(), larger);
     f.largest.resize(kTopHolders);
   } else {
     std::sort(f.largest.begin(), f.largest.end(), larger);
@@ -174,8 +172,8 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
 void FailedAllocationLog::FillCategories(ProcessReport* p) const {
   size_t seen = 0, retried = 0;
   for (const Failure& f : failures_) {
-    std::vector<FailedAllocationReport>& list = f.retried ? p->driver_retries
-                                                          : p->failed_allocations;
+    std::vector<FailedAllocationReport>& list =
+        f.retried ? p->driver_retries : p->failed_allocations;
     size_t& at = f.retried ? retried : seen;
     if (at >= list.size()) return;  // not the same failures: leave them without categories
     OomPostMortem& pm = list[at++].post_mortem;

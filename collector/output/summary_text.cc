@@ -428,7 +428,7 @@ void PrintPostMortem(std::ostream& out, const FailedAllocationReport& f) {
       Row row{Bytes(b.bytes), b.kind, b.phase.empty() ? "(no phase)" : b.phase, At(b.time_ns),
               b.library.empty() ? "(not unwound)" : b.library};
       if (categories) {
-        row.push_back(b.category.empty()              ? "-"
+        row.push_back(b.category.empty()        ? "-"
                       : b.category_from_objects ? b.category
                                                 : b.category + " (inferred)");
       }
@@ -436,8 +436,8 @@ void PrintPostMortem(std::ostream& out, const FailedAllocationReport& f) {
       rows.push_back(std::move(row));
     }
     out << "    largest held then:\n";
-    PrintTable(out, "      ", rows, std::string("rllrl") + (categories ? "l" : "") +
-                                         (stacks ? "l" : ""));
+    PrintTable(out, "      ", rows,
+               std::string("rllrl") + (categories ? "l" : "") + (stacks ? "l" : ""));
   }
 }
 

@@ -352,8 +352,9 @@ TEST(LiveJson, RoundTripsASnapshot) {
   processes[0].program = "python3 train.py";
   processes[0].iterations = 4;
   processes[0].iteration_range = "forward";
-  processes[0].devices.push_back({1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77, false,
-                                  0, 0, {{"parameter", 5, 7}, {"activation", 0, 2}}});
+  processes[0].devices.push_back(
+      {1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77, false, 0, 0, {}});
+  processes[0].devices[0].by_category = {{"parameter", 5, 7}, {"activation", 0, 2}};
   processes[1].pid = 8;
   processes[1].ended = true;
   processes[1].devices.push_back({0, 1, 2, {}, false, 0, true, 6, 9, {}});
