@@ -164,6 +164,8 @@ class _Plugin:
         if entry is None or not ended:
             return
         del self.entry[item.nodeid]
+        if report.skipped:
+            return
         peak = self.source.peak(item)
         rise = max(0, peak - entry)
         limit = self.limit_of(item)

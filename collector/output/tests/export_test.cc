@@ -853,9 +853,8 @@ std::string StackTrace(bool oom = false) {
   if (oom) s.String(6, "cudaMalloc").Failed(145, 0, 0, 1 << 20, 2, 6, 0, 4096, 1 << 30);
   s.Free(150, 0, 0x50000, 5000).Free(160, 0, 0x20000, 200);
   s.Exit(200, 0).LauncherExit(0, 0);
-  return WriteTempFile("stacks." + std::string(oom ? "oom." : "") + std::to_string(getpid()) +
-                           ".cmtrace",
-                       FileBytes(s.Chunks()));
+  const std::string name = std::string("stacks.") + (oom ? "oom." : "") + std::to_string(getpid());
+  return WriteTempFile(name + ".cmtrace", FileBytes(s.Chunks()));
 }
 
 // An out-of-memory's largest holders carry the user's frame of the stack that made each.
