@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "collector/engine/categories.h"
+#include "collector/engine/report.h"
 #include "collector/output/tables.h"
 
 namespace cumemtrace {
@@ -81,6 +83,13 @@ void LiveTally::Add(uint32_t stream_id, const v1::StreamMessage& message) {
       case v1::Event::kTorchAllocator: {
         const v1::TorchAllocatorEvent& t = event.torch_allocator();
         if (t.action() == v1::TORCH_ALLOCATOR_ACTION_UNSPECIFIED) break;
+        if (t.action() == v1::TORCH_ALLOCATOR_ACTION_ALLOC) {
+          Unname(s, t.address(), true);  // a block at a live address: the old one is over
+          s.blocks[t.address()] = {t.device(), t.requested_bytes()};
+        } else if (t.action() == v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED) {
+          Unname(s, t.address(), true);
+          s.blocks.erase(t.address());
+        }
         DeviceState& d = s.devices[t.device()];
         d.torch = true;
         d.tensors = t.allocated_bytes_current() +
@@ -88,6 +97,9 @@ void LiveTally::Add(uint32_t stream_id, const v1::StreamMessage& message) {
         d.tensors_peak = std::max(d.tensors_peak, d.tensors);
         break;
       }
+      case v1::Event::kTensorCategory:
+        Name(s, event.tensor_category());
+        break;
       case v1::Event::kProcessExit:
         s.ended = true;
         break;
@@ -95,6 +107,46 @@ void LiveTally::Add(uint32_t stream_id, const v1::StreamMessage& message) {
         break;
     }
   }
+}
+
+// As the report does (accountant.cc, Tag): a tag names the bridge's block live at its address,
+// else the device allocation there; a tag of an address not live is ignored, and of two tags
+// of one tensor the higher priority wins.
+void LiveTally::Name(Stream& s, const v1::TensorCategory& tag) {
+  const auto category = static_cast<uint8_t>(tag.category());
+  if (category == 0 || category >= internal::kCategoryCount) return;
+  Named named;
+  named.category = category;
+  const auto block = s.blocks.find(tag.address());
+  if (block != s.blocks.end() && block->second.first == tag.device()) {
+    named.block = true;
+    named.device = block->second.first;
+    named.bytes = block->second.second;
+  } else {
+    const auto live = s.live.find(tag.address());
+    if (live == s.live.end() || live->second.device != tag.device()) return;
+    named.device = live->second.device;
+    named.bytes = live->second.bytes;
+  }
+  auto [it, added] = s.named.emplace(tag.address(), named);
+  if (!added) {
+    if (internal::TagPriority(category) <= internal::TagPriority(it->second.category)) return;
+    Unname(s, tag.address(), it->second.block);
+    it = s.named.emplace(tag.address(), named).first;
+  }
+  DeviceState& d = s.devices[named.device];
+  uint64_t& now = d.category_now[category];
+  now += named.bytes;
+  uint64_t& peak = d.category_peak[category];
+  peak = std::max(peak, now);
+}
+
+void LiveTally::Unname(Stream& s, uint64_t address, bool block) {
+  const auto it = s.named.find(address);
+  if (it == s.named.end() || it->second.block != block) return;
+  uint64_t& now = s.devices[it->second.device].category_now[it->second.category];
+  now -= std::min(now, it->second.bytes);
+  s.named.erase(it);
 }
 
 void LiveTally::StreamEnded(uint32_t stream_id) {
@@ -188,6 +240,7 @@ void LiveTally::Memory(Stream& s, const v1::MemoryOp& op, uint64_t timestamp_ns)
       // newer began (its release, when it comes, is older than the newer one too).
       if (timestamp_ns < it->second.birth_ns) return;
       // Else a release was lost: the old allocation ends here.
+      Unname(s, op.address(), false);
       DeviceState& old = s.devices[it->second.device];
       old.now -= std::min(old.now, it->second.bytes);
       old.by_phase[it->second.phase] -= std::min(old.by_phase[it->second.phase], it->second.bytes);
@@ -213,6 +266,7 @@ void LiveTally::Memory(Stream& s, const v1::MemoryOp& op, uint64_t timestamp_ns)
     }
     // A release older than the allocation now at its address ended an older one.
     if (timestamp_ns < it->second.birth_ns) return;
+    Unname(s, op.address(), false);
     DeviceState& d = s.devices[it->second.device];
     d.now -= std::min(d.now, it->second.bytes);
     uint64_t& phase_bytes = d.by_phase[it->second.phase];
@@ -247,6 +301,12 @@ std::vector<LiveTally::Process> LiveTally::Snapshot() const {
       }
       std::stable_sort(device.by_phase.begin(), device.by_phase.end(),
                        [](const PhaseBytes& a, const PhaseBytes& b) { return a.bytes > b.bytes; });
+      for (const char* name : kCategoryOrder) {
+        for (const auto& [category, peak] : d.category_peak) {
+          if (peak == 0 || name != std::string(internal::CategoryName(category))) continue;
+          device.by_category.push_back({name, d.category_now.at(category), peak});
+        }
+      }
       p.devices.push_back(std::move(device));
     }
     out.push_back(std::move(p));
@@ -263,6 +323,11 @@ std::string LiveJson(const std::vector<LiveTally::Process>& processes, double el
       for (const LiveTally::PhaseBytes& b : d.by_phase) {
         phases.push_back({{"phase", b.phase}, {"bytes", b.bytes}});
       }
+      nlohmann::json categories = nlohmann::json::array();
+      for (const LiveTally::CategoryBytes& c : d.by_category) {
+        categories.push_back(
+            {{"category", c.category}, {"now_bytes", c.now_bytes}, {"peak_bytes", c.peak_bytes}});
+      }
       devices.push_back(
           {{"index", d.index},
            {"now_bytes", d.now_bytes},
@@ -272,7 +337,8 @@ std::string LiveJson(const std::vector<LiveTally::Process>& processes, double el
             d.has_last_rise ? nlohmann::json(d.last_iteration_rise_bytes) : nlohmann::json()},
            {"tensors", d.has_tensors ? nlohmann::json({{"now_bytes", d.tensors_now_bytes},
                                                        {"peak_bytes", d.tensors_peak_bytes}})
-                                     : nlohmann::json()}});
+                                     : nlohmann::json()},
+           {"by_category", categories}});
     }
     list.push_back({{"pid", p.pid},
                     {"program", p.program},
@@ -322,6 +388,11 @@ bool ParseLiveJson(const std::string& text, std::vector<LiveTally::Process>* pro
           device.by_phase.push_back(
               {b.at("phase").get<std::string>(), b.at("bytes").get<uint64_t>()});
         }
+        for (const nlohmann::json& c : d.at("by_category")) {
+          device.by_category.push_back({c.at("category").get<std::string>(),
+                                        c.at("now_bytes").get<uint64_t>(),
+                                        c.at("peak_bytes").get<uint64_t>()});
+        }
         process.devices.push_back(std::move(device));
       }
       processes->push_back(std::move(process));
@@ -369,6 +440,13 @@ std::vector<std::string> LiveText(const std::vector<LiveTally::Process>& process
                   " " + Bytes(d.by_phase[k].bytes);
       }
       if (!d.by_phase.empty()) block.push_back(phases);
+      std::string categories = "    by category:";
+      for (size_t k = 0; k < d.by_category.size(); ++k) {
+        const LiveTally::CategoryBytes& c = d.by_category[k];
+        categories += (k ? ", " : " ") + Printable(c.category) + " " + Bytes(c.now_bytes) +
+                      " (peak " + Bytes(c.peak_bytes) + ")";
+      }
+      if (!d.by_category.empty()) block.push_back(categories);
     }
     if (p.devices.empty()) block.push_back("  no device memory" + iterations);
     if (lines.size() + block.size() + (shown + 1 < processes.size() ? 1 : 0) > max_lines) break;

@@ -23,6 +23,13 @@ class LiveTally {
     std::string phase;  // "" when no range was open
     uint64_t bytes = 0;
   };
+  // Tensors the program's objects named (the tracer's Python side: TensorCategory), by
+  // category: live now and the category's own highest so far.
+  struct CategoryBytes {
+    std::string category;  // "parameter", "optimizer_state", ... (summary.json's names)
+    uint64_t now_bytes = 0;
+    uint64_t peak_bytes = 0;
+  };
   struct Device {
     uint32_t index = 0;
     uint64_t now_bytes = 0;   // device memory in use (DEVICE + ARRAY, as the driver sees it)
@@ -37,6 +44,7 @@ class LiveTally {
     bool has_tensors = false;
     uint64_t tensors_now_bytes = 0;
     uint64_t tensors_peak_bytes = 0;
+    std::vector<CategoryBytes> by_category;  // in kCategoryOrder; empty when none was named
   };
   struct Process {
     uint32_t pid = 0;
@@ -74,6 +82,16 @@ class LiveTally {
     bool torch = false;
     uint64_t tensors = 0;
     uint64_t tensors_peak = 0;
+    std::map<uint8_t, uint64_t> category_now;  // v1::Category -> bytes
+    std::map<uint8_t, uint64_t> category_peak;
+  };
+  // A tensor a TensorCategory named: its size, and whether it is the bridge's block (ended by
+  // the allocator's FREE_REQUESTED) or a device allocation (ended by its release).
+  struct Named {
+    uint32_t device = 0;
+    uint64_t bytes = 0;
+    uint8_t category = 0;
+    bool block = false;
   };
   struct OpenRange {
     uint32_t thread = 0;
@@ -87,6 +105,10 @@ class LiveTally {
     std::unordered_map<uint32_t, std::string> strings;
     std::vector<OpenRange> open;  // in the order opened
     std::unordered_map<uint64_t, Allocation> live;
+    // The bridge's live blocks (address -> device and bytes asked for), and the named tensors
+    // by address.
+    std::unordered_map<uint64_t, std::pair<uint32_t, uint64_t>> blocks;
+    std::unordered_map<uint64_t, Named> named;
     // Releases not matched yet: address -> their times, in order.
     std::unordered_map<uint64_t, std::vector<uint64_t>> early_releases;
     size_t early_release_count = 0;
@@ -104,6 +126,9 @@ class LiveTally {
   void IterationBoundary(Stream& s);
   int PhaseOf(const Stream& s, uint32_t thread) const;
   void Memory(Stream& s, const v1::MemoryOp& op, uint64_t timestamp_ns);
+  void Name(Stream& s, const v1::TensorCategory& tag);
+  // The named tensor at `address` ends (`block`: the bridge's block, else device memory).
+  static void Unname(Stream& s, uint64_t address, bool block);
   // Releases of unknown addresses kept for an allocation that arrives late (bounded).
   static constexpr size_t kMaxEarlyReleases = 1 << 16;
 

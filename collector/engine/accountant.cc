@@ -607,6 +607,7 @@ void Accountant::Tag(const Event& e) {
 }
 
 void Accountant::FillCategories(const DecodedStream& s, ProcessReport* p) const {
+  failed_.FillCategories(p);
   const uint64_t first = p->first_timestamp_abs_ns;
   for (uint32_t slot = 0; slot < category_slots_.size(); ++slot) {
     auto device = std::find_if(p->devices.begin(), p->devices.end(), [&](const DeviceReport& d) {
@@ -916,7 +917,7 @@ void Accountant::SweepOne(const Event& e) {
           const Allocation& a = pool_[index];
           if (a.slot != slot || !IsDeviceMemory(a.kind)) return;
           live.push_back(HeldAllocation{a.address, a.bytes, a.phase, a.caller_id, a.stack_id,
-                                        a.kind});
+                                        a.kind, a.birth_ns, a.category});
         });
         failed_.OnFailed(*stream_, e, slot, attribution_, in_use_[slot], live);
       }

@@ -22,11 +22,12 @@ std::vector<HeldGroup> Ordered(std::vector<HeldGroup> groups, size_t top) {
 }
 
 constexpr size_t kTopStacks = 10;
+constexpr size_t kTopHolders = 10;
 
 }  // namespace
 
 void FailedAllocationLog::NameHeld(const Failure& f, const DecodedStream& s,
-                                   const PhaseTracker& phases, OomPostMortem* pm) {
+                                   const PhaseTracker& phases, uint64_t first, OomPostMortem* pm) {
   std::vector<HeldGroup> groups;
   for (const auto& [phase, g] : f.by_phase) {
     groups.push_back(g);
@@ -54,13 +55,35 @@ void FailedAllocationLog::NameHeld(const Failure& f, const DecodedStream& s,
     return std::tie(y.second.bytes, x.first) < std::tie(x.second.bytes, y.first);
   });
   if (stacks.size() > kTopStacks) stacks.resize(kTopStacks);
-  if (!stacks.empty()) {
-    StackResolver resolver(s);
-    for (auto& [id, g] : stacks) {
-      g.name = resolver.UserFrameText(resolver.Resolve(id));
-      pm->held_by_stack.push_back(g);
+  bool with_stacks = !stacks.empty();
+  for (const HeldAllocation& a : f.largest) with_stacks |= a.stack_id != 0;
+  if (!with_stacks) {
+    for (const HeldAllocation& a : f.largest) {
+      pm->largest_held.push_back(Holder(a, s, phases, first));
     }
+    return;
   }
+  StackResolver resolver(s);
+  for (auto& [id, g] : stacks) {
+    g.name = resolver.UserFrameText(resolver.Resolve(id));
+    pm->held_by_stack.push_back(g);
+  }
+  for (const HeldAllocation& a : f.largest) {
+    HeldBlock& b = pm->largest_held.emplace_back(Holder(a, s, phases, first));
+    if (a.stack_id != 0) b.stack = resolver.UserFrameText(resolver.Resolve(a.stack_id));
+  }
+}
+
+HeldBlock FailedAllocationLog::Holder(const HeldAllocation& a, const DecodedStream& s,
+                                      const PhaseTracker& phases, uint64_t first) {
+  HeldBlock b;
+  b.address = a.address;
+  b.bytes = a.bytes;
+  b.time_ns = Since(first, a.birth_ns);
+  b.phase = phases.NameOf(a.phase);
+  b.kind = MemoryKindName(a.kind);
+  b.library = a.caller_id == 0 ? std::string() : BaseName(s.Resolve(a.caller_id));
+  return b;
 }
 
 void FailedAllocationLog::OnMemoryEvent(const Event& e) {
@@ -90,6 +113,23 @@ void FailedAllocationLog::OnFailed(const DecodedStream& s, const Event& e, uint3
       g->bytes += a.bytes;
       ++g->count;
     }
+    const auto category = static_cast<uint8_t>(a.category & ~kFromObjects);
+    if (category != 0) {
+      HeldGroup& g = f.by_category[category];
+      g.bytes += a.bytes;
+      ++g.count;
+    }
+  }
+  // The largest holders, ties by address: the category pass finds the same ones.
+  f.largest = live;
+  auto larger = [](const HeldAllocation& x, const HeldAllocation& y) {
+    return std::tie(y.bytes, x.address) < std::tie(x.bytes, y.address);
+  };
+  if (f.largest.size() > kTopHolders) {
+    std::partial_sort(f.largest.begin(), f.largest.begin() + kTopHolders, f.largest.end(), larger);
+    f.largest.resize(kTopHolders);
+  } else {
+    std::sort(f.largest.begin(), f.largest.end(), larger);
   }
   if (e.thread_id != 0 && e.code != kOutOfMemory) pending_[e.thread_id] = failures_.size() - 1;
 }
@@ -119,13 +159,40 @@ void FailedAllocationLog::Finish(const DecodedStream& s, uint64_t first, PhaseTr
       auto info = s.device_info.find(e.device);
       r.device_total_bytes = info == s.device_info.end() ? 0 : info->second.total_memory_bytes;
     }
-    NameHeld(f, s, *phases, &r.post_mortem);
+    NameHeld(f, s, *phases, first, &r.post_mortem);
     if (f.retried) {
       p->driver_retries.push_back(std::move(r));
       continue;
     }
     for (int32_t phase : f.at.names) ++phases->counters(phase, f.slot).failed_allocations;
     p->failed_allocations.push_back(std::move(r));
+  }
+}
+
+void FailedAllocationLog::FillCategories(ProcessReport* p) const {
+  size_t seen = 0, retried = 0;
+  for (const Failure& f : failures_) {
+    std::vector<FailedAllocationReport>& list =
+        f.retried ? p->driver_retries : p->failed_allocations;
+    size_t& at = f.retried ? retried : seen;
+    if (at >= list.size()) return;  // not the same failures: leave them without categories
+    OomPostMortem& pm = list[at++].post_mortem;
+    pm.categories_given = true;
+    pm.held_tensor_bytes = 0;
+    std::vector<HeldGroup> groups;
+    for (const auto& [category, g] : f.by_category) {
+      groups.push_back(g);
+      groups.back().name = CategoryName(category);
+      pm.held_tensor_bytes += g.bytes;
+    }
+    pm.held_by_category = Ordered(std::move(groups), 0);
+    for (size_t i = 0; i < f.largest.size() && i < pm.largest_held.size(); ++i) {
+      const uint8_t code = f.largest[i].category;
+      const auto category = static_cast<uint8_t>(code & ~kFromObjects);
+      if (category == 0 || pm.largest_held[i].address != f.largest[i].address) continue;
+      pm.largest_held[i].category = CategoryName(category);
+      pm.largest_held[i].category_from_objects = (code & kFromObjects) != 0;
+    }
   }
 }
 

@@ -34,6 +34,9 @@ class FailedAllocationLog {
   // Counts the failures the program saw in their phases (slots as given to OnFailed, so
   // before any reordering), and lists them and the retries in the report, in time order.
   void Finish(const DecodedStream& s, uint64_t first, PhaseTracker* phases, ProcessReport* p);
+  // In the category pass (whose sweep meets the same failures in the same order as Finish's
+  // did): what held the memory at each failure by category, into the report Finish wrote.
+  void FillCategories(ProcessReport* p) const;
 
  private:
   struct Failure {
@@ -47,10 +50,14 @@ class FailedAllocationLog {
     std::map<uint8_t, HeldGroup> by_kind;
     std::map<uint32_t, HeldGroup> by_library;
     std::map<uint32_t, HeldGroup> by_stack;
+    std::map<uint8_t, HeldGroup> by_category;  // tensor allocations, by category value
+    std::vector<HeldAllocation> largest;       // the largest live then, largest first
   };
   // The post-mortem's held groups, by name.
   static void NameHeld(const Failure& f, const DecodedStream& s, const PhaseTracker& phases,
-                       OomPostMortem* pm);
+                       uint64_t first, OomPostMortem* pm);
+  static HeldBlock Holder(const HeldAllocation& a, const DecodedStream& s,
+                          const PhaseTracker& phases, uint64_t first);
 
   std::vector<Failure> failures_;
   std::unordered_map<uint32_t, size_t> pending_;  // thread -> its undecided failure

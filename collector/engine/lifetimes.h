@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "collector/engine/categories.h"
 #include "collector/engine/iterations.h"
 #include "collector/engine/phases.h"
 
@@ -22,19 +23,6 @@ namespace cumemtrace::internal {
 enum class LifetimeClass : uint8_t { kTemporary, kActivation, kGradient, kPersistent, kOther };
 const char* LifetimeClassName(LifetimeClass c);
 
-// Categories (docs/phases.md "Categories"): what a tensor allocation's memory is, as a
-// v1::Category value (1..8; 0: none). An allocation's category byte is the value, with
-// kFromObjects set when a TensorCategory named it (else it was inferred).
-constexpr int kCategoryCount = 10;  // indexed by v1::Category value; 0 is unused
-constexpr uint8_t kFromObjects = 0x80;
-// "parameter", "buffer", ... (summary.json's keys); "" for 0.
-const char* CategoryName(uint8_t category);
-// PyTorch's memory_viz name: "parameter", "optimizer_state", "input", "temporary",
-// "activation", "gradient", "autograd_detail"; "unknown" for 0.
-const char* MemoryVizCategoryName(uint8_t category);
-// Which of two tags of one allocation wins: the higher (parameter > buffer >
-// optimizer_state > gradient > input > the rest).
-int TagPriority(uint8_t category);
 // A forward-like and a backward-like phase (phase_rules.h): the phases that define the
 // classes. Without them no class or activation figure is reported (LifetimeAtPeak).
 bool HasTrainingPhases(const std::vector<PhaseName>& names);

@@ -24,6 +24,9 @@ struct HeldAllocation {
   uint32_t caller_id = 0;
   uint32_t stack_id = 0;
   uint8_t kind = 0;
+  uint64_t birth_ns = 0;  // absolute
+  // Its category byte (lifetimes.h) in the category pass; 0: no tensor, or another pass.
+  uint8_t category = 0;
 };
 
 // The caching allocator's sizes (c10/cuda/CUDACachingAllocator.cpp).

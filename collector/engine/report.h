@@ -315,6 +315,21 @@ struct HeldGroup {
   uint64_t count = 0;
 };
 
+// One allocation live at an instant (an out-of-memory's largest holders).
+struct HeldBlock {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t time_ns = 0;  // its birth, since the process's first event
+  std::string phase;     // of origin; "" for none
+  std::string kind;      // "DEVICE", "TORCH_ALLOCATED", ...
+  std::string library;   // calling module's base name; "" when not unwound
+  std::string stack;     // innermost frame of the program's own code; "" without `--stacks`
+  // Its category (docs/phases.md "Categories"): "" when it is no tensor allocation or the
+  // process has none; category_from_objects: the program's objects named it.
+  std::string category;
+  bool category_from_objects = false;
+};
+
 // PyTorch's cache in one pool (small or large, default or private) on one stream, at the
 // instant of a failed allocation (docs/oom.md).
 struct CachePoolState {
@@ -371,6 +386,13 @@ struct OomPostMortem {
   std::vector<HeldGroup> held_by_kind;
   std::vector<HeldGroup> held_by_library;
   std::vector<HeldGroup> held_by_stack;  // at most 10; empty without `run --stacks`
+  // By category, when the process has categories (DeviceCategories::given): the tensor
+  // allocations live then (of the device's tensor layer), by what they are. The groups sum to
+  // held_tensor_bytes; held_bytes - held_tensor_bytes is device memory that is no tensor.
+  bool categories_given = false;
+  uint64_t held_tensor_bytes = 0;
+  std::vector<HeldGroup> held_by_category;  // largest first; `count`: allocations
+  std::vector<HeldBlock> largest_held;      // the 10 largest allocations live then
 };
 
 struct FailedAllocationReport {

@@ -270,7 +270,20 @@ Json PostMortemJson(const OomPostMortem& pm) {
           {"held_by_phase", HeldJson(pm.held_by_phase)},
           {"held_by_kind", HeldJson(pm.held_by_kind)},
           {"held_by_library", HeldJson(pm.held_by_library)},
-          {"held_by_stack", HeldJson(pm.held_by_stack)}};
+          {"held_by_stack", HeldJson(pm.held_by_stack)},
+          {"held_tensor_bytes", OrNull(pm.categories_given, pm.held_tensor_bytes)},
+          {"held_by_category", pm.categories_given ? HeldJson(pm.held_by_category) : Json()},
+          {"largest_held", Array(pm.largest_held, [&pm](const HeldBlock& b) -> Json {
+             return {{"address", b.address},
+                     {"bytes", b.bytes},
+                     {"time_ns", b.time_ns},
+                     {"phase", OrNull(b.phase)},
+                     {"kind", b.kind},
+                     {"library", OrNull(b.library)},
+                     {"stack", OrNull(b.stack)},
+                     {"category", pm.categories_given ? OrNull(b.category) : Json()},
+                     {"category_from_objects", b.category_from_objects}};
+           })}};
 }
 
 // `post_mortems`: the failures the program saw; retries have none.

@@ -405,6 +405,9 @@ std::string Held(const std::vector<HeldGroup>& groups, const char* unnamed) {
   return Join(parts, ", ");
 }
 
+// The largest allocations live at an out-of-memory that the text lists (the JSON has 10).
+constexpr size_t kLargestHeldShown = 5;
+
 // Whether the text shows a failure's post-mortem: PyTorch's own requests for a segment (its
 // driver calls) are followed by its OOM, which says it all.
 bool HasPostMortemText(const ProcessReport& p, const FailedAllocationReport& f) {
@@ -466,6 +469,37 @@ void PrintPostMortem(std::ostream& out, const FailedAllocationReport& f) {
       << Held(pm.held_by_library, "(not unwound)") << "\n";
   if (!pm.held_by_stack.empty()) {
     out << "    by stack: " << Held(pm.held_by_stack, "?") << "\n";
+  }
+  if (pm.categories_given) {
+    // Every category, as the figures add up to the tensors live then.
+    std::vector<std::string> parts;
+    for (const HeldGroup& g : pm.held_by_category) parts.push_back(g.name + " " + Bytes(g.bytes));
+    out << "    by category: " << (parts.empty() ? std::string("none") : Join(parts, ", "))
+        << "; tensors " << ExactBytes(pm.held_tensor_bytes) << ", not tensors "
+        << Bytes(pm.held_bytes - std::min(pm.held_bytes, pm.held_tensor_bytes)) << "\n";
+  }
+  if (!pm.largest_held.empty()) {
+    const bool categories = pm.categories_given;
+    bool stacks = false;
+    for (const HeldBlock& b : pm.largest_held) stacks |= !b.stack.empty();
+    std::vector<Row> rows{{"bytes", "kind", "phase", "born", "library"}};
+    if (categories) rows[0].push_back("category");
+    if (stacks) rows[0].push_back("stack");
+    for (size_t i = 0; i < pm.largest_held.size() && i < kLargestHeldShown; ++i) {
+      const HeldBlock& b = pm.largest_held[i];
+      Row row{Bytes(b.bytes), b.kind, b.phase.empty() ? "(no phase)" : b.phase, At(b.time_ns),
+              b.library.empty() ? "(not unwound)" : b.library};
+      if (categories) {
+        row.push_back(b.category.empty()        ? "-"
+                      : b.category_from_objects ? b.category
+                                                : b.category + " (inferred)");
+      }
+      if (stacks) row.push_back(b.stack.empty() ? "?" : b.stack);
+      rows.push_back(std::move(row));
+    }
+    out << "    largest held then:\n";
+    PrintTable(out, "      ", rows,
+               std::string("rllrl") + (categories ? "l" : "") + (stacks ? "l" : ""));
   }
 }
 

@@ -41,6 +41,8 @@ const std::vector<std::string> kProgram = {kFake,
                                            "--events=2",
                                            "--range=forward",
                                            "--range=backward",
+                                           "--category=parameter",
+                                           "--category=activation",
                                            "--pause-ms=400",
                                            "--print-lines=3"};
 
@@ -98,15 +100,21 @@ TEST_F(LiveTerminalTest, DrawnBelowAScrollRegionAndNeverOnTheProgramsStdout) {
   EXPECT_EQ(status, 0) << screen;
   // The program's own output, byte for byte.
   EXPECT_EQ(ReadFile(tmp_ + "/stdout"), kProgramOutput);
-  // The view takes 4 lines (title, process, GPU, phases) at the bottom of 30: the program
-  // scrolls in lines 1-26. It is redrawn every second (2.4 s: at least twice), and the whole
-  // terminal is given back before the summary.
-  EXPECT_NE(screen.find("\x1b[1;26r"), std::string::npos) << screen;
+  // The view takes 5 lines (title, process, GPU, phases, categories) at the bottom of 30: the
+  // program scrolls in lines 1-25. It is redrawn every second (2.4 s: at least twice), and the
+  // whole terminal is given back before the summary.
+  EXPECT_NE(screen.find("\x1b[1;25r"), std::string::npos) << screen;
   EXPECT_GE(Count(screen, "cumemtrace --live  +"), 2u) << screen;
   EXPECT_NE(screen.find("GPU 0  now "), std::string::npos) << screen;
   // Each iteration (forward, backward) allocates 4 MiB; one drawn after the second forward.
   EXPECT_NE(screen.find("last iteration +4.00 MiB"), std::string::npos) << screen;
   EXPECT_NE(screen.find("by phase: forward "), std::string::npos) << screen;
+  // The program's objects name each forward batch's memory parameters, each backward's
+  // activations: by the draw at 2 s, the three forward batches (nothing is freed, so the
+  // category's peak is its memory now).
+  EXPECT_NE(screen.find("by category: parameter 6.00 MiB (peak 6.00 MiB), activation "),
+            std::string::npos)
+      << screen;
   const size_t reset = screen.rfind("\x1b[r");
   ASSERT_NE(reset, std::string::npos) << screen;
   EXPECT_LT(reset, screen.find("cumemtrace summary of")) << screen;
@@ -135,7 +143,7 @@ TEST_F(LiveTerminalTest, TopShowsWhatARunningDaemonRecords) {
   LineReader daemon_log(daemon.err_fd);
   ASSERT_TRUE(daemon_log.Next().has_value());  // listening
   Child client = Spawn({kFake, "--socket=" + socket, "--batches=4", "--events=3", "--range=forward",
-                        "--range=backward", "--hold"},
+                        "--range=backward", "--category=gradient", "--hold"},
                        tmp_, {});
   LineReader client_out(client.out_fd);
   ASSERT_EQ(client_out.Next(), std::optional<std::string>("holding"));
@@ -152,7 +160,8 @@ TEST_F(LiveTerminalTest, TopShowsWhatARunningDaemonRecords) {
       << top.out;
   // 4 batches of 3 MiB, in forward, backward, forward, backward.
   EXPECT_NE(top.out.find("  GPU 0  now 12.0 MiB  peak 12.0 MiB  iteration 2 (forward), last "
-                         "iteration +6.00 MiB\n    by phase: forward 6.00 MiB, backward 6.00 MiB"),
+                         "iteration +6.00 MiB\n    by phase: forward 6.00 MiB, backward 6.00 MiB\n"
+                         "    by category: gradient 12.0 MiB (peak 12.0 MiB)"),
             std::string::npos)
       << top.out;
   EXPECT_EQ(top.out.find("\x1b"), std::string::npos);  // not a terminal: one plain snapshot

@@ -99,6 +99,95 @@ TEST_F(PytestPlugin, EachTestIsItsOwnPhaseAndALimitIsABudget) {
   EXPECT_EQ(Shell(CUMEMTRACE_BIN " check -q -b peak=0 " + tmp_ + "/out > /dev/null"), 0);
 }
 
+// Each test's own verdict inside pytest, from a memory source a conftest.py gives (no GPU
+// here): a fake allocator the tests allocate from, whose figures the plugin reads as it reads
+// PyTorch's.
+TEST_F(PytestPlugin, EachLimitedTestGetsItsOwnVerdictFromTheMemorySource) {
+  std::ofstream(tmp_ + "/conftest.py") << R"(import pytest
+
+class FakeMemory:
+    name = "fake allocator"
+    def __init__(self):
+        self.in_use = 0
+        self.high = 0
+    def alloc(self, n):
+        self.in_use += n
+        self.high = max(self.high, self.in_use)
+    def free(self, n):
+        self.in_use -= n
+    def start(self, item):
+        self.high = self.in_use
+        return self.in_use
+    def peak(self, item):
+        return self.high
+
+MEMORY = FakeMemory()
+
+def pytest_cumemtrace_memory_source(config):
+    return MEMORY
+
+@pytest.fixture
+def gpu():
+    return MEMORY
+)";
+  std::ofstream(tmp_ + "/test_memory.py") << R"(import pytest
+GiB = 1 << 30
+MiB = 1 << 20
+
+@pytest.mark.gpu_memory_limit("2 GiB")
+def test_small(gpu):
+    gpu.alloc(1 * GiB)
+    gpu.free(1 * GiB)
+
+@pytest.mark.gpu_memory_limit("2 GiB")
+def test_big(gpu):
+    gpu.alloc(3 * GiB)
+    gpu.free(3 * GiB)
+
+def test_keeps(gpu):
+    gpu.alloc(512 * MiB)  # still in use when the next test starts
+
+@pytest.mark.gpu_memory_limit("1 GiB")
+def test_after(gpu):
+    gpu.alloc(768 * MiB)  # peak 1.25 GiB, but 768 MiB above its entry
+    gpu.free(768 * MiB)
+
+@pytest.mark.gpu_memory_limit("1 MiB")
+def test_exact(gpu):
+    gpu.alloc(1 * MiB)  # exactly its limit: met
+    gpu.free(1 * MiB)
+)";
+  EXPECT_EQ(Run("test_memory.py"), 1) << ReadFile(tmp_ + "/stderr");  // pytest's: a test failed
+  const std::string out = ReadFile(tmp_ + "/stdout");
+  EXPECT_NE(out.find("1 failed, 4 passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("FAILED test_memory.py::test_big"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED test_memory.py::test_small"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED test_memory.py::test_after"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED test_memory.py::test_exact"), std::string::npos) << out;
+  EXPECT_NE(out.find("test_memory.py::test_big: GPU memory rose 3.00 GiB (3,221,225,472 B) "
+                     "above what was in use when it started, over its "
+                     "gpu_memory_limit(\"2 GiB\") (2,147,483,648 B); peak 3.00 GiB "
+                     "(fake allocator)"),
+            std::string::npos)
+      << out;
+  // The figures of every test, in the terminal summary.
+  EXPECT_NE(out.find("GPU memory per test (fake allocator)"), std::string::npos) << out;
+  EXPECT_NE(out.find("test_memory.py::test_small  1.00 GiB     +1.00 GiB  2 GiB  met\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("test_memory.py::test_big    3.00 GiB     +3.00 GiB  2 GiB  EXCEEDED\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("test_memory.py::test_keeps   512 MiB      +512 MiB\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("test_memory.py::test_after  1.25 GiB      +768 MiB  1 GiB  met\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("test_memory.py::test_exact   513 MiB     +1.00 MiB  1 MiB  met\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(PytestPlugin, AMalformedLimitStopsPytestBeforeAnyTestRuns) {
   std::ofstream(tmp_ + "/test_bad.py") << R"(import pytest
 @pytest.mark.gpu_memory_limit("two gigs")

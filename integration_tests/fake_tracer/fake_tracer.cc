@@ -32,6 +32,9 @@
 //               [--range=NAME]...             wrap batch b in an NVTX range named the
 //                                             (b mod count)-th NAME
 //               [--long-range=N]              a range NAME of N letters 'a'
+//               [--category=NAME]...          the program's objects name batch b's
+//                                             allocations: category NAME (parameter,
+//                                             activation, ...) number b modulo their count
 //               [--pause-ms=N]                sleep N ms after each batch (a program that
 //                                             runs for a while, for the live view)
 //               [--keep-going]                when the collector goes away, stop sending
@@ -80,6 +83,7 @@ struct Options {
   bool connect = true;
   std::string ring;
   std::vector<std::string> ranges;
+  std::vector<std::string> categories;
   int pause_ms = 0;
 };
 
@@ -160,7 +164,8 @@ void AddNvtx(v1::EventBatch* batch, v1::NvtxOperation operation, uint32_t messag
 
 // A batch of `events` device allocations, each of 1 MiB at a distinct address, inside a
 // range named `range` when it is not empty.
-v1::StreamMessage Batch(uint64_t sequence, int events, const std::string& range = "") {
+v1::StreamMessage Batch(uint64_t sequence, int events, const std::string& range = "",
+                        const std::string& category = "") {
   v1::StreamMessage message;
   v1::EventBatch* batch = message.mutable_batch();
   batch->set_sequence(sequence);
@@ -181,6 +186,16 @@ v1::StreamMessage Batch(uint64_t sequence, int events, const std::string& range 
     op->set_bytes(1 << 20);
     op->set_kind(v1::MEMORY_KIND_DEVICE);
     op->set_thread_id(static_cast<uint32_t>(getpid()));
+    v1::Category value = v1::CATEGORY_UNSPECIFIED;
+    std::string upper = "CATEGORY_";
+    for (char c : category) upper += static_cast<char>(toupper(static_cast<unsigned char>(c)));
+    if (!category.empty() && v1::Category_Parse(upper, &value)) {
+      v1::Event* tag = batch->add_events();
+      tag->set_timestamp_ns(Now(CLOCK_MONOTONIC));
+      tag->mutable_tensor_category()->set_address(op->address());
+      tag->mutable_tensor_category()->set_bytes(op->bytes());
+      tag->mutable_tensor_category()->set_category(value);
+    }
   }
   if (!range.empty()) AddNvtx(batch, v1::NVTX_OPERATION_POP, 0);
   return message;
@@ -439,6 +454,8 @@ Options Parse(int argc, char** argv) {
       o.socket_path = v8;
     } else if (const char* v12 = value("--range=")) {
       o.ranges.push_back(v12);
+    } else if (const char* v14 = value("--category=")) {
+      o.categories.push_back(v14);
     } else if (const char* v13 = value("--pause-ms=")) {
       o.pause_ms = atoi(v13);
     } else if (arg == "--keep-going") {
@@ -511,7 +528,9 @@ int main(int argc, char** argv) {
   }
   for (int b = 0; b < o.batches; ++b) {
     const std::string range = o.ranges.empty() ? "" : o.ranges[static_cast<size_t>(b) % o.ranges.size()];
-    v1::StreamMessage batch = Batch(static_cast<uint64_t>(b), o.events, range);
+    const std::string category =
+        o.categories.empty() ? "" : o.categories[static_cast<size_t>(b) % o.categories.size()];
+    v1::StreamMessage batch = Batch(static_cast<uint64_t>(b), o.events, range, category);
     if (o.ring == "thread-buffers" && b == 0) {
       v1::ThreadBufferPosition* sent = batch.mutable_batch()->add_thread_buffer_positions();
       sent->set_slot(0);

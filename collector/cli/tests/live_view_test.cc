@@ -196,6 +196,67 @@ TEST(LiveTally, PyTorchTensorsFromTheAllocatorsCounter) {
             "  GPU 0  now 20.0 MiB  peak 20.0 MiB  PyTorch tensors 5.00 MiB (peak 8.00 MiB)");
 }
 
+// The tensors the program's objects name, by category: now and each category's own peak, a
+// tag of an address not live ignored, the higher-priority tag kept, the bridge's blocks named
+// as well as device allocations.
+TEST(LiveTally, CategoriesNamedByTheProgramsObjects) {
+  LiveTally tally = NewTally();
+  tally.Add(1, Handshake(5));
+  Messages m;
+  m.At(1).Alloc(7, 0x1000, 10 * kMiB).Alloc(7, 0x2000, 4 * kMiB);
+  v1::StreamMessage message = m.Take();
+  auto add = [&message]() {
+    v1::Event* e = message.mutable_batch()->add_events();
+    e->set_timestamp_ns(2);
+    return e;
+  };
+  auto name = [&add](uint64_t address, v1::Category category) {
+    v1::TensorCategory* t = add()->mutable_tensor_category();
+    t->set_address(address);
+    t->set_category(category);
+  };
+  auto torch = [&add](v1::TorchAllocatorAction action, uint64_t address, uint64_t bytes) {
+    v1::TorchAllocatorEvent* t = add()->mutable_torch_allocator();
+    t->set_action(action);
+    t->set_address(address);
+    t->set_requested_bytes(bytes);
+  };
+  name(0x1000, v1::CATEGORY_PARAMETER);
+  name(0x2000, v1::CATEGORY_ACTIVATION);
+  name(0x9000, v1::CATEGORY_ACTIVATION);  // nothing live there: ignored
+  name(0x1000, v1::CATEGORY_GRADIENT);    // lower than parameter: still a parameter
+  torch(v1::TORCH_ALLOCATOR_ACTION_ALLOC, 0x5000, 3 * kMiB);
+  name(0x5000, v1::CATEGORY_OPTIMIZER_STATE);
+  tally.Add(1, message);
+  Messages later;
+  later.At(3).Free(7, 0x2000, 4 * kMiB);
+  message = later.Take();
+  torch(v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED, 0x5000, 3 * kMiB);
+  tally.Add(1, message);
+  const LiveTally::Device d = tally.Snapshot()[0].devices[0];
+  ASSERT_EQ(d.by_category.size(), 3u);
+  EXPECT_EQ(d.by_category[0].category, "parameter");
+  EXPECT_EQ(d.by_category[0].now_bytes, 10 * kMiB);
+  EXPECT_EQ(d.by_category[0].peak_bytes, 10 * kMiB);
+  EXPECT_EQ(d.by_category[1].category, "optimizer_state");
+  EXPECT_EQ(d.by_category[1].now_bytes, 0u);
+  EXPECT_EQ(d.by_category[1].peak_bytes, 3 * kMiB);
+  EXPECT_EQ(d.by_category[2].category, "activation");
+  EXPECT_EQ(d.by_category[2].now_bytes, 0u);
+  EXPECT_EQ(d.by_category[2].peak_bytes, 4 * kMiB);
+  const std::vector<std::string> text = LiveText(tally.Snapshot(), 1, 200, 10);
+  ASSERT_EQ(text.size(), 5u);
+  EXPECT_EQ(text[4],
+            "    by category: parameter 10.0 MiB (peak 10.0 MiB), optimizer_state 0 B (peak 3.00 "
+            "MiB), activation 0 B (peak 4.00 MiB)");
+  // `top` gets them from the daemon's snapshot.
+  std::vector<LiveTally::Process> back;
+  double elapsed = 0;
+  std::string error;
+  ASSERT_TRUE(ParseLiveJson(LiveJson(tally.Snapshot(), 1), &back, &elapsed, &error)) << error;
+  EXPECT_EQ(LiveText(back, 1, 200, 10), text);
+}
+
 // Replayed message by message, the golden traces (recorded on an H100) give the live view
 // the report's own figures: each device's peak, the memory still in use at the end, and the
 // iterations found.
@@ -274,7 +335,8 @@ TEST(LiveText, FitsTheLinesAndColumnsItIsGiven) {
   for (uint32_t i = 0; i < 5; ++i) {
     processes[i].pid = 100 + i;
     processes[i].program = std::string("torchrun \x1b[2J rank ") + std::to_string(i);
-    processes[i].devices.push_back({i, 2 * kMiB, 3 * kMiB, {{"forward", 2 * kMiB}}, false, 0});
+    processes[i].devices.push_back(
+        {i, 2 * kMiB, 3 * kMiB, {{"forward", 2 * kMiB}}, false, 0, false, 0, 0, {}});
   }
   const std::vector<std::string> text = LiveText(processes, 1, 40, 8);
   ASSERT_EQ(text.size(), 8u);
@@ -290,10 +352,12 @@ TEST(LiveJson, RoundTripsASnapshot) {
   processes[0].program = "python3 train.py";
   processes[0].iterations = 4;
   processes[0].iteration_range = "forward";
-  processes[0].devices.push_back({1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77});
+  processes[0].devices.push_back(
+      {1, 5 * kMiB, 9 * kMiB, {{"", 3}, {"forward", 4}}, true, 77, false, 0, 0, {}});
+  processes[0].devices[0].by_category = {{"parameter", 5, 7}, {"activation", 0, 2}};
   processes[1].pid = 8;
   processes[1].ended = true;
-  processes[1].devices.push_back({0, 1, 2, {}, false, 0, true, 6, 9});
+  processes[1].devices.push_back({0, 1, 2, {}, false, 0, true, 6, 9, {}});
   std::vector<LiveTally::Process> back;
   double elapsed = 0;
   std::string error;
@@ -308,6 +372,9 @@ TEST(LiveJson, RoundTripsASnapshot) {
   EXPECT_EQ(back[1].devices[0].tensors_peak_bytes, 9u);
   EXPECT_FALSE(back[0].devices[0].has_tensors);
   EXPECT_EQ(back[0].devices[0].last_iteration_rise_bytes, 77u);
+  ASSERT_EQ(back[0].devices[0].by_category.size(), 2u);
+  EXPECT_EQ(back[0].devices[0].by_category[1].category, "activation");
+  EXPECT_EQ(back[0].devices[0].by_category[1].peak_bytes, 2u);
   // A name that is not UTF-8 (the program's bytes) is replaced, not refused.
   processes[0].program = "python3 \xff.py";
   ASSERT_TRUE(ParseLiveJson(LiveJson(processes, 1), &back, &elapsed, &error)) << error;

@@ -82,6 +82,22 @@ class FakeAllocator {
     s_.Failed(++ts_, 0, 900, request, 2, kCudaMalloc, kOomError, device_free, kTotal);
     return *this;
   }
+  // The program's objects name the tensor at `address` (the Python side's TensorCategory).
+  FakeAllocator& Tag(uint64_t address, v1::Category category) {
+    v1::Event e;
+    e.set_timestamp_ns(++ts_);
+    v1::TensorCategory* t = e.mutable_tensor_category();
+    t->set_address(address);
+    t->set_bytes(blocks_.count(address) != 0 ? blocks_.at(address) : 0);
+    t->set_category(category);
+    s_.Raw(e);
+    return *this;
+  }
+  // Device memory another library takes for itself (no tensor): a cudaMalloc of its own.
+  FakeAllocator& Library(uint64_t address, uint64_t bytes) {
+    s_.Alloc(++ts_, 0, address, bytes, kDevice, kThread, kCudaMalloc);
+    return *this;
+  }
   FakeAllocator& Raw(const v1::Event& event) {
     s_.Raw(event);
     return *this;
@@ -118,5 +134,39 @@ class FakeAllocator {
   uint64_t current_ = 0;
   std::map<uint64_t, uint64_t> blocks_;
 };
+
+// The example of docs/oom.md and README.md ("What held the memory"): a 512 MiB segment split
+// into eight 64 MiB tensors, every other one freed (the program's objects named a parameter,
+// optimizer state and an activation among those kept, and a parameter among those freed),
+// a 512-byte tensor in a small segment, another library's 10 MiB, then a request of 128 MiB
+// with 40 MiB free on the device; after the OOM, the parameter and the optimizer state are
+// freed and a larger parameter comes. `live`: the tensors live at the OOM, by address.
+inline constexpr uint64_t kExampleSegment = 0x100000000ull;
+inline constexpr uint64_t kExampleSmallSegment = 0x200000000ull;
+inline constexpr uint64_t kExampleLibrary = 0x300000000ull;
+inline FakeAllocator OomWithCategories(std::map<uint64_t, uint64_t>* live) {
+  constexpr uint64_t kSeg = kExampleSegment, kBlock = 64 * kMiB;
+  FakeAllocator a;
+  a.Segment(kSeg, 512 * kMiB);
+  for (uint64_t i = 0; i < 8; ++i) {
+    a.Alloc(kSeg + i * kBlock, kBlock);
+    (*live)[kSeg + i * kBlock] = kBlock;
+  }
+  a.Tag(kSeg, v1::CATEGORY_PARAMETER)
+      .Tag(kSeg + 2 * kBlock, v1::CATEGORY_OPTIMIZER_STATE)
+      .Tag(kSeg + 4 * kBlock, v1::CATEGORY_ACTIVATION)
+      .Tag(kSeg + 1 * kBlock, v1::CATEGORY_PARAMETER);  // freed before the OOM
+  for (uint64_t i = 1; i < 8; i += 2) {
+    a.Free(kSeg + i * kBlock);
+    live->erase(kSeg + i * kBlock);
+  }
+  a.Segment(kExampleSmallSegment, 2 * kMiB).Alloc(kExampleSmallSegment, 512);
+  (*live)[kExampleSmallSegment] = 512;
+  a.Library(kExampleLibrary, 10 * kMiB);  // not a tensor
+  a.Oom(128 * kMiB, 40 * kMiB);
+  a.Free(kSeg).Free(kSeg + 2 * kBlock).Alloc(kSeg + 1 * kBlock, 2 * kBlock);
+  a.Tag(kSeg + 1 * kBlock, v1::CATEGORY_PARAMETER);
+  return a;
+}
 
 }  // namespace cumemtrace::testing

@@ -242,6 +242,72 @@ TEST(OomPostMortem, SummaryTextAndJsonSayIt) {
   EXPECT_EQ(pm["held_by_phase"][0]["name"], "forward");
 }
 
+// What held the memory at the OOM by category: the state of that instant (not the end's), the
+// tensors only, every byte in one category; the largest holders with theirs.
+TEST(OomPostMortem, ByCategoryIsTheStateOfThatInstant) {
+  constexpr uint64_t kBlock = 64 * kMiB;
+  std::map<uint64_t, uint64_t> live;  // the tensors live, as the stream keeps them
+  FakeAllocator a = testing::OomWithCategories(&live);
+  auto report = Analyze(a.Chunks());
+  const FailedAllocationReport* f = TorchOom(*report);
+  ASSERT_NE(f, nullptr);
+  const OomPostMortem& pm = f->post_mortem;
+  ASSERT_TRUE(pm.categories_given);
+  uint64_t tensors = 0;
+  for (const auto& [address, bytes] : live) tensors += bytes;
+  EXPECT_EQ(pm.held_tensor_bytes, tensors);
+  EXPECT_EQ(pm.held_bytes, tensors + 10 * kMiB);
+  uint64_t sum = 0, count = 0;
+  std::map<std::string, uint64_t> by_category;
+  for (const HeldGroup& g : pm.held_by_category) {
+    sum += g.bytes;
+    count += g.count;
+    by_category[g.name] = g.bytes;
+  }
+  EXPECT_EQ(sum, pm.held_tensor_bytes);
+  EXPECT_EQ(count, live.size());
+  EXPECT_EQ(by_category["parameter"], kBlock);
+  EXPECT_EQ(by_category["optimizer_state"], kBlock);
+  // The tagged activation; the untagged block and the small one are inferred, somewhere.
+  EXPECT_GE(by_category["activation"], kBlock);
+  // The end differs: what the post-mortem shows is not the end's figures.
+  const DeviceReport* d = testing::FindDevice(report->processes.at(0), 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->categories.by_category.at("optimizer_state").at_end.bytes, 0u);
+  EXPECT_EQ(d->categories.by_category.at("parameter").at_end.bytes, 2 * kBlock);
+  // The largest holders, largest first, ties by address, each with its category.
+  ASSERT_GE(pm.largest_held.size(), 6u);
+  EXPECT_EQ(pm.largest_held[0].address, kSeg);
+  EXPECT_EQ(pm.largest_held[0].bytes, kBlock);
+  EXPECT_EQ(pm.largest_held[0].category, "parameter");
+  EXPECT_TRUE(pm.largest_held[0].category_from_objects);
+  EXPECT_EQ(pm.largest_held[0].phase, "forward");
+  EXPECT_EQ(pm.largest_held[1].category, "optimizer_state");
+  EXPECT_EQ(pm.largest_held[2].category, "activation");
+  EXPECT_FALSE(pm.largest_held[3].category.empty());  // inferred
+  EXPECT_FALSE(pm.largest_held[3].category_from_objects);
+  EXPECT_EQ(pm.largest_held[4].address, testing::kExampleLibrary);
+  EXPECT_EQ(pm.largest_held[4].category, "");  // another library's: no tensor
+  EXPECT_EQ(pm.largest_held[4].kind, "DEVICE");
+
+  std::ostringstream text;
+  PrintSummaryText(*report, text);
+  EXPECT_NE(text.str().find("    by category: "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("parameter 64.0 MiB"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("; tensors 256 MiB (268,435,968 B), not tensors 10.0 MiB"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("largest held then:"), std::string::npos) << text.str();
+  const nlohmann::json j = nlohmann::json::parse(SummaryJson(*report));
+  const nlohmann::json& jpm = j["processes"][0]["failed_allocations"][0]["post_mortem"];
+  uint64_t json_sum = 0;
+  for (const auto& g : jpm["held_by_category"]) json_sum += g["bytes"].get<uint64_t>();
+  EXPECT_EQ(jpm["held_tensor_bytes"], tensors);
+  EXPECT_EQ(json_sum, tensors);
+  EXPECT_EQ(jpm["largest_held"][0]["category"], "parameter");
+  EXPECT_EQ(jpm["largest_held"][4]["category"], nullptr);
+}
+
 // A failed cudaMallocHost says nothing about the device: no post-mortem.
 TEST(OomPostMortem, HostMemoryHasNone) {
   FakeAllocator a = Fragmented();

@@ -796,7 +796,7 @@ TEST(MemoryVizExport, BridgedSegmentsHoldRealBlocks) {
 // A trace with a stack table: two allocations from the model's forward (through torch's
 // Linear), one from main, one with a native stack of a module not on this machine, and one
 // without a stack.
-std::string StackTrace() {
+std::string StackTrace(bool oom = false) {
   StreamBuilder s(1, 4343);
   s.String(1, "/home/ada/model/train.py").String(2, "Model.forward").String(3, "main")
       .String(4, "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py")
@@ -849,9 +849,48 @@ std::string StackTrace() {
   alloc(120, 0x30000, 300, 2);
   alloc(130, 0x40000, 100, 3);
   alloc(140, 0x50000, 5000, 0);
+  // With `oom`: a cudaMalloc of 1 MiB fails while all five are live.
+  if (oom) s.String(6, "cudaMalloc").Failed(145, 0, 0, 1 << 20, 2, 6, 0, 4096, 1 << 30);
   s.Free(150, 0, 0x50000, 5000).Free(160, 0, 0x20000, 200);
   s.Exit(200, 0).LauncherExit(0, 0);
-  return WriteTempFile("stacks." + std::to_string(getpid()) + ".cmtrace", FileBytes(s.Chunks()));
+  const std::string name = std::string("stacks.") + (oom ? "oom." : "") + std::to_string(getpid());
+  return WriteTempFile(name + ".cmtrace", FileBytes(s.Chunks()));
+}
+
+// An out-of-memory's largest holders carry the user's frame of the stack that made each.
+TEST(Stacks, TheLargestHoldersAtAnOutOfMemoryNameTheirUserFrame) {
+  auto trace = Load(StackTrace(/*oom=*/true));
+  ASSERT_NE(trace, nullptr);
+  const auto& failures = trace->report->processes.at(0).failed_allocations;
+  ASSERT_EQ(failures.size(), 1u);
+  const OomPostMortem& pm = failures[0].post_mortem;
+  EXPECT_EQ(pm.held_bytes, 6200u);
+  ASSERT_EQ(pm.largest_held.size(), 5u);
+  const std::vector<std::pair<uint64_t, std::string>> expected = {
+      {5000, ""},
+      {600, "/home/ada/model/train.py:42 in Model.forward"},
+      {300, "/home/ada/model/train.py:50 in main"},
+      {200, "/home/ada/model/train.py:42 in Model.forward"},
+      {100, "/nonexistent/libgone.so in 0x1234"}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(pm.largest_held[i].bytes, expected[i].first) << i;
+    EXPECT_EQ(pm.largest_held[i].stack, expected[i].second) << i;
+  }
+  EXPECT_EQ(pm.largest_held[1].address, 0x10000u);
+  EXPECT_EQ(pm.largest_held[1].time_ns, 0u);  // the first event
+  EXPECT_FALSE(pm.categories_given);  // no training phase, no tag
+  const json summary = json::parse(SummaryJson(*trace->report));
+  const json& largest =
+      summary["processes"][0]["failed_allocations"][0]["post_mortem"]["largest_held"];
+  ASSERT_EQ(largest.size(), 5u);
+  EXPECT_EQ(largest[0]["stack"], nullptr);
+  EXPECT_EQ(largest[1]["stack"], "/home/ada/model/train.py:42 in Model.forward");
+  EXPECT_EQ(largest[1]["category"], nullptr);
+  std::ostringstream text;
+  PrintSummaryText(*trace->report, text);
+  EXPECT_NE(text.str().find("largest held then:"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("  /home/ada/model/train.py:50 in main\n"), std::string::npos)
+      << text.str();
 }
 
 TEST(Stacks, SummaryListsTheTopStacksAtThePeakByTheirUserFrame) {
