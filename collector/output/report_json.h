@@ -27,6 +27,10 @@ nlohmann::ordered_json IterationsJson(const IterationReport& r, bool empty_sprea
 // A device's "lifetime_at_peak"; null without training phases (LifetimeAtPeak::given).
 nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
 
+// A device's "categories" (docs/summary.md); null where the process has none
+// (DeviceCategories::given).
+nlohmann::ordered_json CategoriesJson(const DeviceCategories& c);
+
 // One of sweep.json's "points" (run_figures.cc), which the sweep page's data repeats.
 nlohmann::json SweepPointJson(const SweepPoint& point);
 
