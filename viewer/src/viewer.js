@@ -1613,10 +1613,11 @@
   // each the program's objects named and what was inferred.
   function buildCategoryTable(p) {
     const host = document.getElementById('categories');
-    host.replaceChildren(el('h2', {}, 'What the memory is, by category'));
     const devices = p.devices.filter((d) => d.cat);
+    // Without categories, one line (no heading, chart or legend of them) that says why.
+    host.replaceChildren(...(devices.length ? [el('h2', {}, 'What the memory is, by category')] : []));
     if (!devices.length) {
-      host.append(el('p', { class: 'muted', id: 'categories-none' }, 'No categories for this process: it has ' +
+      host.append(el('p', { class: 'muted hint', id: 'categories-none' }, 'No categories for this process: it has ' +
         'no training phases (forward, backward, optimizer) and no tags from PyTorch\'s objects, as a CUDA ' +
         'program has none, so its memory is coloured by the phase it was allocated in (docs/phases.md).'));
       return;
