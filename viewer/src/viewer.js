@@ -842,10 +842,11 @@
     input: [5, 150, 105], activation: [220, 38, 38], temporary: [244, 114, 182], workspace: [101, 163, 13],
     autograd_other: [161, 98, 7], not_torch: [75, 85, 99], torch_cache: [148, 163, 184],
   };
-  const CATEGORY_LABELS = {
-    optimizer_state: 'optimizer state', autograd_other: 'autograd / other',
-    not_torch: 'not PyTorch\'s (cuBLAS, NCCL, the program\'s cudaMalloc)',
-    torch_cache: 'PyTorch\'s cache beyond its tensors',
+  // Named as `cumemtrace report` names them: the categories by their summary.json names.
+  const CATEGORY_LABELS = { not_torch: 'not PyTorch\'s', torch_cache: 'PyTorch\'s cache' };
+  const CATEGORY_NOTES = {
+    not_torch: 'device memory PyTorch never sees: cuBLAS workspaces, NCCL, the program\'s own cudaMalloc',
+    torch_cache: 'PyTorch\'s segments beyond its tensors (reserved − allocated): above the memory in use',
   };
   function categoryLabel(name) { return CATEGORY_LABELS[name] || name; }
   function categoryColor(name, alpha) {
@@ -1595,7 +1596,7 @@
     // The layers any device has, in the one order.
     const present = CATEGORY_LAYERS.filter((name) => p.devices.some((d) => d.cat && d.cat.layers.includes(name)));
     const categories = el('div', { id: 'category-legend', class: 'legend-row' }, el('span', { class: 'muted' }, 'layers, bottom to top:'),
-      ...present.map((name) => el('span', { class: 'legend-item', 'data-category': name },
+      ...present.map((name) => el('span', { class: 'legend-item', 'data-category': name, title: CATEGORY_NOTES[name] || '' },
         swatch(categoryColor(name, name === 'torch_cache' ? 0.45 : 0.7)), categoryLabel(name))));
     categories.hidden = state.stackBy !== 'category';
     pick.addEventListener('change', () => {
@@ -1651,7 +1652,8 @@
         const attrs = { 'data-layer': name, 'data-device-peak': String(at(name, 'at_device_peak')),
           'data-tensor-peak': String(at(name, 'at_tensor_peak')) };
         const bytes = (b) => num(fmtBytes(b), b);
-        const label = el('span', {}, swatch(categoryColor(name, 0.75)), ' ', categoryLabel(name));
+        const label = el('span', { title: CATEGORY_NOTES[name] || '' }, swatch(categoryColor(name, 0.75)), ' ',
+          categoryLabel(name));
         if (!c) {
           const libraries = name === 'not_torch' ? Object.entries(f.at_device_peak.not_torch_by_library)
             .map(([lib, b]) => `${lib.split('/').pop()} ${fmtBytes(b)}`).join(', ') : '';
