@@ -936,7 +936,9 @@
     for (let c = 0; c < w; c++) {
       top = Math.max(top, base[c]);
       if (points[c] >= 0) inUseTop = Math.max(inUseTop, cat.inUse[points[c]]);
-      if (cat.devicePeak !== null && points[c] === cat.devicePeak && !peakColumn) peakColumn = categoryRow(cat, points[c]).layers;
+      if (cat.devicePeak !== null && points[c] === cat.devicePeak && !peakColumn) {
+        peakColumn = categoryRow(cat, points[c]).layers;
+      }
     }
     // What tests read: the highest stack and in-use drawn, and the layers drawn in the column
     // of the device peak (null when it is out of view).
@@ -1595,7 +1597,8 @@
     };
     // The layers any device has, in the one order.
     const present = CATEGORY_LAYERS.filter((name) => p.devices.some((d) => d.cat && d.cat.layers.includes(name)));
-    const categories = el('div', { id: 'category-legend', class: 'legend-row' }, el('span', { class: 'muted' }, 'layers, bottom to top:'),
+    const categories = el('div', { id: 'category-legend', class: 'legend-row' },
+      el('span', { class: 'muted' }, 'layers, bottom to top:'),
       ...present.map((name) => el('span', { class: 'legend-item', 'data-category': name, title: CATEGORY_NOTES[name] || '' },
         swatch(categoryColor(name, name === 'torch_cache' ? 0.45 : 0.7)), categoryLabel(name))));
     categories.hidden = state.stackBy !== 'category';
@@ -1642,7 +1645,8 @@
         for (const [name, b] of parts) {
           if (b <= 0) continue;
           bar.append(el('span', { 'data-layer': name, title: `${categoryLabel(name)}: ${fmtBytes(b)} (${fmtInt(b)} B)`,
-            style: `width:${(100 * b / Math.max(sum, 1)).toFixed(3)}%;background:${categoryColor(name, name === 'torch_cache' ? 0.45 : 0.75)}` }));
+            style: `width:${(100 * b / Math.max(sum, 1)).toFixed(3)}%;` +
+              `background:${categoryColor(name, name === 'torch_cache' ? 0.45 : 0.75)}` }));
         }
         box.append(el('div', { class: 'stack-bar-row' }, el('span', { class: 'stack-bar-label' }, label), bar,
           el('span', { class: 'muted' }, fmtBytes(sum))));
@@ -1660,8 +1664,9 @@
           return { attrs, cells: [label, bytes(at(name, 'at_device_peak')), '-', '-', bytes(at(name, 'at_tensor_peak')),
             '-', '-', '-', libraries || (name === 'torch_cache' ? 'reserved − allocated' : '')] };
         }
-        Object.assign(attrs, { 'data-own-peak': String(c.own_peak.bytes), 'data-objects': String(c.at_device_peak.objects_bytes),
-          'data-inferred': String(c.at_device_peak.inferred_bytes), 'data-own-objects': String(c.own_peak.objects_bytes) });
+        Object.assign(attrs, { 'data-own-peak': String(c.own_peak.bytes),
+          'data-objects': String(c.at_device_peak.objects_bytes), 'data-inferred': String(c.at_device_peak.inferred_bytes),
+          'data-own-objects': String(c.own_peak.objects_bytes) });
         const source = c.objects_allocations === 0 ? 'inferred' : c.objects_allocations === c.allocations ? 'objects'
           : `objects ${fmtInt(c.objects_allocations)} of ${fmtInt(c.allocations)}`;
         return { attrs, cells: [label, bytes(c.at_device_peak.bytes), bytes(c.at_device_peak.objects_bytes),

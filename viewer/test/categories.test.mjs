@@ -49,7 +49,7 @@ function reportLayers(c, which, layers) {
   return out;
 }
 
-for (const name of ['categories', 'torch_async', 'torch_native', 'libtorch_native']) {
+for (const name of ['categories', 'categories_long', 'torch_async', 'torch_native', 'libtorch_native']) {
   test(`${name}: the stacked layers at both peaks are the report's figures, to the byte`, async () => {
     const { page, problems, summary } = await open(name);
     const devices = summary.processes[0].devices;
@@ -85,6 +85,23 @@ for (const name of ['categories', 'torch_async', 'torch_native', 'libtorch_nativ
     await page.close();
   });
 }
+
+test('categories_long: a run longer than the bound is sampled to it, and says so', async () => {
+  const { page, problems, summary } = await open('categories_long');
+  const series = await page.evaluate(() => {
+    const d = JSON.parse(document.getElementById('cumemtrace-data').textContent).processes[0].devices[0];
+    return { steps: d.steps.n, n: d.categories.n, sampled: d.categories.sampled, max: d.categories.max_points };
+  });
+  assert.ok(series.steps > series.max, `${series.steps} steps`);
+  assert.ok(series.sampled);
+  assert.ok(series.n <= series.max + 2, `${series.n} points`);
+  assert.match(await page.locator('.category-device .hint').textContent(), /points sampled from/);
+  // The layers at the peaks stay exact (the loop above checks every layer by the byte).
+  const at = await page.evaluate(() => window.cumemtraceViewer.categoriesAtPeak(0, 'device'));
+  assert.equal(at.inUse, summary.processes[0].devices[0].peak.bytes);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
 
 test('categories: the breakdown table and bars are the report\'s figures, objects and inferred apart', async () => {
   const { page, problems, summary } = await open('categories');

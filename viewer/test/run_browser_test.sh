@@ -27,9 +27,13 @@ for name in torch_async cuda_phases torch_native libtorch_native; do
   # For PyTorch's own memory_viz page (memory_viz.test.mjs).
   "$cumemtrace" export --format memory-viz -o "$work/$name.memory_viz.pickle" "$golden/$name.cmtrace"
 done
+# categories_long: 1,500 more blocks in the optimizer, 3,000 more steps: a sampled series.
 "$category_trace" "$work/categories.cmtrace"
-"$cumemtrace" export --format html -o "$work/categories.html" "$work/categories.cmtrace"
-"$cumemtrace" report --json "$work/categories.cmtrace" > "$work/categories.summary.json"
+"$category_trace" "$work/categories_long.cmtrace" 1500
+for name in categories categories_long; do
+  "$cumemtrace" export --format html -o "$work/$name.html" "$work/$name.cmtrace"
+  "$cumemtrace" report --json "$work/$name.cmtrace" > "$work/$name.summary.json"
+done
 "$cumemtrace" export --format html -o "$work/compare.html" \
   "async=$golden/torch_async.cmtrace" "native=$golden/torch_native.cmtrace"
 # The fake tracer allocates --events MiB per batch and never frees (peak = batches x events);
