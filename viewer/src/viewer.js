@@ -983,18 +983,23 @@
   function chartTooltip(chart, t) {
     const p = state.process, d = chart.device;
     const step = upperBound(d.time, t) - 1;
-    const lines = [`${fmtTime(t)} · GPU ${d.index}`, `in use ${fmtBytes(step >= 0 ? d.series.bytes[step] : 0)}`];
+    const byCategory = stackingByCategory(d);
+    const lines = [`${fmtTime(t)} · GPU ${d.index}`];
+    // By category, the figures are those of the point drawn in this pixel column (its highest
+    // memory in use), so that the hover over a peak reads the peak.
+    if (!byCategory) lines.push(`in use ${fmtBytes(step >= 0 ? d.series.bytes[step] : 0)}`);
     const running = phaseRunningAt(p, t), k = iterationAt(p, t);
     lines.push('running: ' + (running === null ? '(no phase)' : phaseLabel(p, running)) +
       (k >= 0 ? ` · iteration ${k + 1}${k === 0 ? ' (warm-up)' : ''}` : ''));
-    if (stackingByCategory(d)) {
+    if (byCategory) {
       const row = categoryRow(d.cat, categoryPointAt(chart, t));
       if (row.time !== null) lines.push(`by category, at ${fmtTime(row.time)}:`);
       for (const name of d.cat.layers) {
         if (row.layers[name] > 0) lines.push(`  ${categoryLabel(name)}: ${fmtBytes(row.layers[name])}`);
       }
-      const cached = row.total > row.inUse ? ` (in use ${fmtBytes(row.inUse)} + cache)` : '';
-      lines.push(`total ${fmtBytes(row.total)}${cached}`);
+      lines.push(row.total > row.inUse
+        ? `total ${fmtBytes(row.total)}: in use ${fmtBytes(row.inUse)} + PyTorch's cache ${fmtBytes(row.total - row.inUse)}`
+        : `total: in use ${fmtBytes(row.inUse)}`);
     } else if (step >= 0 && d.allocations.n) {
       const v = slotsAt(phaseLayers(p, d), allocationsOf(d), step);
       const parts = [...v].map((b, s) => [b, s]).filter(([b]) => b > 0).sort((x, y) => y[0] - x[0]).slice(0, 4);
