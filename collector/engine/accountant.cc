@@ -746,6 +746,10 @@ uint32_t Accountant::TimelineStep(const Allocation& a, uint64_t ts) {
   if (IsStaticMemory(a.kind)) {
     d.timeline.static_memory.push_back(MemoryStep{ts, d.kind_live[6] + d.kind_live[7]});
   }
+  if (a.kind == kTorchReservedKind) {
+    d.timeline.torch_reserved.push_back(ReservedStep{
+        static_cast<uint32_t>(d.timeline.device_memory.size()), d.kind_live[kTorchReservedKind]});
+  }
   if (!IsDeviceMemory(a.kind)) return kNoStep;
   d.timeline.device_memory.push_back(MemoryStep{ts, d.in_use});
   return static_cast<uint32_t>(d.timeline.device_memory.size() - 1);

@@ -91,6 +91,15 @@ struct MemoryStep {
   uint64_t bytes = 0;
 };
 
+// PyTorch's segments (TORCH_RESERVED, the allocator bridge's) live after one change: `bytes`
+// from DeviceTimeline::device_memory step `from_step` on, until the next change. Segments are
+// no device memory of their own (their tensors are), so they have no steps of theirs; this
+// places each change between the steps exactly, as swept, not by a timestamp that may tie.
+struct ReservedStep {
+  uint32_t from_step = 0;
+  uint64_t bytes = 0;
+};
+
 struct DeviceTimeline {
   uint32_t index = 0;  // CUDA device ordinal
   // The program's own device memory (DEVICE + ARRAY), one step per allocation or release, in
@@ -98,6 +107,8 @@ struct DeviceTimeline {
   std::vector<MemoryStep> device_memory;
   // Not the program's own: DEVICE_STATIC + MANAGED_STATIC module globals.
   std::vector<MemoryStep> static_memory;
+  // With the allocator bridge: PyTorch's segments live, at each change (empty without it).
+  std::vector<ReservedStep> torch_reserved;
   // First step at the highest value (the Report's peak); kNoStep when nothing was allocated.
   uint32_t peak_step = kNoStep;
 };

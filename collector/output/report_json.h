@@ -30,6 +30,10 @@ nlohmann::ordered_json LifetimeAtPeakJson(const LifetimeAtPeak& l);
 // A device's "attribution" (`run --modules`, `--ops`): only where DeviceAttribution::given.
 nlohmann::ordered_json AttributionJson(const DeviceAttribution& a);
 
+// A device's "categories" (docs/summary.md); null where the process has none
+// (DeviceCategories::given).
+nlohmann::ordered_json CategoriesJson(const DeviceCategories& c);
+
 // One of sweep.json's "points" (run_figures.cc), which the sweep page's data repeats.
 nlohmann::json SweepPointJson(const SweepPoint& point);
 

@@ -47,47 +47,6 @@ Json OriginsJson(const std::map<std::string, OriginStats>& by_origin) {
   });
 }
 
-Json CategoryBytesJson(const CategoryBytes& b) {
-  return {{"bytes", b.bytes},
-          {"objects_bytes", b.objects_bytes},
-          {"inferred_bytes", b.bytes - b.objects_bytes}};
-}
-
-// Beside the tensors at one peak: PyTorch's cache and the memory it never sees.
-Json BesideTensorsJson(uint64_t cache, uint64_t not_torch,
-                       const std::map<std::string, uint64_t>& by_library) {
-  return {{"torch_cache_bytes", cache},
-          {"not_torch_bytes", not_torch},
-          {"not_torch_by_library", by_library}};
-}
-
-// A device's "categories"; null where the process has none (DeviceCategories::given).
-Json CategoriesJson(const DeviceCategories& c) {
-  if (!c.given) return Json();
-  Json by_category = Json::object();
-  for (const char* name : kCategoryOrder) {
-    auto it = c.by_category.find(name);
-    const CategoryFigures f = it == c.by_category.end() ? CategoryFigures() : it->second;
-    Json own = CategoryBytesJson(f.own_peak);
-    own["time_ns"] = OrNull(f.allocations > 0, f.own_peak_time_ns);
-    by_category[name] = {{"allocations", f.allocations},
-                         {"objects_allocations", f.objects_allocations},
-                         {"at_tensor_peak", CategoryBytesJson(f.at_tensor_peak)},
-                         {"at_device_peak", CategoryBytesJson(f.at_device_peak)},
-                         {"at_end", CategoryBytesJson(f.at_end)},
-                         {"own_peak", std::move(own)}};
-  }
-  return {{"tensor_layer", c.tensor_layer},
-          {"tensor_peak", {{"bytes", c.tensor_peak_bytes}, {"time_ns", c.tensor_peak_time_ns}}},
-          {"at_tensor_peak",
-           BesideTensorsJson(c.cache_at_tensor_peak_bytes, c.not_torch_at_tensor_peak_bytes,
-                             c.not_torch_at_tensor_peak_by_library)},
-          {"at_device_peak",
-           BesideTensorsJson(c.cache_at_device_peak_bytes, c.not_torch_at_device_peak_bytes,
-                             c.not_torch_at_device_peak_by_library)},
-          {"by_category", std::move(by_category)}};
-}
-
 // Where a tensor was born (`run --modules`, `--ops`).
 Json BornJson(const LiveAllocation& a) {
   Json j = {{"module", OrNull(a.module)},
@@ -163,7 +122,7 @@ Json DeviceJson(const DeviceReport& d) {
             {"kernels", {{"count", d.kernel_count}, {"busy_ns", d.kernel_busy_ns}}},
             {"reallocated_live_address", d.reallocated_live_address},
             {"lifetime_at_peak", internal::LifetimeAtPeakJson(d.lifetime_at_peak)},
-            {"categories", CategoriesJson(d.categories)}};
+            {"categories", internal::CategoriesJson(d.categories)}};
   if (d.attribution.given) j["attribution"] = internal::AttributionJson(d.attribution);
   if (d.torch.present) {
     const TorchLayers& t = d.torch;
@@ -432,6 +391,46 @@ Json IterationsJson(const IterationReport& r, bool empty_spreads) {
                         return device(s.in_warmup, d);
                       })}};
            })}};
+}
+
+static Json CategoryBytesJson(const CategoryBytes& b) {
+  return {{"bytes", b.bytes},
+          {"objects_bytes", b.objects_bytes},
+          {"inferred_bytes", b.bytes - b.objects_bytes}};
+}
+
+// Beside the tensors at one peak: PyTorch's cache and the memory it never sees.
+static Json BesideTensorsJson(uint64_t cache, uint64_t not_torch,
+                       const std::map<std::string, uint64_t>& by_library) {
+  return {{"torch_cache_bytes", cache},
+          {"not_torch_bytes", not_torch},
+          {"not_torch_by_library", by_library}};
+}
+
+Json CategoriesJson(const DeviceCategories& c) {
+  if (!c.given) return Json();
+  Json by_category = Json::object();
+  for (const char* name : kCategoryOrder) {
+    auto it = c.by_category.find(name);
+    const CategoryFigures f = it == c.by_category.end() ? CategoryFigures() : it->second;
+    Json own = CategoryBytesJson(f.own_peak);
+    own["time_ns"] = OrNull(f.allocations > 0, f.own_peak_time_ns);
+    by_category[name] = {{"allocations", f.allocations},
+                         {"objects_allocations", f.objects_allocations},
+                         {"at_tensor_peak", CategoryBytesJson(f.at_tensor_peak)},
+                         {"at_device_peak", CategoryBytesJson(f.at_device_peak)},
+                         {"at_end", CategoryBytesJson(f.at_end)},
+                         {"own_peak", std::move(own)}};
+  }
+  return {{"tensor_layer", c.tensor_layer},
+          {"tensor_peak", {{"bytes", c.tensor_peak_bytes}, {"time_ns", c.tensor_peak_time_ns}}},
+          {"at_tensor_peak",
+           BesideTensorsJson(c.cache_at_tensor_peak_bytes, c.not_torch_at_tensor_peak_bytes,
+                             c.not_torch_at_tensor_peak_by_library)},
+          {"at_device_peak",
+           BesideTensorsJson(c.cache_at_device_peak_bytes, c.not_torch_at_device_peak_bytes,
+                             c.not_torch_at_device_peak_by_library)},
+          {"by_category", std::move(by_category)}};
 }
 
 // null without training phases: no classes, no activation figure (report.h).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "collector/output/category_series.h"
 #include "collector/output/exports.h"
 #include "collector/output/report_json.h"
 #include "collector/output/slice_tracks.h"
@@ -71,6 +72,23 @@ json PeakData(const DeviceReport& dr, const DeviceTimeline& dt) {
             {"bytes", Column(step_bytes)}}}};
 }
 
+// A device's memory by category (docs/exports.md "categories"): the report's figures as
+// summary.json gives them, and the layers over time the chart stacks (category_series.h), at
+// most kCategorySeriesPoints + 2 points.
+json CategoryData(const DeviceCategories& c, const internal::CategorySeries& s) {
+  const std::vector<double> bytes(s.bytes.begin(), s.bytes.end());
+  return {{"figures", internal::CategoriesJson(c)},
+          {"layers", s.layers},
+          {"n", s.points()},
+          {"step", Column(s.step)},
+          {"time_ns", Column(s.time_ns)},
+          {"bytes", Column(bytes)},
+          {"sampled", s.sampled},
+          {"max_points", internal::kCategorySeriesPoints},
+          {"device_peak_point", OrNull(s.device_peak_point != kNoStep, s.device_peak_point)},
+          {"tensor_peak_point", OrNull(s.tensor_peak_point != kNoStep, s.tensor_peak_point)}};
+}
+
 json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
@@ -125,6 +143,11 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
               {"bytes", Column(bytes)}, {"phase", Column(phase)}, {"api", Column(api)},
               {"library", Column(library)}, {"kind", Column(kind)}}},
             {"kernel_busy", {{"bins", kKernelBins}, {"fraction", Column(busy)}}}});
+  // Only for a process with categories (null otherwise: CUDA programs without training phases).
+  d["categories"] = dr.categories.given
+                        ? CategoryData(dr.categories,
+                                       internal::MakeCategorySeries(t, slot, dr.categories))
+                        : json();
   // Only with the analysis' lifetimes; the viewer then groups a live set by class as well.
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
   // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
@@ -249,6 +272,10 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
           {"failed_allocations", failed},
           {"iterations", internal::IterationsJson(p.iterations, true)},
           {"lifetime_classes", kLifetimeClassOrder},
+          {"categories",
+           {{"given", p.categories_given},
+            {"tags", p.category_tags},
+            {"tags_unmatched", p.category_tags_unmatched}}},
           {"ranges",
            {{"n", start.size()}, {"start_ns", Column(start)}, {"end_ns", Column(end)},
             {"phase", Column(phase)}, {"thread", Column(thread)}, {"depth", Column(depth)}}},

@@ -47,6 +47,7 @@
       d.series = stepSeries(d.steps);
       d.time = d.series.time;
       d.busy = column(d.kernel_busy.fraction, Float32Array);
+      d.cat = decodeCategories(d.categories);
       d.alloc = null;  // decoded at the first click (allocations): not needed to draw
     }
     p.decoded = true;
@@ -649,7 +650,7 @@
       const chart = state.charts[slot], d = chart.device;
       if (d.peak_step === null) return null;
       const g = geometry(chart.canvas, KERNEL_STRIP), rect = chart.canvas.getBoundingClientRect();
-      const yMax = Math.max(d.peak_bytes, 1) * 1.08;
+      const yMax = chartYMax(d);
       return {
         x: rect.left + PAD.left + (d.time[d.peak_step] - state.t0) / (state.t1 - state.t0) * g.plotW,
         y: rect.top + PAD.top + g.plotH - d.peak_bytes / yMax * g.plotH,
@@ -666,6 +667,20 @@
       return out;
     };
     api.hiddenPhases = () => [...state.hiddenPhases];
+    // The category layers of device slot `slot` at its device or tensor peak ('device' or
+    // 'tensor'), from the series the chart stacks: { layers: name → bytes, inUse, total, step }.
+    api.categoriesAtPeak = (slot, which) => {
+      const cat = state.process.devices[slot].cat;
+      if (!cat) return null;
+      const k = which === 'tensor' ? cat.tensorPeak : cat.devicePeak;
+      return k === null ? null : categoryRow(cat, k);
+    };
+    // What the hover says at time t of chart `slot`: the point drawn in that column.
+    api.stackAt = (slot, t) => {
+      const chart = state.charts[slot];
+      return chart.device.cat ? categoryRow(chart.device.cat, categoryPointAt(chart, t)) : null;
+    };
+    api.stackBy = () => state.stackBy;
   }
 
   function fullRange(p) {
@@ -814,6 +829,127 @@
     return best;
   }
 
+  // ---- memory by category ------------------------------------------------------------------
+  // What the memory is (docs/phases.md "Categories"): the layers the collector computed at the
+  // device timeline's steps (docs/exports.md "categories"), with the report's own rules, so that
+  // at the peaks they are the report's figures. One order and one colour per layer everywhere
+  // (chart, legend, bar, table): the tensors by category, then the device memory PyTorch never
+  // sees, then PyTorch's cache beyond its tensors, which lies above the memory in use.
+  const CATEGORY_LAYERS = ['parameter', 'buffer', 'optimizer_state', 'gradient', 'input', 'activation',
+    'temporary', 'workspace', 'autograd_other', 'not_torch', 'torch_cache'];
+  const CATEGORY_RGB = {
+    parameter: [29, 78, 216], buffer: [8, 145, 178], optimizer_state: [124, 58, 237], gradient: [217, 119, 6],
+    input: [5, 150, 105], activation: [220, 38, 38], temporary: [244, 114, 182], workspace: [101, 163, 13],
+    autograd_other: [161, 98, 7], not_torch: [75, 85, 99], torch_cache: [148, 163, 184],
+  };
+  // Named as `cumemtrace report` names them: the categories by their summary.json names.
+  const CATEGORY_LABELS = { not_torch: 'not PyTorch\'s', torch_cache: 'PyTorch\'s cache' };
+  const CATEGORY_NOTES = {
+    not_torch: 'device memory PyTorch never sees: cuBLAS workspaces, NCCL, the program\'s own cudaMalloc',
+    torch_cache: 'PyTorch\'s segments beyond its tensors (reserved − allocated): above the memory in use',
+  };
+  function categoryLabel(name) { return CATEGORY_LABELS[name] || name; }
+  function categoryColor(name, alpha) {
+    const [r, g, b] = CATEGORY_RGB[name] || [107, 114, 128];
+    return `rgba(${r}, ${g}, ${b}, ${alpha})`;
+  }
+  function decodeCategories(c) {
+    if (!c) return null;
+    const cat = {
+      layers: c.layers, width: c.layers.length, n: c.n, step: column(c.step, Uint32Array),
+      time: column(c.time_ns, Float64Array), bytes: column(c.bytes, Float64Array),
+      devicePeak: c.device_peak_point, tensorPeak: c.tensor_peak_point, figures: c.figures,
+      sampled: c.sampled, maxPoints: c.max_points,
+    };
+    // Per point: the memory in use (every layer but the cache) and the whole stack.
+    const cache = c.layers.indexOf('torch_cache');
+    cat.inUse = new Float64Array(cat.n);
+    cat.total = new Float64Array(cat.n);
+    cat.top = 0;
+    for (let k = 0; k < cat.n; k++) {
+      for (let l = 0; l < cat.width; l++) {
+        const b = cat.bytes[k * cat.width + l];
+        cat.total[k] += b;
+        if (l !== cache) cat.inUse[k] += b;
+      }
+      cat.top = Math.max(cat.top, cat.total[k]);
+    }
+    return cat;
+  }
+  // The point a chart column of times [a, b) shows: of the points inside, the one with the most
+  // memory in use (the first of equals, so the peak's column shows the peak); else the last one
+  // before (what was carried in); -1 before the first. `from`: a point index at or before a.
+  function categoryPointIn(cat, a, b, last, from = 0) {
+    let i = lowerBound(cat.time, a, from);
+    const end = last ? upperBound(cat.time, b, i) : lowerBound(cat.time, b, i);
+    if (end <= i) return { point: i - 1, next: i };
+    let best = i;
+    for (let k = i + 1; k < end; k++) if (cat.inUse[k] > cat.inUse[best]) best = k;
+    return { point: best, next: end };
+  }
+  function categoryColumns(cat, t0, t1, w) {
+    const points = new Int32Array(w), span = (t1 - t0) / w;
+    let from = 0;
+    for (let c = 0; c < w; c++) {
+      const r = categoryPointIn(cat, t0 + c * span, t0 + (c + 1) * span, c === w - 1, from);
+      points[c] = r.point;
+      from = r.next;
+    }
+    return points;
+  }
+  // The layers at point k (name → bytes), with the memory in use and the whole stack.
+  function categoryRow(cat, k) {
+    const layers = {};
+    cat.layers.forEach((name, l) => { layers[name] = k >= 0 ? cat.bytes[k * cat.width + l] : 0; });
+    return { layers, inUse: k >= 0 ? cat.inUse[k] : 0, total: k >= 0 ? cat.total[k] : 0,
+      time: k >= 0 ? cat.time[k] : null, step: k >= 0 ? cat.step[k] : null };
+  }
+  // The point drawn at time t on chart `chart` (its column), as the hover reads it.
+  function categoryPointAt(chart, t) {
+    const cat = chart.device.cat, g = geometry(chart.canvas, KERNEL_STRIP);
+    const w = Math.max(1, Math.round(g.plotW * g.dpr)), span = (state.t1 - state.t0) / w;
+    const c = Math.min(w - 1, Math.max(0, Math.floor((t - state.t0) / span)));
+    return categoryPointIn(cat, state.t0 + c * span, state.t0 + (c + 1) * span, c === w - 1).point;
+  }
+  // The memory as stacked areas, one per category layer, bottom to top in the layers' order.
+  function drawCategoryLayers(ctx, g, d, t0, t1, yMax) {
+    const cat = d.cat, w = Math.max(1, Math.round(g.plotW * g.dpr));
+    const points = categoryColumns(cat, t0, t1, w);
+    const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
+    const colX = (c) => PAD.left + (c + 0.5) / g.dpr;
+    const base = new Float64Array(w);
+    for (let l = 0; l < cat.width; l++) {
+      const value = (c) => (points[c] >= 0 ? cat.bytes[points[c] * cat.width + l] : 0);
+      let any = false;
+      for (let c = 0; c < w && !any; c++) any = value(c) > 0;
+      if (!any) continue;
+      ctx.beginPath();
+      ctx.moveTo(colX(0), y(base[0]));
+      for (let c = 0; c < w; c++) ctx.lineTo(colX(c), y(base[c] + value(c)));
+      for (let c = w - 1; c >= 0; c--) ctx.lineTo(colX(c), y(base[c]));
+      ctx.closePath();
+      ctx.fillStyle = categoryColor(cat.layers[l], cat.layers[l] === 'torch_cache' ? 0.45 : 0.7);
+      ctx.fill();
+      for (let c = 0; c < w; c++) base[c] += value(c);
+    }
+    let top = 0, inUseTop = 0, peakColumn = null;
+    for (let c = 0; c < w; c++) {
+      top = Math.max(top, base[c]);
+      if (points[c] >= 0) inUseTop = Math.max(inUseTop, cat.inUse[points[c]]);
+      if (cat.devicePeak !== null && points[c] === cat.devicePeak && !peakColumn) {
+        peakColumn = categoryRow(cat, points[c]).layers;
+      }
+    }
+    // What tests read: the highest stack and in-use drawn, and the layers drawn in the column
+    // of the device peak (null when it is out of view).
+    return { top, inUseTop, peakColumn };
+  }
+  function stackingByCategory(d) { return state.stackBy === 'category' && d.cat && d.cat.n > 0; }
+  // The chart's byte scale: the peak, or the highest stack when the cache lies above it.
+  function chartYMax(d) {
+    return Math.max(d.peak_bytes, stackingByCategory(d) ? d.cat.top : 0, 1) * 1.08;
+  }
+
   function buildCharts() {
     const p = state.process;
     const host = document.getElementById('charts');
@@ -847,11 +983,24 @@
   function chartTooltip(chart, t) {
     const p = state.process, d = chart.device;
     const step = upperBound(d.time, t) - 1;
-    const lines = [`${fmtTime(t)} · GPU ${d.index}`, `in use ${fmtBytes(step >= 0 ? d.series.bytes[step] : 0)}`];
+    const byCategory = stackingByCategory(d);
+    const lines = [`${fmtTime(t)} · GPU ${d.index}`];
+    // By category, the figures are those of the point drawn in this pixel column (its highest
+    // memory in use), so that the hover over a peak reads the peak.
+    if (!byCategory) lines.push(`in use ${fmtBytes(step >= 0 ? d.series.bytes[step] : 0)}`);
     const running = phaseRunningAt(p, t), k = iterationAt(p, t);
     lines.push('running: ' + (running === null ? '(no phase)' : phaseLabel(p, running)) +
       (k >= 0 ? ` · iteration ${k + 1}${k === 0 ? ' (warm-up)' : ''}` : ''));
-    if (step >= 0 && d.allocations.n) {
+    if (byCategory) {
+      const row = categoryRow(d.cat, categoryPointAt(chart, t));
+      if (row.time !== null) lines.push(`by category, at ${fmtTime(row.time)}:`);
+      for (const name of d.cat.layers) {
+        if (row.layers[name] > 0) lines.push(`  ${categoryLabel(name)}: ${fmtBytes(row.layers[name])}`);
+      }
+      lines.push(row.total > row.inUse
+        ? `total ${fmtBytes(row.total)}: in use ${fmtBytes(row.inUse)} + PyTorch's cache ${fmtBytes(row.total - row.inUse)}`
+        : `total: in use ${fmtBytes(row.inUse)}`);
+    } else if (step >= 0 && d.allocations.n) {
       const v = slotsAt(phaseLayers(p, d), allocationsOf(d), step);
       const parts = [...v].map((b, s) => [b, s]).filter(([b]) => b > 0).sort((x, y) => y[0] - x[0]).slice(0, 4);
       if (parts.length) {
@@ -933,16 +1082,19 @@
     const { g, ctx } = beginChart(chart.canvas, KERNEL_STRIP);
     const { t0, t1 } = state;
     const x = (t) => PAD.left + (t - t0) / (t1 - t0) * g.plotW;
-    const yMax = Math.max(d.peak_bytes, 1) * 1.08;
+    const yMax = chartYMax(d);
     const y = (b) => PAD.top + g.plotH - b / yMax * g.plotH;
-    const layered = state.byPhase && d.allocations.n > 0;
+    const byCategory = stackingByCategory(d);
+    const layered = byCategory || (state.stackBy === 'phase' && d.allocations.n > 0);
 
     clipToPlot(ctx, g);
     drawPhaseBands(ctx, g, p, t0, t1, layered);
-    const layersMax = layered ? drawLayers(ctx, g, p, d, t0, t1, yMax) : null;
+    const categories = byCategory ? drawCategoryLayers(ctx, g, d, t0, t1, yMax) : null;
+    const layersMax = categories ? categories.top : layered ? drawLayers(ctx, g, p, d, t0, t1, yMax) : null;
     // Memory in use: per device pixel column, the lowest and highest value.
     chart.drawn = { max: drawSeries(ctx, g, d.series, t0, t1, yMax, 'rgb(29, 78, 216)',
-      layered ? null : 'rgba(37, 99, 235, 0.25)'), layersMax };
+      layered ? null : 'rgba(37, 99, 235, 0.25)'), layersMax, stackBy: byCategory ? 'category' : layered ? 'phase' : 'none',
+      categories };
     ctx.restore();
     drawAxes(ctx, g, yMax, t0, t1);
     drawIterationMarks(ctx, g, p.iterationStarts, t0, t1, '#7c3aed', 0);
@@ -1422,15 +1574,21 @@
         'that does not persist across iterations, the one activation figure. docs/phases.md.'));
   }
 
-  // The legend: one entry per phase, coloured as its bands and layers; a click hides or
-  // shows the phase's layer and bands.
+  // The legend: what the memory is coloured by (by category where the process has categories,
+  // else by the phase it was allocated in), one entry per phase, coloured as its bands and
+  // layers (a click hides or shows the phase's layer and bands), and the category layers.
   function buildLegend(p) {
     const legend = document.getElementById('legend');
-    const toggle = el('label', { class: 'legend-toggle' });
-    const box = el('input', { type: 'checkbox', id: 'by-phase' });
-    box.checked = state.byPhase;
-    box.addEventListener('change', () => { state.byPhase = box.checked; scheduleDraw(); });
-    toggle.append(box, ' colour memory by the phase it was allocated in');
+    const hasCategories = p.devices.some((d) => d.cat && d.cat.n > 0);
+    if (state.stackBy === null || (state.stackBy === 'category' && !hasCategories)) {
+      state.stackBy = hasCategories ? 'category' : 'phase';
+    }
+    const pick = el('select', { id: 'stack-by', 'aria-label': 'colour the memory by' });
+    const options = [['phase', 'the phase it was allocated in'], ['none', 'nothing (memory in use)']];
+    if (hasCategories) options.unshift(['category', 'what it is (category)']);
+    for (const [value, text] of options) pick.append(el('option', { value }, text));
+    pick.value = state.stackBy;
+    const toggle = el('label', { class: 'legend-toggle' }, 'colour memory by ', pick);
     const item = (i, name) => {
       const b = el('button', { type: 'button', class: 'legend-item', 'data-phase': name, 'aria-pressed': 'true',
         title: 'click: hide or show this phase' }, swatch(phaseColor(i, 0.8)), name);
@@ -1442,8 +1600,108 @@
       });
       return b;
     };
-    legend.replaceChildren(toggle, ...p.phase_names.map((name, i) => item(i, phaseLabel(p, i))),
-      item(-1, '(no phase)'));
+    // The layers any device has, in the one order.
+    const present = CATEGORY_LAYERS.filter((name) => p.devices.some((d) => d.cat && d.cat.layers.includes(name)));
+    const categories = el('div', { id: 'category-legend', class: 'legend-row' },
+      el('span', { class: 'muted' }, 'layers, bottom to top:'),
+      ...present.map((name) => el('span', { class: 'legend-item', 'data-category': name, title: CATEGORY_NOTES[name] || '' },
+        swatch(categoryColor(name, name === 'torch_cache' ? 0.45 : 0.7)), categoryLabel(name))));
+    categories.hidden = state.stackBy !== 'category';
+    pick.addEventListener('change', () => {
+      state.stackBy = pick.value;
+      categories.hidden = state.stackBy !== 'category';
+      scheduleDraw();
+    });
+    legend.replaceChildren(toggle, el('span', { class: 'muted' }, 'phases (bands):'),
+      ...p.phase_names.map((name, i) => item(i, phaseLabel(p, i))), item(-1, '(no phase)'));
+    if (present.length) legend.append(categories);
+  }
+
+  // The peaks' breakdown by category: the report's figures (summary.json's "categories", the
+  // same numbers `cumemtrace report` prints), each category's own peak beside them, and what of
+  // each the program's objects named and what was inferred.
+  function buildCategoryTable(p) {
+    const host = document.getElementById('categories');
+    const devices = p.devices.filter((d) => d.cat);
+    // Without categories, one line (no heading, chart or legend of them) that says why.
+    host.replaceChildren(...(devices.length ? [el('h2', {}, 'What the memory is, by category')] : []));
+    if (!devices.length) {
+      host.append(el('p', { class: 'muted hint', id: 'categories-none' }, 'No categories for this process: it has ' +
+        'no training phases (forward, backward, optimizer) and no tags from PyTorch\'s objects, as a CUDA ' +
+        'program has none, so its memory is coloured by the phase it was allocated in (docs/phases.md).'));
+      return;
+    }
+    for (const d of devices) {
+      const f = d.cat.figures, box = el('div', { class: 'category-device', 'data-device': String(d.index) });
+      const tensorPeak = f.tensor_peak;
+      box.append(el('h3', {}, `GPU ${d.index}: device peak ${fmtBytes(d.peak_bytes)}` +
+        (d.peak_time_ns === null ? '' : ` at ${fmtTime(d.peak_time_ns)}`) +
+        ` · tensors' peak ${fmtBytes(tensorPeak.bytes)} at ${fmtTime(tensorPeak.time_ns)}`));
+      const at = (name, which) => {
+        if (name === 'not_torch') return f[which].not_torch_bytes;
+        if (name === 'torch_cache') return f[which].torch_cache_bytes;
+        return f.by_category[name][which].bytes;
+      };
+      // One bar per peak: the layers' shares of that instant's stack.
+      for (const [which, label] of [['at_device_peak', 'at the device peak'], ['at_tensor_peak', 'at the tensors\' peak']]) {
+        const parts = d.cat.layers.map((name) => [name, at(name, which)]);
+        const sum = parts.reduce((n, [, b]) => n + b, 0);
+        const bar = el('div', { class: 'stack-bar', 'data-peak': which });
+        for (const [name, b] of parts) {
+          if (b <= 0) continue;
+          bar.append(el('span', { 'data-layer': name, title: `${categoryLabel(name)}: ${fmtBytes(b)} (${fmtInt(b)} B)`,
+            style: `width:${(100 * b / Math.max(sum, 1)).toFixed(3)}%;` +
+              `background:${categoryColor(name, name === 'torch_cache' ? 0.45 : 0.75)}` }));
+        }
+        box.append(el('div', { class: 'stack-bar-row' }, el('span', { class: 'stack-bar-label' }, label), bar,
+          el('span', { class: 'muted' }, fmtBytes(sum))));
+      }
+      const rows = d.cat.layers.map((name) => {
+        const c = f.by_category[name];
+        const attrs = { 'data-layer': name, 'data-device-peak': String(at(name, 'at_device_peak')),
+          'data-tensor-peak': String(at(name, 'at_tensor_peak')) };
+        const bytes = (b) => num(fmtBytes(b), b);
+        const label = el('span', { title: CATEGORY_NOTES[name] || '' }, swatch(categoryColor(name, 0.75)), ' ',
+          categoryLabel(name));
+        if (!c) {
+          const libraries = name === 'not_torch' ? Object.entries(f.at_device_peak.not_torch_by_library)
+            .map(([lib, b]) => `${lib.split('/').pop()} ${fmtBytes(b)}`).join(', ') : '';
+          return { attrs, cells: [label, bytes(at(name, 'at_device_peak')), '-', '-', bytes(at(name, 'at_tensor_peak')),
+            '-', '-', '-', libraries || (name === 'torch_cache' ? 'reserved − allocated' : '')] };
+        }
+        Object.assign(attrs, { 'data-own-peak': String(c.own_peak.bytes),
+          'data-objects': String(c.at_device_peak.objects_bytes), 'data-inferred': String(c.at_device_peak.inferred_bytes),
+          'data-own-objects': String(c.own_peak.objects_bytes) });
+        const source = c.objects_allocations === 0 ? 'inferred' : c.objects_allocations === c.allocations ? 'objects'
+          : `objects ${fmtInt(c.objects_allocations)} of ${fmtInt(c.allocations)}`;
+        return { attrs, cells: [label, bytes(c.at_device_peak.bytes), bytes(c.at_device_peak.objects_bytes),
+          bytes(c.at_device_peak.inferred_bytes), bytes(c.at_tensor_peak.bytes), bytes(c.own_peak.bytes),
+          c.own_peak.time_ns === null ? '-' : num(fmtTime(c.own_peak.time_ns), c.own_peak.time_ns),
+          num(fmtInt(c.allocations), c.allocations), source] };
+      });
+      box.append(table(['layer', 'at device peak', 'of it: objects', 'inferred', 'at tensors\' peak', 'own peak',
+        'own peak at', 'allocations', 'from'], rows, { class: 'sortable category-table', 'data-device': String(d.index) }));
+      const notes = [];
+      const tags = p.categories ? p.categories.tags : 0;
+      notes.push(tags === 0
+        ? 'No tags from the program\'s objects: every category is inferred from the phases an allocation was born ' +
+          'and freed in, as for a LibTorch program.'
+        : `objects: named by the program's parameters, buffers, .grad and optimizer state (${fmtInt(tags)} tags` +
+          (p.categories.tags_unmatched ? `, ${fmtInt(p.categories.tags_unmatched)} of them naming no live allocation` : '') +
+          '); inferred: from the phases an allocation was born and freed in.');
+      if (f.tensor_layer === 'async') notes.push('Tensors: the stream-ordered allocations (PyTorch on cudaMallocAsync).');
+      if (f.tensor_layer === 'device') {
+        notes.push('Tensors: every device allocation' + (p.allocator_mode === 'native'
+          ? ': here the segments PyTorch\'s caching allocator keeps, not tensors (the allocator bridge sees tensors).' : '.'));
+      }
+      if (d.cat.sampled) {
+        notes.push(`The chart's layers are ${fmtInt(d.cat.n)} points sampled from ${fmtInt(d.steps.n)} steps (each run ` +
+          `of steps keeps its lowest and highest; at most ${fmtInt(d.cat.maxPoints)}, and both peaks exactly).`);
+      }
+      notes.push('Own peak: the category alone at its highest. docs/phases.md "Categories".');
+      box.append(el('p', { class: 'muted hint' }, notes.join(' ')));
+      host.append(box);
+    }
   }
 
   function describeExit(e) {
@@ -1479,6 +1737,7 @@
   function buildReportTables() {
     const p = state.process;
     buildLegend(p);
+    buildCategoryTable(p);
 
     const phases = document.getElementById('phases');
     phases.replaceChildren(el('h2', {}, 'Phases'));
@@ -1603,7 +1862,7 @@
 
   function startReport() {
     reportApi();
-    state.byPhase = true;
+    state.stackBy = null;  // by category where the process has categories (showProcess)
     state.hiddenPhases = new Set();
     state.draw = () => {
       for (const chart of state.charts) drawReportChart(chart);

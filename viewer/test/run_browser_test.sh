@@ -6,9 +6,11 @@
 # playwright-core, and PyTorch's memory_viz page (MemoryViz.js, vendored) on memory_viz
 # exports of the same traces. Exit 77 (CTest: skipped) only when node, npm or chromium is missing;
 # tools/setup.sh installs them, so CI never skips.
-#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB
+# CATEGORY_TRACE writes a fabricated training step with every category layer (the allocator
+# bridge's tensors and cache, tags, cuBLAS memory), exported and reported as the golden ones.
+#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB CATEGORY_TRACE
 set -euo pipefail
-cumemtrace=$1 golden=$2 work=$3 fake_tracer=$4 preload_stub=$5
+cumemtrace=$1 golden=$2 work=$3 fake_tracer=$4 preload_stub=$5 category_trace=$6
 viewer=$(cd "$(dirname "$0")/.." && pwd)
 chromium=${CUMEMTRACE_CHROMIUM:-/usr/bin/chromium}
 for tool in node npm; do
@@ -19,11 +21,18 @@ done
 rm -rf "$work" && mkdir -p "$work"
 # Exactly the locked playwright-core; it never downloads a browser.
 (cd "$viewer" && npm ci --no-audit --no-fund --prefer-offline --loglevel=error)
-for name in torch_async cuda_phases torch_native; do
+for name in torch_async cuda_phases torch_native libtorch_native; do
   "$cumemtrace" export --format html -o "$work/$name.html" "$golden/$name.cmtrace"
   "$cumemtrace" report --json "$golden/$name.cmtrace" > "$work/$name.summary.json"
   # For PyTorch's own memory_viz page (memory_viz.test.mjs).
   "$cumemtrace" export --format memory-viz -o "$work/$name.memory_viz.pickle" "$golden/$name.cmtrace"
+done
+# categories_long: 1,500 more blocks in the optimizer, 3,000 more steps: a sampled series.
+"$category_trace" "$work/categories.cmtrace"
+"$category_trace" "$work/categories_long.cmtrace" 1500
+for name in categories categories_long; do
+  "$cumemtrace" export --format html -o "$work/$name.html" "$work/$name.cmtrace"
+  "$cumemtrace" report --json "$work/$name.cmtrace" > "$work/$name.summary.json"
 done
 "$cumemtrace" export --format html -o "$work/compare.html" \
   "async=$golden/torch_async.cmtrace" "native=$golden/torch_native.cmtrace"
