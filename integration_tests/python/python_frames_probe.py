@@ -32,7 +32,7 @@ extern "C" int probe_frames(char* out, int size) {
     std::string function, file;
     cumemtrace::tracer::PythonCodeNames(pairs[2 * i], &function, &file);
     used += snprintf(out + used, size - used, "%s|%s|%llu\n", function.c_str(), file.c_str(),
-                     static_cast<unsigned long long>(pairs[2 * i + 1]));
+                     static_cast<unsigned long long>(pairs[2 * i + 1] & 0xFFFFFFFFu));
   }
   return static_cast<int>(n);
 }

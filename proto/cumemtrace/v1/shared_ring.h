@@ -100,7 +100,8 @@ static_assert(sizeof(TorchPayload) == 64, "the torch payload layout changed");
 // Record.flags.
 constexpr uint8_t kFlagStack = 1;  // the payload ends with a stack (StackHeader, then words)
 // A stack at the end of a payload (`run --stacks`): this header, then python_frames pairs of
-// uint64 (the tracer's code key, meaningful only to the tracer, and the line), then
+// uint64 (the tracer's code key, meaningful only to the tracer, and the line in the low 32
+// bits with a PythonFrameEntry in the two above, trace.proto), then
 // native_frames uint64 return addresses, innermost first. Readers of layout version 1 that
 // predate it read the type's payload from its start and never look past it.
 struct StackHeader {
@@ -109,6 +110,15 @@ struct StackHeader {
   uint32_t reserved;
 };
 static_assert(sizeof(StackHeader) == 8, "the stack header layout changed");
+// A Python frame's second word: its line, and whether it is its eval loop's entry frame.
+constexpr int kPythonEntryShift = 32;
+constexpr uint64_t kPythonEntryUnknown = 0;  // the PythonFrameEntry values
+constexpr uint64_t kPythonEntryYes = 1;
+constexpr uint64_t kPythonEntryNo = 2;
+inline uint32_t PythonFrameLine(uint64_t word) { return static_cast<uint32_t>(word); }
+inline uint32_t PythonFrameEntry(uint64_t word) {
+  return static_cast<uint32_t>((word >> kPythonEntryShift) & 3);
+}
 struct Record {
   uint32_t size;
   uint8_t type;  // RecordType
