@@ -46,6 +46,11 @@ bool IsObserverModule(const std::string& name) {
   return StartsWith(name, "libcumemtrace") || StartsWith(name, "libcupti");
 }
 
+// The tracer's Python hooks (`run --phase` wraps the methods it names).
+bool IsTracerPythonFile(const std::string& file) {
+  return file.find("/share/cumemtrace/python/") != std::string::npos;
+}
+
 bool IsEvalLoop(const FrameFacts& frame) {
   // GCC may name a split-off part "_PyEval_EvalFrameDefault.cold".
   return !frame.python && StartsWith(frame.function, "_PyEval_EvalFrameDefault");
@@ -60,7 +65,9 @@ bool IsPythonExecutable(const std::string& name) {
 
 }  // namespace
 
-std::vector<size_t> ShownFrames(const std::vector<FrameFacts>& frames) {
+namespace {
+
+std::vector<size_t> MergedFrames(const std::vector<FrameFacts>& frames) {
   std::vector<size_t> native;
   std::vector<size_t> python;
   bool leading = true;        // no frame of the program's side kept yet
@@ -118,6 +125,19 @@ std::vector<size_t> ShownFrames(const std::vector<FrameFacts>& frames) {
   }
   shown.insert(shown.end(), python.begin() + static_cast<std::ptrdiff_t>(next_python),
                python.end());
+  return shown;
+}
+
+}  // namespace
+
+std::vector<size_t> ShownFrames(const std::vector<FrameFacts>& frames) {
+  // The hooks' Python frames go after the merge: an entry frame among them still ends its
+  // eval loop's run of frames.
+  std::vector<size_t> shown = MergedFrames(frames);
+  shown.erase(std::remove_if(
+                  shown.begin(), shown.end(),
+                  [&](size_t i) { return frames[i].python && IsTracerPythonFile(frames[i].file); }),
+              shown.end());
   return shown;
 }
 
@@ -184,6 +204,7 @@ uint32_t StackResolver::FrameIndex(uint32_t wire_frame_id) {
   }
   r.facts.python = !r.native;
   r.facts.function = r.function;
+  if (!r.native) r.facts.file = r.file;
   it->second = static_cast<uint32_t>(resolved_.size());
   resolved_.push_back(std::move(r));
   return it->second;

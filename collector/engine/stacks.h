@@ -55,13 +55,15 @@ struct FrameFacts {
   bool python = false;
   std::string module;        // native: the module's path ("" when unknown)
   std::string function;      // native: its symbol ("" or "0x..." when unknown)
+  std::string file;          // python: its file
   uint8_t python_entry = 0;  // python: v1::PythonFrameEntry
 };
 
 // The frames of one wire stack (native frames innermost first, then the Python frames of the
 // same thread innermost first) as the outputs show them, as indices into `frames`, innermost
 // first:
-// - never a frame of the tracer (modules libcumemtrace*, the PyTorch bridge's included) or of
+// - never a frame of the tracer (modules libcumemtrace*, the PyTorch bridge's included; its
+//   Python hooks, files in share/cumemtrace/python/, as `run --phase` wraps a method) or of
 //   CUPTI (libcupti*): they are how the allocation was seen, not who made it;
 // - under the bridge's frames (a tensor's stack), not PyTorch's caching allocator's own
 //   frames (the libc10_cuda frames up to the first frame of another module, its caller);

@@ -21,11 +21,12 @@ constexpr uint8_t kInlined = v1::PYTHON_FRAME_ENTRY_NO;
 struct Stack {
   std::vector<FrameFacts> frames;
   Stack& Native(const std::string& module, const std::string& function) {
-    frames.push_back(FrameFacts{false, module, function, kUnknown});
+    frames.push_back(FrameFacts{false, module, function, "", kUnknown});
     return *this;
   }
-  Stack& Python(const std::string& function, uint8_t entry) {
-    frames.push_back(FrameFacts{true, "", function, entry});
+  Stack& Python(const std::string& function, uint8_t entry,
+                const std::string& file = "/home/ada/train.py") {
+    frames.push_back(FrameFacts{true, "", function, file, entry});
     return *this;
   }
   // The shown frames as "module!function" (native) or "py:function".
@@ -127,6 +128,19 @@ TEST(ShownFrames, EachEvalLoopIsReplacedByThePythonFramesItRanUpToItsEntryFrame)
                                "py:Linear.forward", "py:Module._call_impl", "py:Block.forward",
                                "libtorch_python.so!THPFunction_apply", "py:train_step",
                                "py:<module>", "libc.so.6!__libc_start_main"}));
+}
+
+TEST(ShownFrames, TheTracersPythonHooksAreLeftOutAfterTheMerge) {
+  // `run --phase` wraps a method: the wrapper runs in the caller's eval loop, and the method
+  // it calls is entered from it (here through C). The wrapper's frame goes, the pairing stays.
+  const char* hooks = "/opt/cumemtrace/share/cumemtrace/python/cumemtrace_phases.py";
+  Stack s;
+  s.Native(kTorchCpu, "at::empty").Native(kPython, "_PyEval_EvalFrameDefault")
+      .Native(kTorchPython, "THPFunction_apply").Native(kPython, "_PyEval_EvalFrameDefault")
+      .Python("settle_free", kEntry).Python("wrapper", kInlined, hooks)
+      .Python("<module>", kEntry);
+  EXPECT_EQ(s.Shown(), (Frames{"libtorch_cpu.so!at::empty", "py:settle_free",
+                               "libtorch_python.so!THPFunction_apply", "py:<module>"}));
 }
 
 TEST(ShownFrames, LibpythonAndThePythonExecutableAreTheInterpreter) {
