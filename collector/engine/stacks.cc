@@ -93,12 +93,8 @@ std::vector<size_t> MergedFrames(const std::vector<FrameFacts>& frames) {
   const bool entries_known = std::all_of(python.begin(), python.end(), [&](size_t i) {
     return frames[i].python_entry != v1::PYTHON_FRAME_ENTRY_UNKNOWN;
   });
-  if (eval_loops == 0 || python.empty() || (!entries_known && eval_loops != python.size())) {
-    shown = native;
-    shown.insert(shown.end(), python.begin(), python.end());
-    return shown;
-  }
-  // The interpreter's modules: those of its eval loop's frames, and libpython.
+  // The interpreter's modules: those of its eval loop's frames, libpython, a python
+  // executable.
   std::vector<std::string> interpreter;
   for (size_t i : native) {
     if (IsEvalLoop(frames[i])) interpreter.push_back(frames[i].module);
@@ -108,6 +104,17 @@ std::vector<size_t> MergedFrames(const std::vector<FrameFacts>& frames) {
     return StartsWith(name, "libpython") || IsPythonExecutable(name) ||
            std::find(interpreter.begin(), interpreter.end(), frame.module) != interpreter.end();
   };
+  // A native stack cut at its bound may stop in the interpreter before its first eval loop:
+  // with the entries known, its Python frames all follow.
+  const bool in_interpreter =
+      eval_loops > 0 || (entries_known && std::any_of(native.begin(), native.end(), [&](size_t i) {
+                           return is_interpreter(frames[i]);
+                         }));
+  if (!in_interpreter || python.empty() || (!entries_known && eval_loops != python.size())) {
+    shown = native;
+    shown.insert(shown.end(), python.begin(), python.end());
+    return shown;
+  }
   size_t next_python = 0;
   for (size_t i : native) {
     if (IsEvalLoop(frames[i])) {

@@ -74,7 +74,8 @@ struct FrameFacts {
 //   entries are unknown, one each when there are exactly as many as eval loops), the
 //   interpreter's other native frames (its module's, libpython's, a python* executable's) are
 //   left out, and the
-//   Python frames left over (outer ones whose native frames were cut at the bound) follow.
+//   Python frames left over (outer ones whose native frames were cut at the bound, even
+//   before the first eval loop) follow.
 //   Where the entries are unknown and the counts differ, the native frames come first, then
 //   the Python frames, as recorded.
 std::vector<size_t> ShownFrames(const std::vector<FrameFacts>& frames);

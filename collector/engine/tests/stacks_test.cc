@@ -196,6 +196,15 @@ TEST(ShownFrames, PythonFramesBeyondTheCutNativeStackFollowIt) {
                                "libtorch_python.so!THPFunction_apply", "py:outer"}));
 }
 
+TEST(ShownFrames, ANativeStackCutInsideTheInterpreterBeforeItsLoopStillMerges) {
+  Stack s;
+  s.Native(kTorchCpu, "at::empty").Native(kTorchPython, "THPVariable_add")
+      .Native(kPython, "cfunction_call").Native(kPython, "_PyObject_MakeTpCall")
+      .Python("inner", kInlined).Python("outer", kEntry);
+  EXPECT_EQ(s.Shown(), (Frames{"libtorch_cpu.so!at::empty", "libtorch_python.so!THPVariable_add",
+                               "py:inner", "py:outer"}));
+}
+
 TEST(ShownFrames, EvalLoopsBeyondTheCutPythonStackAreLeftOut) {
   Stack s;
   s.Native(kTorchCpu, "at::empty")
