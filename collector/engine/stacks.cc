@@ -56,16 +56,19 @@ bool IsEvalLoop(const FrameFacts& frame) {
   return !frame.python && StartsWith(frame.function, "_PyEval_EvalFrameDefault");
 }
 
+// A trace's value as the engine keeps it: one it does not know is unknown.
+uint8_t EntryOf(int value) {
+  return value == v1::PYTHON_FRAME_ENTRY_YES || value == v1::PYTHON_FRAME_ENTRY_NO
+             ? static_cast<uint8_t>(value)
+             : static_cast<uint8_t>(v1::PYTHON_FRAME_ENTRY_UNKNOWN);
+}
+
 // "python", "python3", "python3.12": the interpreter's own executable.
 bool IsPythonExecutable(const std::string& name) {
   if (!StartsWith(name, "python")) return false;
   return std::all_of(name.begin() + 6, name.end(),
                      [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
 }
-
-}  // namespace
-
-namespace {
 
 std::vector<size_t> MergedFrames(const std::vector<FrameFacts>& frames) {
   std::vector<size_t> native;
@@ -156,7 +159,7 @@ void WireStacks::Add(const v1::StackFrame& frame) {
                                  frame.line(),
                                  frame.pc(),
                                  frame.module_id(),
-                                 static_cast<uint8_t>(frame.python_entry())};
+                                 EntryOf(frame.python_entry())};
 }
 
 void WireStacks::Add(const v1::Stack& stack) {
