@@ -240,8 +240,9 @@ def check_frames_shown(t, runs, results, case, argv_suffix, program_module=None)
     allocator = sorted({frames["function"][s[0]] for s in stacks if s and
                         is_allocator_frame(frames["function"][s[0]])})
     t.check(case, "stacks that start in PyTorch's allocator", [], allocator[:5])
+    # Modules libtorch*.so*, libc10*.so* (not the LibTorch program, libtorch_train).
     torch_frames = [(fn, fl) for fn, fl, kind in names if kind == "native" and
-                    os.path.basename(fl).startswith(("libtorch", "libc10"))]
+                    re.match(r"lib(torch|c10)[\w-]*\.so", os.path.basename(fl))]
     named = [fn for fn, _ in torch_frames if not fn.startswith("0x")]
     share = len(named) / len(torch_frames) if torch_frames else 0.0
     t.check(case, "libtorch/libc10 native frames named (distinct frames)", ">= 90%",
