@@ -52,7 +52,10 @@ def fresh_sources(dest):
         with open(tar, "wb") as f:
             f.write(archive.stdout)
         with tarfile.open(tar) as t:
-            t.extractall(dest)
+            if hasattr(tarfile, "data_filter"):
+                t.extractall(dest, filter="data")
+            else:
+                t.extractall(dest)
         os.remove(tar)
         how = "git archive HEAD"
     else:
