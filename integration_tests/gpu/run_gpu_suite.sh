@@ -54,7 +54,7 @@ for suite in $suites; do
     stacks) script=gpu_stacks.py; dir="$results/stacks" ;;  # run --stacks
     categories) script=gpu_categories.py; dir="$results/categories" ;;
     oom) script=gpu_oom.py; dir="$results/oom" ;;  # the out-of-memory post-mortem
-    bridge_build) script=gpu_bridge_build.py; dir="$results/bridge_build" ;;  # builds cumemtrace twice
+    bridge_build) script=gpu_bridge_build.py; dir="$results/bridge_build" ;;  # 2 more builds
     jobs) script=gpu_jobs.py; dir="$results/jobs" ;;  # needs 2 GPUs
     *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, profiler, stacks, categories, oom, bridge_build, jobs)" >&2; exit 2 ;;
   esac

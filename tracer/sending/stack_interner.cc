@@ -77,8 +77,7 @@ uint32_t StackInterner::PythonFrame(uint64_t code_key, uint64_t line_word) {
   frame->set_file_name_id(file_id);
   frame->set_line(v1::ring::PythonFrameLine(line_word));
   // The ring's values are the wire's (PythonFrameEntry).
-  frame->set_python_entry(
-      static_cast<v1::PythonFrameEntry>(v1::ring::PythonFrameEntry(line_word)));
+  frame->set_python_entry(static_cast<v1::PythonFrameEntry>(v1::ring::PythonFrameEntry(line_word)));
   return it->second;
 }
 

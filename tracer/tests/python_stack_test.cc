@@ -247,9 +247,8 @@ TEST_F(PythonStack, TheSenderInternsTheFramesOnceAndTheStackOnce) {
   EXPECT_EQ(strings[defined[0].file_name_id()], "probe_program.py");
   EXPECT_EQ(defined[0].line(), 3u);
   // The ring's entry bits become the frame's python_entry; the line is the line alone.
-  EXPECT_EQ(defined[0].python_entry(), PY_VERSION_HEX >= 0x030B0000
-                                           ? v1::PYTHON_FRAME_ENTRY_NO
-                                           : v1::PYTHON_FRAME_ENTRY_YES);
+  EXPECT_EQ(defined[0].python_entry(),
+            PY_VERSION_HEX >= 0x030B0000 ? v1::PYTHON_FRAME_ENTRY_NO : v1::PYTHON_FRAME_ENTRY_YES);
   EXPECT_EQ(defined[1].python_entry(), v1::PYTHON_FRAME_ENTRY_YES);  // the module
   EXPECT_EQ(defined[1].line(), 4u);
 }

@@ -135,9 +135,12 @@ TEST(ShownFrames, TheTracersPythonHooksAreLeftOutAfterTheMerge) {
   // it calls is entered from it (here through C). The wrapper's frame goes, the pairing stays.
   const char* hooks = "/opt/cumemtrace/share/cumemtrace/python/cumemtrace_phases.py";
   Stack s;
-  s.Native(kTorchCpu, "at::empty").Native(kPython, "_PyEval_EvalFrameDefault")
-      .Native(kTorchPython, "THPFunction_apply").Native(kPython, "_PyEval_EvalFrameDefault")
-      .Python("settle_free", kEntry).Python("wrapper", kInlined, hooks)
+  s.Native(kTorchCpu, "at::empty")
+      .Native(kPython, "_PyEval_EvalFrameDefault")
+      .Native(kTorchPython, "THPFunction_apply")
+      .Native(kPython, "_PyEval_EvalFrameDefault")
+      .Python("settle_free", kEntry)
+      .Python("wrapper", kInlined, hooks)
       .Python("<module>", kEntry);
   EXPECT_EQ(s.Shown(), (Frames{"libtorch_cpu.so!at::empty", "py:settle_free",
                                "libtorch_python.so!THPFunction_apply", "py:<module>"}));
@@ -198,9 +201,12 @@ TEST(ShownFrames, PythonFramesBeyondTheCutNativeStackFollowIt) {
 
 TEST(ShownFrames, ANativeStackCutInsideTheInterpreterBeforeItsLoopStillMerges) {
   Stack s;
-  s.Native(kTorchCpu, "at::empty").Native(kTorchPython, "THPVariable_add")
-      .Native(kPython, "cfunction_call").Native(kPython, "_PyObject_MakeTpCall")
-      .Python("inner", kInlined).Python("outer", kEntry);
+  s.Native(kTorchCpu, "at::empty")
+      .Native(kTorchPython, "THPVariable_add")
+      .Native(kPython, "cfunction_call")
+      .Native(kPython, "_PyObject_MakeTpCall")
+      .Python("inner", kInlined)
+      .Python("outer", kEntry);
   EXPECT_EQ(s.Shown(), (Frames{"libtorch_cpu.so!at::empty", "libtorch_python.so!THPVariable_add",
                                "py:inner", "py:outer"}));
 }
