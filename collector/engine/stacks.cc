@@ -38,13 +38,128 @@ bool IsUserNativeModule(const std::string& module_path) {
   return !name.empty();
 }
 
+bool StartsWith(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
+
+// How the allocation was seen rather than who made it: the tracer's modules (the PyTorch
+// bridge's libcumemtrace-torch-bridge-*.so among them) and CUPTI's.
+bool IsObserverModule(const std::string& name) {
+  return StartsWith(name, "libcumemtrace") || StartsWith(name, "libcupti");
+}
+
+// The tracer's Python hooks (`run --phase` wraps the methods it names).
+bool IsTracerPythonFile(const std::string& file) {
+  return file.find("/share/cumemtrace/python/") != std::string::npos;
+}
+
+bool IsEvalLoop(const FrameFacts& frame) {
+  // GCC may name a split-off part "_PyEval_EvalFrameDefault.cold".
+  return !frame.python && StartsWith(frame.function, "_PyEval_EvalFrameDefault");
+}
+
+// A trace's value as the engine keeps it: one it does not know is unknown.
+uint8_t EntryOf(int value) {
+  return value == v1::PYTHON_FRAME_ENTRY_YES || value == v1::PYTHON_FRAME_ENTRY_NO
+             ? static_cast<uint8_t>(value)
+             : static_cast<uint8_t>(v1::PYTHON_FRAME_ENTRY_UNKNOWN);
+}
+
+// "python", "python3", "python3.12": the interpreter's own executable.
+bool IsPythonExecutable(const std::string& name) {
+  if (!StartsWith(name, "python")) return false;
+  return std::all_of(name.begin() + 6, name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
+}
+
+std::vector<size_t> MergedFrames(const std::vector<FrameFacts>& frames) {
+  std::vector<size_t> native;
+  std::vector<size_t> python;
+  bool leading = true;        // no frame of the program's side kept yet
+  bool under_bridge = false;  // a leading frame was the PyTorch bridge's: a tensor's stack
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].python) {
+      python.push_back(i);
+      continue;
+    }
+    const std::string name = BaseName(frames[i].module);
+    if (IsObserverModule(name)) {
+      under_bridge = under_bridge || (leading && StartsWith(name, "libcumemtrace-torch-bridge"));
+      continue;
+    }
+    if (leading && under_bridge && StartsWith(name, "libc10_cuda")) continue;
+    leading = false;
+    native.push_back(i);
+  }
+  std::vector<size_t> shown;
+  shown.reserve(native.size() + python.size());
+  const auto eval_loops = static_cast<size_t>(
+      std::count_if(native.begin(), native.end(), [&](size_t i) { return IsEvalLoop(frames[i]); }));
+  const bool entries_known = std::all_of(python.begin(), python.end(), [&](size_t i) {
+    return frames[i].python_entry != v1::PYTHON_FRAME_ENTRY_UNKNOWN;
+  });
+  // The interpreter's modules: those of its eval loop's frames, libpython, a python
+  // executable.
+  std::vector<std::string> interpreter;
+  for (size_t i : native) {
+    if (IsEvalLoop(frames[i])) interpreter.push_back(frames[i].module);
+  }
+  const auto is_interpreter = [&](const FrameFacts& frame) {
+    const std::string name = BaseName(frame.module);
+    return StartsWith(name, "libpython") || IsPythonExecutable(name) ||
+           std::find(interpreter.begin(), interpreter.end(), frame.module) != interpreter.end();
+  };
+  // A native stack cut at its bound may stop in the interpreter before its first eval loop:
+  // with the entries known, its Python frames all follow.
+  const bool in_interpreter =
+      eval_loops > 0 || (entries_known && std::any_of(native.begin(), native.end(), [&](size_t i) {
+                           return is_interpreter(frames[i]);
+                         }));
+  if (!in_interpreter || python.empty() || (!entries_known && eval_loops != python.size())) {
+    shown = native;
+    shown.insert(shown.end(), python.begin(), python.end());
+    return shown;
+  }
+  size_t next_python = 0;
+  for (size_t i : native) {
+    if (IsEvalLoop(frames[i])) {
+      // This loop's Python frames: up to and including its entry frame (each its own entry
+      // where the entries are unknown and the counts agree). None left: a frame cut at the
+      // Python bound, or not yet running.
+      while (next_python < python.size()) {
+        const FrameFacts& frame = frames[python[next_python]];
+        shown.push_back(python[next_python++]);
+        if (!entries_known || frame.python_entry == v1::PYTHON_FRAME_ENTRY_YES) break;
+      }
+      continue;
+    }
+    if (!is_interpreter(frames[i])) shown.push_back(i);
+  }
+  shown.insert(shown.end(), python.begin() + static_cast<std::ptrdiff_t>(next_python),
+               python.end());
+  return shown;
+}
+
 }  // namespace
+
+std::vector<size_t> ShownFrames(const std::vector<FrameFacts>& frames) {
+  // The hooks' Python frames go after the merge: an entry frame among them still ends its
+  // eval loop's run of frames.
+  std::vector<size_t> shown = MergedFrames(frames);
+  shown.erase(std::remove_if(
+                  shown.begin(), shown.end(),
+                  [&](size_t i) { return frames[i].python && IsTracerPythonFile(frames[i].file); }),
+              shown.end());
+  return shown;
+}
 
 void WireStacks::Add(const v1::StackFrame& frame) {
   if (frame.id() == 0) return;
   frames[frame.id()] = WireFrame{frame.kind() == v1::STACK_FRAME_KIND_NATIVE,
-                                 frame.function_name_id(), frame.file_name_id(), frame.line(),
-                                 frame.pc(), frame.module_id()};
+                                 frame.function_name_id(),
+                                 frame.file_name_id(),
+                                 frame.line(),
+                                 frame.pc(),
+                                 frame.module_id(),
+                                 EntryOf(frame.python_entry())};
 }
 
 void WireStacks::Add(const v1::Stack& stack) {
@@ -65,43 +180,56 @@ StackResolver::~StackResolver() = default;
 uint32_t StackResolver::FrameIndex(uint32_t wire_frame_id) {
   auto [it, inserted] = frame_index_.try_emplace(wire_frame_id, 0);
   if (!inserted) return it->second;
-  std::string function = "?";
-  std::string file = "?";
-  uint32_t line = 0;
-  const char* kind = "python";
-  std::string module;
+  ResolvedFrame r;
+  r.function = "?";
+  r.file = "?";
   const auto found = stream_.stacks.frames.find(wire_frame_id);
   if (found != stream_.stacks.frames.end()) {
     const WireFrame& f = found->second;
     if (!f.native) {
-      function = stream_.Resolve(f.function_id);
-      file = stream_.Resolve(f.file_id);
-      line = f.line;
+      r.facts.python_entry = f.python_entry;
+      r.function = stream_.Resolve(f.function_id);
+      r.file = stream_.Resolve(f.file_id);
+      r.line = f.line;
     } else {
-      kind = "native";
-      function = Hex(f.pc);
+      r.native = true;
+      r.function = Hex(f.pc);
       const auto m = stream_.stacks.modules.find(f.module_id);
       if (m != stream_.stacks.modules.end()) {
-        module = m->second.path;
-        file = module;
-        if (symbolizer_ == nullptr) symbolizer_ = std::make_unique<NativeSymbolizer>();
-        NativeSymbol symbol;
-        symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol);
-        if (!symbol.function.empty()) function = symbol.function;
-        if (!symbol.file.empty()) {
-          file = symbol.file;
-          line = symbol.line;
+        r.facts.module = m->second.path;
+        r.file = r.facts.module;
+        // The tracer's and CUPTI's frames are never shown: not worth reading their files.
+        if (!IsObserverModule(BaseName(r.facts.module))) {
+          if (symbolizer_ == nullptr) symbolizer_ = std::make_unique<NativeSymbolizer>();
+          NativeSymbol symbol;
+          symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol);
+          if (!symbol.function.empty()) r.function = symbol.function;
+          if (!symbol.file.empty()) {
+            r.file = symbol.file;
+            r.line = symbol.line;
+          }
         }
       }
     }
   }
-  it->second = static_cast<uint32_t>(table_.function.size());
-  table_.function.push_back(std::move(function));
-  table_.file.push_back(std::move(file));
-  table_.line.push_back(line);
-  table_.kind.push_back(kind);
-  module_of_frame_.push_back(std::move(module));
+  r.facts.python = !r.native;
+  r.facts.function = r.function;
+  if (!r.native) r.facts.file = r.file;
+  it->second = static_cast<uint32_t>(resolved_.size());
+  resolved_.push_back(std::move(r));
   return it->second;
+}
+
+uint32_t StackResolver::TableIndex(uint32_t resolved) {
+  ResolvedFrame& r = resolved_[resolved];
+  if (r.table_index >= 0) return static_cast<uint32_t>(r.table_index);
+  r.table_index = static_cast<int32_t>(table_.function.size());
+  table_.function.push_back(r.function);
+  table_.file.push_back(r.file);
+  table_.line.push_back(r.line);
+  table_.kind.push_back(r.native ? "native" : "python");
+  module_of_frame_.push_back(r.native ? r.facts.module : std::string());
+  return static_cast<uint32_t>(r.table_index);
 }
 
 int32_t StackResolver::Resolve(uint32_t wire_stack_id) {
@@ -110,9 +238,20 @@ int32_t StackResolver::Resolve(uint32_t wire_stack_id) {
   if (!inserted) return it->second;
   const auto found = stream_.stacks.stacks.find(wire_stack_id);
   if (found == stream_.stacks.stacks.end() || found->second.empty()) return -1;
+  std::vector<uint32_t> recorded;
+  std::vector<FrameFacts> facts;
+  recorded.reserve(found->second.size());
+  facts.reserve(found->second.size());
+  for (uint32_t id : found->second) {
+    recorded.push_back(FrameIndex(id));
+    facts.push_back(resolved_[recorded.back()].facts);
+  }
+  // Only the frames shown enter the table: the page's and memory_viz's frame lists never
+  // hold the tracer's either.
   std::vector<uint32_t> frames;
-  frames.reserve(found->second.size());
-  for (uint32_t id : found->second) frames.push_back(FrameIndex(id));
+  for (size_t shown : ShownFrames(facts)) frames.push_back(TableIndex(recorded[shown]));
+  // Only the tracer's and CUPTI's frames: nothing of the program to show.
+  if (frames.empty()) return -1;
   // The innermost Python frame of the program's own files; else the innermost Python frame;
   // else the innermost native frame outside the runtime libraries; else the innermost.
   uint32_t user = frames[0];

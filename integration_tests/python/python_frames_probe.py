@@ -9,8 +9,9 @@ PyTorch's operators do, then through ctypes.PyDLL, which keeps it.
 
 Prints the frames seen both ways and exits 0 when they name the caller's functions and lines
 (also after the layout is trusted) where they should: with the GIL on every Python, without
-it on 3.11 to 3.13 (the versions with a frame layout); 1 when they do not, 2 when the library
-cannot be built.
+it on 3.11 to 3.13 (the versions with a frame layout), and say which frame entered the eval
+loop (a method called by map from C did, the function it calls from Python did not; every
+frame did before 3.11); 1 when they do not, 2 when the library cannot be built.
 """
 import argparse
 import ctypes
@@ -31,8 +32,9 @@ extern "C" int probe_frames(char* out, int size) {
   for (uint32_t i = 0; i < n && used < size; ++i) {
     std::string function, file;
     cumemtrace::tracer::PythonCodeNames(pairs[2 * i], &function, &file);
-    used += snprintf(out + used, size - used, "%s|%s|%llu\n", function.c_str(), file.c_str(),
-                     static_cast<unsigned long long>(pairs[2 * i + 1]));
+    used += snprintf(out + used, size - used, "%s|%s|%llu|%llu\n", function.c_str(),
+                     file.c_str(), static_cast<unsigned long long>(pairs[2 * i + 1] & 0xFFFFFFFFu),
+                     static_cast<unsigned long long>(pairs[2 * i + 1] >> 32));
   }
   return static_cast<int>(n);
 }
@@ -58,7 +60,8 @@ def frames(function):
     buffer = ctypes.create_string_buffer(1 << 16)
     n = function(buffer, len(buffer))
     rows = [line.split("|") for line in buffer.value.decode().splitlines()]
-    return n, [(name, os.path.basename(file), int(line)) for name, file, line in rows]
+    return n, [(name, os.path.basename(file), int(line), int(entry))
+               for name, file, line, entry in rows]
 
 
 class Model:
@@ -89,7 +92,16 @@ def main():
                 n, seen = Model().forward(function)
                 want = ("Model.forward" if sys.version_info >= (3, 11) else "forward", me,
                         forward_line)
-                good = n >= 3 and seen[1] == want and seen[0][0] == "frames"
+                good = n >= 3 and seen[1][:3] == want and seen[0][0] == "frames"
+                # Entries (shared_ring.h kPythonEntry*: 1 entered, 2 called from Python). The
+                # API's walk on 3.11 and later knows them only from a checked direct walk.
+                _, mapped = list(map(Model().forward, [function]))[0]
+                known = sys.version_info >= (3, 11) and (layout or function is without_gil)
+                if sys.version_info < (3, 11):
+                    good = good and all(f[3] == 1 for f in seen + mapped)
+                elif known:
+                    good = good and [f[3] for f in seen[:2]] == [2, 2] and \
+                        [f[3] for f in mapped[:2]] == [2, 1] and seen[-1][3] == 1
                 if function is without_gil and not layout:
                     good = n == 0
                 if round_ in (0, 19) or not good:

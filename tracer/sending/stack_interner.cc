@@ -58,8 +58,8 @@ void StackInterner::ForgetIfBatchesWereLost() {
   stacks_.clear();
 }
 
-uint32_t StackInterner::PythonFrame(uint64_t code_key, uint32_t line) {
-  auto [it, inserted] = python_frames_.try_emplace({code_key, line}, 0);
+uint32_t StackInterner::PythonFrame(uint64_t code_key, uint64_t line_word) {
+  auto [it, inserted] = python_frames_.try_emplace({code_key, line_word}, 0);
   if (!inserted) return it->second;
   std::string function;
   std::string file;
@@ -75,7 +75,9 @@ uint32_t StackInterner::PythonFrame(uint64_t code_key, uint32_t line) {
   frame->set_kind(v1::STACK_FRAME_KIND_PYTHON);
   frame->set_function_name_id(function_id);
   frame->set_file_name_id(file_id);
-  frame->set_line(line);
+  frame->set_line(v1::ring::PythonFrameLine(line_word));
+  // The ring's values are the wire's (PythonFrameEntry).
+  frame->set_python_entry(static_cast<v1::PythonFrameEntry>(v1::ring::PythonFrameEntry(line_word)));
   return it->second;
 }
 
@@ -135,7 +137,7 @@ uint32_t StackInterner::Intern(const uint64_t* words, uint32_t count) {
     if (id != 0) frames.push_back(id);
   }
   for (uint64_t i = 0; i < python; ++i) {
-    frames.push_back(PythonFrame(words[1 + 2 * i], static_cast<uint32_t>(words[2 + 2 * i])));
+    frames.push_back(PythonFrame(words[1 + 2 * i], words[2 + 2 * i]));
   }
   if (frames.empty()) return 0;
   if (frames.size() > static_cast<size_t>(v1::MAX_STACK_FRAMES)) {

@@ -32,7 +32,8 @@ class StackInterner {
   uint32_t Intern(const uint64_t* words, uint32_t count);
 
  private:
-  uint32_t PythonFrame(uint64_t code_key, uint32_t line);
+  // `line_word` as CapturePythonFrames writes it: the line and whether it is an entry frame.
+  uint32_t PythonFrame(uint64_t code_key, uint64_t line_word);
   uint32_t NativeFrame(uint64_t pc, bool* own);
   void ForgetIfBatchesWereLost();
 
@@ -42,7 +43,7 @@ class StackInterner {
   uint32_t next_frame_id_ = 1;
   uint32_t next_stack_id_ = 1;
   uint32_t next_module_id_ = 1;
-  std::map<std::pair<uint64_t, uint32_t>, uint32_t> python_frames_;  // (code key, line)
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> python_frames_;  // (code key, line word)
   std::unordered_map<uint64_t, uint32_t> native_frames_;  // pc -> frame id (0: the tracer's)
   std::unordered_map<std::string, uint32_t> module_ids_;   // path -> module id
   std::map<std::vector<uint32_t>, uint32_t> stacks_;

@@ -90,6 +90,9 @@ TEST(NativeStack, CapturedInternedAndSymbolizedToTheCallingLine) {
     }
   }
   ASSERT_LT(known, named.size()) << "no frame named KnownAllocatingFunction";
+  // C++ names come demangled, qualified and with their parameters, as LibTorch's must.
+  EXPECT_EQ(named[known].function,
+            "cumemtrace::tracer::(anonymous namespace)::KnownAllocatingFunction()");
   EXPECT_NE(named[known].file.find("native_stack_test.cc"), std::string::npos)
       << named[known].file;
   EXPECT_EQ(named[known].file[0], '/') << named[known].file;  // made absolute

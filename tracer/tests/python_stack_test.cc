@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cumemtrace/v1/trace.pb.h"
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/sending/event_encoder.h"
 #include "tracer/sending/stack_interner.h"
 #include "tracer/sources/python/python_frames.h"
@@ -24,6 +25,7 @@ struct Seen {
   std::string function;
   std::string file;
   uint64_t line;
+  uint32_t entry;  // v1::PythonFrameEntry
 };
 std::vector<Seen> g_seen;
 std::vector<uint64_t> g_words;  // CaptureStack's words of the last call
@@ -36,7 +38,8 @@ PyObject* Capture(PyObject*, PyObject*) {
   for (uint32_t i = 0; i < n; ++i) {
     Seen s;
     EXPECT_TRUE(PythonCodeNames(pairs[2 * i], &s.function, &s.file));
-    s.line = pairs[2 * i + 1];
+    s.line = v1::ring::PythonFrameLine(pairs[2 * i + 1]);
+    s.entry = v1::ring::PythonFrameEntry(pairs[2 * i + 1]);
     g_seen.push_back(s);
   }
   const StackWords words = CaptureStack(kStacksPython);
@@ -68,8 +71,9 @@ PyObject* FramesAsList(const uint64_t* pairs, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
     std::string function, file;
     PythonCodeNames(pairs[2 * i], &function, &file);
+    const uint32_t line = v1::ring::PythonFrameLine(pairs[2 * i + 1]);
     PyObject* frame = Py_BuildValue("(ssK)", function.c_str(), file.c_str(),
-                                    static_cast<unsigned long long>(pairs[2 * i + 1]));
+                                    static_cast<unsigned long long>(line));
     PyList_Append(frames, frame);
     Py_DECREF(frame);
   }
@@ -170,6 +174,39 @@ TEST_F(PythonStack, AKnownFunctionComesBackWithItsFileLineAndQualifiedName) {
   EXPECT_EQ(g_seen[1].line, 6u);
 }
 
+// Which frames entered the interpreter's eval loop: the collector puts each run of Python
+// frames up to its entry frame in place of that loop's native frame (stacks.h ShownFrames).
+TEST_F(PythonStack, EachFrameSaysWhetherItEnteredTheEvalLoop) {
+  const char* program =
+      "import stackprobe\n"                      // 1
+      "def inner():\n"                           // 2
+      "    stackprobe.capture()\n"               // 3
+      "def via_c():\n"                           // 4
+      "    list(map(lambda _: inner(), [0]))\n"  // 5: map calls the lambda from C
+      "def main():\n"                            // 6
+      "    via_c()\n"                            // 7
+      "main()\n";                                // 8
+  const uint32_t yes = v1::PYTHON_FRAME_ENTRY_YES;
+  // Before 3.11 each frame had its own eval loop; from 3.11 a call from Python stays in the
+  // caller's.
+  const uint32_t inlined =
+      PY_VERSION_HEX >= 0x030B0000 ? static_cast<uint32_t>(v1::PYTHON_FRAME_ENTRY_NO) : yes;
+  // The first walks check the layout against the API's, later ones are trusted: both.
+  for (int round = 0; round < 12; ++round) {
+    Run(program);
+    ASSERT_EQ(g_seen.size(), 5u);
+    EXPECT_EQ(g_seen[0].function, "inner");
+    EXPECT_EQ(g_seen[0].line, 3u);
+    EXPECT_EQ(g_seen[0].entry, inlined) << round;
+    EXPECT_EQ(g_seen[1].entry, yes) << round;  // the lambda, called by map
+    EXPECT_EQ(g_seen[1].line, 5u);
+    EXPECT_EQ(g_seen[2].entry, inlined) << round;  // via_c
+    EXPECT_EQ(g_seen[3].entry, inlined) << round;  // main
+    EXPECT_EQ(g_seen[4].entry, yes) << round;      // the module, run by PyEval_EvalCode
+    EXPECT_EQ(g_seen[4].line, 8u);
+  }
+}
+
 TEST_F(PythonStack, TheSenderInternsTheFramesOnceAndTheStackOnce) {
   Run("import stackprobe\n"
       "def inner():\n"
@@ -209,6 +246,11 @@ TEST_F(PythonStack, TheSenderInternsTheFramesOnceAndTheStackOnce) {
   EXPECT_EQ(strings[defined[0].function_name_id()], "inner");
   EXPECT_EQ(strings[defined[0].file_name_id()], "probe_program.py");
   EXPECT_EQ(defined[0].line(), 3u);
+  // The ring's entry bits become the frame's python_entry; the line is the line alone.
+  EXPECT_EQ(defined[0].python_entry(),
+            PY_VERSION_HEX >= 0x030B0000 ? v1::PYTHON_FRAME_ENTRY_NO : v1::PYTHON_FRAME_ENTRY_YES);
+  EXPECT_EQ(defined[1].python_entry(), v1::PYTHON_FRAME_ENTRY_YES);  // the module
+  EXPECT_EQ(defined[1].line(), 4u);
 }
 
 TEST_F(PythonStack, AThreadWithoutTheGilHasNoPythonStack) {

@@ -62,9 +62,12 @@ def main():
     for loader in loaders:
         check(cumemtrace, fake, os.path.join(top, loader), loader)
         print(f"ok: python stacks end to end, {loader}")
+        check_all(cumemtrace, fake, os.path.join(top, loader + "-all"), loader)
+        print(f"ok: merged native and python stacks end to end, {loader}")
 
 
-def check(cumemtrace, fake, work, loader):
+def run(cumemtrace, fake, work, loader, stacks):
+    """Runs PROGRAM under `cumemtrace run --stacks=STACKS`: (script, output folder)."""
     os.makedirs(work)
     script = os.path.join(work, "stacks_program.py")
     with open(script, "w") as f:
@@ -74,9 +77,61 @@ def check(cumemtrace, fake, work, loader):
                # Names no file: the tracer starts CUPTI (the fake) from its constructor.
                CUDA_INJECTION64_PATH=os.path.join(work, "no-such-injection"))
     env.pop("CUMEMTRACE_STACKS", None)
-    proc = subprocess.run([cumemtrace, "run", "--stacks", "-o", out, "--", "python3", script],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([cumemtrace, "run", f"--stacks={stacks}", "-o", out, "--", "python3",
+                           script], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return script, out
+
+
+def page_stacks(out):
+    """report.html's stacks by allocation size: [(function, file, line, kind)], innermost first."""
+    html = open(os.path.join(out, "report.html"), encoding="utf-8").read()
+    data = json.loads(re.search(
+        r'<script id="cumemtrace-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    process = next(p for p in data["processes"] if "stacks" in p)
+    frames, stacks = process["stacks"]["frames"], process["stacks"]["stacks"]
+    columns = process["devices"][0]["allocations"]
+    sizes = struct.unpack(f"<{columns['n']}d", base64.b64decode(columns["bytes"]))
+    stack_of = struct.unpack(f"<{columns['n']}i", base64.b64decode(columns["stack"]))
+    seen = {}
+    for size, s in zip(sizes, stack_of):
+        assert s >= 0, "an allocation without a stack"
+        seen[int(size)] = [(frames["function"][f], frames["file"][f], frames["line"][f],
+                            frames["kind"][f]) for f in stacks[s]]
+    return seen, frames
+
+
+def check_all(cumemtrace, fake, work, loader):
+    """--stacks=all: the tracer's and CUPTI's (here the fake's) frames are in no stack, and the
+    interpreter's native frames gave way to the Python frames they ran, in their place."""
+    script, out = run(cumemtrace, fake, work, loader, "all")
+    seen, frames = page_stacks(out)
+    for name in frames["file"]:
+        base = os.path.basename(name)
+        assert not base.startswith(("libcumemtrace", "libcupti")), name
+    stack = seen[64 << 20]
+    python = [(f[0], f[2]) for f in stack if f[3] == "python"]
+    forward = "Model.forward" if sys.version_info >= (3, 11) else "forward"
+    assert python == [("allocate", line_of("ALLOCATE_LINE")), (forward, line_of("BIG_LINE")),
+                      ("<module>", line_of("MAIN_LINE"))], stack
+    if all(f[0].startswith("0x") for f in stack if f[3] == "native"):
+        # A build without libdw names no native frame: nothing to merge by.
+        print("note: native frames are not named here; the merge is not checked")
+        return
+    interpreter = os.path.basename(os.path.realpath(sys.executable))
+    for function, file, _, kind in stack:
+        if kind == "native":
+            assert not function.startswith("_PyEval_EvalFrameDefault"), stack
+            assert not os.path.basename(file).startswith(("libpython", interpreter)), stack
+    # Merged: ctypes' native frames (the call into the fake) come before the Python frame that
+    # made the call, the first frame of all is native, and the Python frames come together.
+    kinds = [f[3] for f in stack]
+    first_python = kinds.index("python")
+    assert first_python > 0 and kinds[0] == "native", stack
+
+
+def check(cumemtrace, fake, work, loader):
+    script, out = run(cumemtrace, fake, work, loader, "python")
     allocate, big, small = line_of("ALLOCATE_LINE"), line_of("BIG_LINE"), line_of("SMALL_LINE")
 
     # summary.json: the two stacks, largest first, named by the user's innermost frame.
@@ -89,19 +144,8 @@ def check(cumemtrace, fake, work, loader):
     assert top[0]["frame"] == f"{script}:{allocate} in allocate", top
 
     # report.html: each allocation's stack, innermost first, in the page's layout.
-    html = open(os.path.join(out, "report.html"), encoding="utf-8").read()
-    data = json.loads(re.search(
-        r'<script id="cumemtrace-data" type="application/json">(.*?)</script>', html, re.S).group(1))
-    process = next(p for p in data["processes"] if "stacks" in p)
-    frames, stacks = process["stacks"]["frames"], process["stacks"]["stacks"]
-    columns = process["devices"][0]["allocations"]
-    sizes = struct.unpack(f"<{columns['n']}d", base64.b64decode(columns["bytes"]))
-    stack_of = struct.unpack(f"<{columns['n']}i", base64.b64decode(columns["stack"]))
-    seen = {}
-    for size, s in zip(sizes, stack_of):
-        assert s >= 0, "an allocation without a stack"
-        seen[int(size)] = [(frames["function"][f], os.path.basename(frames["file"][f]),
-                            frames["line"][f], frames["kind"][f]) for f in stacks[s]]
+    seen = {size: [(f, os.path.basename(file), line, kind) for f, file, line, kind in stack]
+            for size, stack in page_stacks(out)[0].items()}
     name = os.path.basename(script)
     forward = "Model.forward" if sys.version_info >= (3, 11) else "forward"  # co_qualname
     assert seen[64 << 20][:3] == [("allocate", name, allocate, "python"),

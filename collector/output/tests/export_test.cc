@@ -1008,6 +1008,87 @@ TEST(Stacks, PageDataHasTheStackTableAndAStackColumn) {
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("stack"));
 }
 
+// A tensor's stack as the tracer records it: the tracer's hook, the PyTorch bridge, CUPTI (a
+// frame of it in the middle, as a callback nested in another), PyTorch's allocator, then its
+// caller and the program's Python frames. The outputs show from the caller on.
+TEST(Stacks, NoOutputShowsTheTracersCuptisOrTheAllocatorsFrames) {
+  StreamBuilder s(1, 4343);
+  s.String(1, "/home/ada/model/train.py").String(2, "main").Device(0, "GPU", 1 << 30);
+  const std::vector<std::string> modules = {
+      "/opt/cumemtrace/lib/cumemtrace/libcumemtrace-tracer.so",
+      "/home/ada/.cache/cumemtrace/bridges/libcumemtrace-torch-bridge-2.5.1.so",
+      "/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so",
+      "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so",
+      "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
+  for (size_t m = 0; m < modules.size(); ++m) {
+    v1::Event e;
+    e.mutable_native_module()->set_id(static_cast<uint32_t>(m + 1));
+    e.mutable_native_module()->set_path(modules[m]);
+    s.Raw(e);
+  }
+  // Frames 1..7, innermost first: tracer, bridge, c10_cuda, c10_cuda, torch_cpu, cupti,
+  // torch_cpu; then the Python frame 8.
+  const std::vector<uint32_t> module_of = {1, 2, 3, 3, 4, 5, 4};
+  for (size_t f = 0; f < module_of.size(); ++f) {
+    v1::Event e;
+    v1::StackFrame* frame = e.mutable_stack_frame();
+    frame->set_id(static_cast<uint32_t>(f + 1));
+    frame->set_kind(v1::STACK_FRAME_KIND_NATIVE);
+    frame->set_pc(0x1000 * (f + 1));
+    frame->set_module_id(module_of[f]);
+    s.Raw(e);
+  }
+  v1::Event python;
+  python.mutable_stack_frame()->set_id(8);
+  python.mutable_stack_frame()->set_kind(v1::STACK_FRAME_KIND_PYTHON);
+  python.mutable_stack_frame()->set_function_name_id(2);
+  python.mutable_stack_frame()->set_file_name_id(1);
+  python.mutable_stack_frame()->set_line(7);
+  s.Raw(python);
+  v1::Event stack;
+  stack.mutable_stack()->set_id(1);
+  for (uint32_t f = 1; f <= 8; ++f) stack.mutable_stack()->add_frame_ids(f);
+  s.Raw(stack);
+  v1::Event alloc;
+  alloc.set_timestamp_ns(100);
+  v1::MemoryOp* m = alloc.mutable_memory();
+  m->set_operation(v1::MEMORY_OPERATION_ALLOCATE);
+  m->set_address(0x10000);
+  m->set_bytes(4096);
+  m->set_kind(v1::MEMORY_KIND_DEVICE);
+  m->set_stack_id(1);
+  s.Raw(alloc);
+  s.Exit(200, 0).LauncherExit(0, 0);
+  auto trace = Load(WriteTempFile("observer_frames." + std::to_string(getpid()) + ".cmtrace",
+                                  FileBytes(s.Chunks())));
+  ASSERT_NE(trace, nullptr);
+  const std::string caller = "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so";
+  // memory_viz: the block's frames are the caller, the other torch_cpu frame, then main.
+  std::ostringstream viz;
+  WriteMemoryVizSnapshot(*trace, 0, viz);
+  const json v = Unpickle(viz.str());
+  const json& frames = v.at("segments").at(0).at("blocks").at(0).at("frames");
+  ASSERT_EQ(frames.size(), 3u) << frames.dump();
+  EXPECT_EQ(frames[0]["filename"], caller);
+  EXPECT_EQ(frames[0]["name"], "0x5000");
+  EXPECT_EQ(frames[1]["name"], "0x7000");
+  EXPECT_EQ(frames[2]["name"], "main");
+  // The page's table (the flame graph and the stack panel read it): no such frame at all,
+  // and the report's own line names the program.
+  const json data = json::parse(EmbeddedPageData(*trace));
+  const json& table = data["processes"][0].at("stacks");
+  ASSERT_EQ(table.at("stacks").size(), 1u);
+  EXPECT_EQ(table["stacks"][0].size(), 3u);
+  for (const json& name : table.at("frames").at("file")) {
+    const std::string file = name;
+    EXPECT_EQ(file.find("libcumemtrace"), std::string::npos) << file;
+    EXPECT_EQ(file.find("libcupti"), std::string::npos) << file;
+    EXPECT_EQ(file.find("libc10_cuda"), std::string::npos) << file;
+  }
+  EXPECT_EQ(trace->report->processes.at(0).devices.at(0).peak.top_stacks.at(0).frame,
+            "/home/ada/model/train.py:7 in main");
+}
+
 // `export --at oom`: PyTorch's snapshot of the instant of the OOM, not of the trace's end. A
 // 512 MiB segment holds eight 64 MiB tensors, every other one freed; after the OOM everything
 // is freed and a new segment comes. Python's pickle and check_memory_viz.py --at-oom replay

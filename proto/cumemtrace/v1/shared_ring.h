@@ -104,7 +104,8 @@ constexpr uint8_t kFlagStack = 1;  // the payload ends with a stack (StackHeader
 // A TorchRecord followed by a TorchAttribution (before its stack, if any).
 constexpr uint8_t kFlagAttribution = 2;
 // A stack at the end of a payload (`run --stacks`): this header, then python_frames pairs of
-// uint64 (the tracer's code key, meaningful only to the tracer, and the line), then
+// uint64 (the tracer's code key, meaningful only to the tracer, and the line in the low 32
+// bits with a PythonFrameEntry in the two above, trace.proto), then
 // native_frames uint64 return addresses, innermost first. Readers of layout version 1 that
 // predate it read the type's payload from its start and never look past it.
 struct StackHeader {
@@ -113,6 +114,15 @@ struct StackHeader {
   uint32_t reserved;
 };
 static_assert(sizeof(StackHeader) == 8, "the stack header layout changed");
+// A Python frame's second word: its line, and whether it is its eval loop's entry frame.
+constexpr int kPythonEntryShift = 32;
+constexpr uint64_t kPythonEntryUnknown = 0;  // the PythonFrameEntry values
+constexpr uint64_t kPythonEntryYes = 1;
+constexpr uint64_t kPythonEntryNo = 2;
+inline uint32_t PythonFrameLine(uint64_t word) { return static_cast<uint32_t>(word); }
+inline uint32_t PythonFrameEntry(uint64_t word) {
+  return static_cast<uint32_t>((word >> kPythonEntryShift) & 3);
+}
 struct Record {
   uint32_t size;
   uint8_t type;  // RecordType

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "tracer/recording/code_names.h"
 #include "tracer/sources/stacks/stack_capture.h"
 
@@ -43,6 +44,7 @@ struct PythonApi {
   const void* code_type;         // &PyCode_Type
   const void* str_type;          // &PyUnicode_Type
   unsigned version;              // Py_Version >> 16: 0x030C for 3.12
+  bool loop_per_frame;           // no Py_Version: before 3.11, one eval loop per frame
 };
 
 template <typename T>
@@ -81,7 +83,8 @@ const PythonApi* Api() {
     Find("_PyThreadState_UncheckedGet", &found.CurrentThreadState);  // optional
   }
   const unsigned long* version = nullptr;  // Py_Version: 3.11 and later
-  if (Find("Py_Version", &version) && Find("PyCode_Addr2Line", &found.Addr2Line) &&
+  found.loop_per_frame = !Find("Py_Version", &version);
+  if (!found.loop_per_frame && Find("PyCode_Addr2Line", &found.Addr2Line) &&
       Find("PyCode_Type", &found.code_type) && Find("PyUnicode_Type", &found.str_type)) {
     found.version = static_cast<unsigned>(*version >> 16);
   }
@@ -107,6 +110,7 @@ struct FrameLayout {
   uint16_t frame_previous;
   uint16_t frame_instr;  // prev_instr (3.11, 3.12), instr_ptr (3.13)
   uint16_t frame_owner;
+  int16_t frame_is_entry;  // _PyInterpreterFrame.is_entry (3.11); -1: an entry shim precedes
   uint16_t code_filename;
   uint16_t code_qualname;
   uint16_t code_firsttraceable;
@@ -115,15 +119,20 @@ struct FrameLayout {
   uint16_t compact_utf8;       // PyCompactUnicodeObject.utf8, utf8_length just before it
 };
 constexpr FrameLayout kFrameLayouts[] = {
-    {0x030B, 56, 8, 32, 48, 56, 69, 112, 128, 168, 184, 48, 56},
-    {0x030C, 56, 0, 0, 8, 56, 70, 112, 128, 176, 192, 40, 48},
-    {0x030D, 72, -1, 0, 8, 56, 70, 112, 128, 184, 200, 40, 48},
+    {0x030B, 56, 8, 32, 48, 56, 69, 68, 112, 128, 168, 184, 48, 56},
+    {0x030C, 56, 0, 0, 8, 56, 70, -1, 112, 128, 176, 192, 40, 48},
+    {0x030D, 72, -1, 0, 8, 56, 70, -1, 112, 128, 184, 200, 40, 48},
 };
 constexpr size_t kObjectType = 8;  // PyObject.ob_type
 constexpr size_t kStrLength = 16;  // PyASCIIObject.length
 constexpr size_t kStrState = 32;   // PyASCIIObject.state: interned:2 kind:3 compact:1 ascii:1
 constexpr char kOwnedByGenerator = 1;
-constexpr char kOwnedByCStack = 3;  // 3.12 and later: the interpreter's entry shim
+// 3.12 and later: the shim frame that _PyEval_EvalFrameDefault pushes on entry, just outside
+// the frame it was called for (_PyFrame_IsEntryFrame reads it so).
+constexpr char kOwnedByCStack = 3;
+// A line word's entry bits (shared_ring.h).
+constexpr uint64_t kEntryYes = v1::ring::kPythonEntryYes << v1::ring::kPythonEntryShift;
+constexpr uint64_t kEntryNo = v1::ring::kPythonEntryNo << v1::ring::kPythonEntryShift;
 
 const FrameLayout* LayoutOf(unsigned version) {
   for (const FrameLayout& layout : kFrameLayouts) {
@@ -314,6 +323,9 @@ class FrameWalk {
       return Wrong();
     }
     uint32_t n = 0;
+    // Whether the frame visited last was written as out[n - 1]: an entry shim just outside
+    // it makes it its eval loop's entry frame (3.12 and later).
+    bool last_written = false;
     // A chain longer than any interpreter allows is not a chain of frames.
     for (int steps = 0; frame != 0 && n < max; ++steps) {
       uintptr_t code = 0;
@@ -326,8 +338,22 @@ class FrameWalk {
           !memory_.Read(frame + layout_.frame_owner, &owner)) {
         return Wrong();
       }
+      const uintptr_t here = frame;
       frame = previous;
+      if (owner == kOwnedByCStack && last_written) {
+        out[2 * n - 1] = v1::ring::PythonFrameLine(out[2 * n - 1]) | kEntryYes;
+      }
+      last_written = false;
       if (owner >= kOwnedByCStack || owner < 0) continue;
+      // 3.11 says it in the frame; later ones by the shim that follows, if any.
+      uint64_t entry = kEntryNo;
+      if (layout_.frame_is_entry >= 0) {
+        char is_entry = 0;
+        if (!memory_.Read(here + static_cast<uint16_t>(layout_.frame_is_entry), &is_entry)) {
+          return Wrong();
+        }
+        entry = is_entry != 0 ? kEntryYes : kEntryNo;
+      }
       if (!IsA(code, py_.code_type)) return Wrong();
       // A frame still being set up (PyEval_GetFrame and PyFrame_GetBack skip it too).
       int first_traceable = 0;
@@ -349,8 +375,9 @@ class FrameWalk {
       if (memo != nullptr && memo->code == code && memo->instr == instr &&
           memo->qualname == qualname && memo->filename == filename) {
         out[2 * n] = memo->key;
-        out[2 * n + 1] = memo->line;
+        out[2 * n + 1] = memo->line | entry;
         ++n;
+        last_written = true;
         continue;
       }
       const uint32_t key = KeyOf(code, qualname, filename);
@@ -358,11 +385,12 @@ class FrameWalk {
       const auto offset = static_cast<int64_t>(instr - instructions);  // bytes, as f_lasti
       const uint32_t line = LineOf(code, key, offset < 0 ? -1 : static_cast<int>(offset));
       out[2 * n] = key;
-      out[2 * n + 1] = line;
+      out[2 * n + 1] = line | entry;
       if (memo != nullptr) {
         *memo = key != 0 ? MemoFrame{code, instr, qualname, filename, key, line} : MemoFrame{};
       }
       ++n;
+      last_written = true;
     }
     return n;
   }
@@ -461,7 +489,12 @@ uint32_t KeyThroughApi(const PythonApi& py, void* code) {
   });
 }
 
+// Before 3.11 each Python frame had its own call of the eval loop: every one is an entry.
+// From 3.11 the API does not say (the caller copies what a checked direct walk found).
 uint32_t WalkThroughApi(const PythonApi& py, uint64_t* out, uint32_t max) {
+  const uint64_t entry =
+      (py.loop_per_frame ? v1::ring::kPythonEntryYes : v1::ring::kPythonEntryUnknown)
+      << v1::ring::kPythonEntryShift;
   // Making a parent's frame object (3.11 and later do it lazily) allocates, and an allocation
   // may start the garbage collector, whose finalizers may free tensors while the allocator
   // is inside its own call: no collection during the walk.
@@ -474,7 +507,7 @@ uint32_t WalkThroughApi(const PythonApi& py, uint64_t* out, uint32_t max) {
     const uint32_t key = code != nullptr ? KeyThroughApi(py, code) : 0;
     const int offset = py.FrameLasti != nullptr ? py.FrameLasti(frame) : -1;
     out[2 * n] = key;
-    out[2 * n + 1] = CachedLine(key, offset, [&] { return py.FrameLine(frame); });
+    out[2 * n + 1] = CachedLine(key, offset, [&] { return py.FrameLine(frame); }) | entry;
     ++n;
     if (code != nullptr) py.DecRef(code);
     void* back = py.FrameBack(frame);
@@ -510,6 +543,11 @@ uint32_t CheckLayout(const PythonApi& py, const FrameLayout& layout, bool gil, u
   if (gil) {
     agrees = agrees && through_api == n;
     for (uint32_t i = 0; agrees && i < n; ++i) agrees = out[2 * i] == direct[2 * i];
+    // The same frames: the API's lines, the direct walk's entries.
+    for (uint32_t i = 0; agrees && i < n; ++i) {
+      out[2 * i + 1] = v1::ring::PythonFrameLine(out[2 * i + 1]) |
+                       (direct[2 * i + 1] - v1::ring::PythonFrameLine(direct[2 * i + 1]));
+    }
   } else if (agrees) {
     std::copy(direct, direct + 2 * n, out);
   }

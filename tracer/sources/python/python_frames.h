@@ -17,10 +17,12 @@
 namespace cumemtrace::tracer {
 
 // Writes up to `max` frames of the calling thread, innermost first, as pairs: out[2 i] a
-// code key (names: PythonCodeNames), out[2 i + 1] the line. Returns the number of frames;
-// 0 without Python, on a thread with no Python frames (autograd's backward threads, CUDA's
-// own), without the GIL on a Python with no known layout, before Py_Initialize, during
-// finalization, when another thread is capturing at the same moment, or when re-entered on
+// code key (names: PythonCodeNames), out[2 i + 1] the line in its low 32 bits and, in the
+// two bits above them, whether the frame is its eval loop's entry frame (shared_ring.h
+// kPythonEntry*: unknown, entered from C, called from Python within its caller's loop). Returns the
+// number of frames; 0 without Python, on a thread with no Python frames (autograd's backward
+// threads, CUDA's own), without the GIL on a Python with no known layout, before Py_Initialize,
+// during finalization, when another thread is capturing at the same moment, or when re-entered on
 // this thread (reading a name can run the garbage collector).
 uint32_t CapturePythonFrames(uint64_t* out, uint32_t max);
 
