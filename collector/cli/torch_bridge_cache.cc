@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "collector/cli/cli_support.h"
+#include CUMEMTRACE_BRIDGE_ABI_HEADER  // the bridge interface of this tracer
 
 namespace cumemtrace {
 namespace {
@@ -189,7 +190,10 @@ BridgeResult EnsureCachedBridge(const TorchInstall& torch, const BridgeBuildSett
 BridgeBuildSettings InstalledBridgeSettings(const TorchInstall& torch) {
   BridgeBuildSettings settings;
   settings.cache_root = TorchBridgeCacheRoot();
-  settings.key_version = CUMEMTRACE_VERSION;
+  // A bridge of another interface is refused by the tracer: a cumemtrace whose interface
+  // changed within one version must not find it.
+  settings.key_version = std::string(CUMEMTRACE_VERSION) + "-bridge" +
+                         std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION);
   settings.compiler = FindCxxCompiler();
   settings.source_root = ExecutableDir() + "/../share/cumemtrace/torch_bridge";
   settings.shim_source = CUMEMTRACE_BRIDGE_SHIM_SOURCE;

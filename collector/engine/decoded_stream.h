@@ -182,9 +182,13 @@ struct BirthAttribution {
   uint32_t forward_op = 0;        // linked: the forward allocation's outer and inner operator
   uint32_t forward_inner_op = 0;
   uint32_t forward_stack = 0;  // linked: its wire stack id (`run --stacks`), 0 if none
+  // A backward allocation that arrived before its forward op's: the pair it waits for (the
+  // link is made in place when that arrives, AttributionDecode::pending).
+  uint32_t waiting_thread = 0;
+  uint64_t waiting_sequence = 0;
   auto Key() const {
     return std::make_tuple(module, op, inner_op, backward, linked, module_inherited, forward_op,
-                           forward_inner_op, forward_stack);
+                           forward_inner_op, forward_stack, waiting_thread, waiting_sequence);
   }
 };
 
@@ -204,6 +208,11 @@ struct AttributionDecode {
     uint32_t stack = 0;
   };
   std::map<std::pair<uint32_t, uint64_t>, ForwardOp> forward;
+  // Backward births whose forward allocation has not arrived yet, by the pair they wait for.
+  // Events of two threads may reach the collector out of order (each thread's own buffer is
+  // drained in turn), so a backward allocation can come first; bounded by kMaxPending.
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> pending;
+  static constexpr size_t kMaxPending = 1 << 16;
   bool seen = false;  // a tensor event carried attribution, or a name was defined
 
   // "" for id 0 or an id never defined.

@@ -235,8 +235,6 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
     case v1::Event::kThreadName:
       stream.thread_names[event.thread_name().thread_id()] = event.thread_name().name();
       return;
-    case v1::Event::kAttributionName:
-      return;
     case v1::Event::kDropped: {
       const v1::DroppedRecords& d = event.dropped();
       stream.drops.push_back(DropRecord{d.source(), d.count(), d.first_ns(), d.last_ns()});

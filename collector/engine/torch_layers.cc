@@ -123,6 +123,19 @@ void Settle(DecodedStream& s, uint32_t device, TorchDeviceDecode& d, bool exact,
   d.pending.set = false;
 }
 
+// A backward birth takes its forward allocation's operators, stack and, when it has none,
+// module.
+void Link(BirthAttribution& b, const AttributionDecode::ForwardOp& forward) {
+  b.linked = true;
+  b.forward_op = forward.op;
+  b.forward_inner_op = forward.inner_op;
+  b.forward_stack = forward.stack;
+  if (b.module == 0 && forward.module != 0) {
+    b.module = forward.module;
+    b.module_inherited = true;
+  }
+}
+
 // A free reads no counters since the tracer stopped reading them there (all zero then), nor
 // does a rounded ALLOC; every other event has them. The cumulative counter is never 0 at a free
 // that read it unless the program reset the allocator's statistics: that free then goes unchecked.
@@ -133,7 +146,8 @@ bool HasCounters(const v1::TorchAllocatorEvent& t) {
 
 // The attribution of an ALLOC: its index among the stream's distinct attributions, with the
 // backward link made (the first forward allocation of the same autograd thread and
-// sequence, in the order events arrive: a forward op runs before its backward).
+// sequence). A backward allocation may arrive before its forward op's (two threads' events
+// are drained in turn): it waits in `pending`, and the forward allocation links it in place.
 uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   const uint64_t sequence = t.autograd_sequence();
   if (t.module_id() == 0 && t.operator_id() == 0 && t.inner_operator_id() == 0 && sequence == 0 &&
@@ -147,20 +161,26 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   b.op = t.operator_id();
   b.inner_op = t.inner_operator_id();
   b.backward = t.backward();
-  if (sequence != 0) {
-    const std::pair<uint32_t, uint64_t> link{t.autograd_thread(), sequence};
-    if (!b.backward) {
-      a.forward.try_emplace(link,
-                            AttributionDecode::ForwardOp{b.op, b.inner_op, b.module, t.stack_id()});
-    } else if (auto it = a.forward.find(link); it != a.forward.end()) {
-      b.linked = true;
-      b.forward_op = it->second.op;
-      b.forward_inner_op = it->second.inner_op;
-      b.forward_stack = it->second.stack;
-      if (b.module == 0 && it->second.module != 0) {
-        b.module = it->second.module;
-        b.module_inherited = true;
+  const std::pair<uint32_t, uint64_t> link{t.autograd_thread(), sequence};
+  if (sequence != 0 && !b.backward) {
+    const AttributionDecode::ForwardOp forward{b.op, b.inner_op, b.module, t.stack_id()};
+    if (a.forward.try_emplace(link, forward).second) {
+      if (auto waiting = a.pending.find(link); waiting != a.pending.end()) {
+        Link(a.births[waiting->second], forward);
+        a.pending.erase(waiting);
       }
+    }
+  } else if (sequence != 0) {
+    if (auto it = a.forward.find(link); it != a.forward.end()) {
+      Link(b, it->second);
+    } else if (a.pending.size() < AttributionDecode::kMaxPending &&
+               a.pending.count(link) == 0) {
+      b.waiting_thread = link.first;
+      b.waiting_sequence = link.second;
+      const uint32_t index = static_cast<uint32_t>(a.births.size());
+      a.births.push_back(b);
+      a.pending.emplace(link, index);
+      return index;
     }
   }
   auto [it, inserted] = a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));

@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include CUMEMTRACE_BRIDGE_ABI_HEADER  // the bridge interface: part of the cache key
 #include "collector/format/trace_file.h"
 #include "integration_tests/cpu/child_process.h"
 #include "integration_tests/cpu/cli_test_support.h"
@@ -436,7 +437,8 @@ TEST_F(CliEndToEnd, RunBuildsTheBridgeForThePythonProgramsTorchOnceIntoTheCache)
                             {"PYTORCH_CUDA_ALLOC_CONF", std::nullopt}};
   const std::string dir = tmp_ +
                           "/cache/cumemtrace/bridges/torch-2.11.0+cu130-cxx11abi-cumemtrace-" +
-                          CUMEMTRACE_VERSION;
+                          CUMEMTRACE_VERSION + "-bridge" +
+                          std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION);
   auto compiles = [this] {
     std::ifstream in(tmp_ + "/compiles");
     int n = 0;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include CUMEMTRACE_BRIDGE_ABI_HEADER  // the bridge interface: part of the cache key
 #include "integration_tests/cpu/cli_test_support.h"
 
 namespace cumemtrace {
@@ -136,14 +137,16 @@ TEST_F(Doctor, TheBridgeIsFoundBuiltCachedOrBuildable) {
 
   // The cache is keyed by the full version and the ABI: another ABI's bridge is not this one.
   const std::string cached = tmp_ + "/cache/cumemtrace/bridges/";
-  fs::create_directories(cached + "torch-2.11.0+cu130-cxx11abi-cumemtrace-" CUMEMTRACE_VERSION);
-  std::ofstream(cached + "torch-2.11.0+cu130-cxx11abi-cumemtrace-" CUMEMTRACE_VERSION
-                         "/libcumemtrace-torch-bridge-2.11.0.so");
+  const std::string key = std::string("-cumemtrace-") + CUMEMTRACE_VERSION + "-bridge" +
+                          std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION);
+  fs::create_directories(cached + "torch-2.11.0+cu130-cxx11abi" + key);
+  std::ofstream(cached + "torch-2.11.0+cu130-cxx11abi" + key +
+                "/libcumemtrace-torch-bridge-2.11.0.so");
   r = RunDoctor();
   EXPECT_EQ(CheckLine(r.out, "bridge").find("in the cache"), std::string::npos) << r.out;
-  fs::create_directories(cached + "torch-2.11.0+cu130-oldabi-cumemtrace-" CUMEMTRACE_VERSION);
-  std::ofstream(cached + "torch-2.11.0+cu130-oldabi-cumemtrace-" CUMEMTRACE_VERSION
-                         "/libcumemtrace-torch-bridge-2.11.0.so");
+  fs::create_directories(cached + "torch-2.11.0+cu130-oldabi" + key);
+  std::ofstream(cached + "torch-2.11.0+cu130-oldabi" + key +
+                "/libcumemtrace-torch-bridge-2.11.0.so");
   r = RunDoctor();
   EXPECT_NE(CheckLine(r.out, "bridge").find("in the cache: " + cached), std::string::npos) << r.out;
 

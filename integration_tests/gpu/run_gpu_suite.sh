@@ -14,15 +14,15 @@
 # (answers on real training scripts: gpu_fidelity.py), bridge (the PyTorch bridge:
 # gpu_bridge.py), profiler (the program's own torch.profiler beside cumemtrace:
 # gpu_profiler.py), stacks (`run --stacks`: gpu_stacks.py), categories (what the memory is:
-# gpu_categories.py), oom (the out-of-memory post-mortem: gpu_oom.py), bridge_build (fresh
-# builds without a torch option and without a bridge, and the bridge cache:
-# gpu_bridge_build.py), jobs (distributed jobs, 2 GPUs: gpu_jobs.py); default: all but jobs.
+# gpu_categories.py), attribution (`run --modules --ops`: gpu_attribution.py), oom (the
+# out-of-memory post-mortem: gpu_oom.py), bridge_build (fresh builds without a torch option
+# and without a bridge, and the bridge cache: gpu_bridge_build.py), jobs (distributed jobs, 2 GPUs: gpu_jobs.py); default: all but jobs.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build="$top/build-gpu"
 results=${1:-"$build/results"}
 shift $(( $# > 0 ? 1 : 0 ))
-suites=${*:-main phases reliability fidelity bridge profiler stacks categories oom bridge_build}
+suites=${*:-main phases reliability fidelity bridge profiler stacks categories attribution oom bridge_build}
 mkdir -p "$results"
 
 [ -s "$top/third_party/protobuf/protobuf_3.21.12.orig.tar.gz" ] || "$top/tools/fetch-protobuf-source.sh"
@@ -54,9 +54,10 @@ for suite in $suites; do
     stacks) script=gpu_stacks.py; dir="$results/stacks" ;;  # run --stacks
     categories) script=gpu_categories.py; dir="$results/categories" ;;
     oom) script=gpu_oom.py; dir="$results/oom" ;;  # the out-of-memory post-mortem
+    attribution) script=gpu_attribution.py; dir="$results/attribution" ;;  # --modules, --ops
     bridge_build) script=gpu_bridge_build.py; dir="$results/bridge_build" ;;  # 2 more builds
     jobs) script=gpu_jobs.py; dir="$results/jobs" ;;  # needs 2 GPUs
-    *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, profiler, stacks, categories, oom, bridge_build, jobs)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (main, phases, reliability, fidelity, bridge, profiler, stacks, categories, attribution, oom, bridge_build, jobs)" >&2; exit 2 ;;
   esac
   echo "== suite: $suite"
   python3 "$top/integration_tests/gpu/$script" run --cumemtrace "$build/bin/cumemtrace" \

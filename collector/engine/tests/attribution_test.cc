@@ -329,6 +329,27 @@ TEST(Attribution, BackwardLinkNeedsTheForwardThread) {
   EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 1 * kMiB + 4 * kMiB);
 }
 
+// Two threads' events reach the collector in turn (each thread's buffer is drained whole):
+// a backward block that arrives before its forward op's allocation is linked when it comes.
+TEST(Attribution, ABackwardBlockArrivingFirstIsLinkedWhenItsForwardComes) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Op(kLinear, "aten::linear").Op(kAddmmBackward, "AddmmBackward0");
+  t.Alloc(0x2000, 2 * kMiB, {0, kAddmmBackward, 0, 5, kMain, true}, kWorker);
+  t.Alloc(0x3000, 4 * kMiB, {0, kAddmmBackward, 0, 9, kMain, true}, kWorker);  // never
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 5, kMain, false});
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const LiveAllocation* early = FindLargest(*d, 0x2000);
+  ASSERT_NE(early, nullptr);
+  EXPECT_TRUE(early->linked);
+  EXPECT_EQ(early->module, "fc1");
+  EXPECT_EQ(early->forward_op, "aten::linear");
+  EXPECT_FALSE(FindLargest(*d, 0x3000)->linked);
+  EXPECT_EQ(d->attribution.unlinked_backward_bytes, 4 * kMiB);
+  EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 1 * kMiB + 2 * kMiB);
+}
+
 // Ids never defined, ids of an unknown kind and a backward block with no sequence: no name,
 // counted where a block without attribution is, and nothing breaks.
 TEST(Attribution, UnknownIdsNameNothing) {
