@@ -183,6 +183,7 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
       live.backward = b.backward;
       live.linked = b.linked;
       live.module_inherited = b.module_inherited;
+      live.module_from_earlier = b.module_from_earlier;
       live.forward_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op);
       live.forward_inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_inner_op);
       if (b.forward_stack != 0) {

@@ -125,9 +125,19 @@ struct TorchPendingAlloc {
   uint32_t free_thread_id = 0;
 };
 
+// An allocator event that came before one it follows (torch_layers.cc's reordering).
+struct WaitingTorchEvent {
+  uint64_t timestamp_ns = 0;
+  v1::TorchAllocatorEvent event;
+};
+
 struct TorchDeviceDecode {
   TorchPendingAlloc pending;  // an ALLOC whose block size the next event settles
   uint64_t last_sequence = 0;
+  // Events that arrived before the events they follow, by (sequence, 1 for a probe): a
+  // device's events come from the program's threads' own buffers and from the ring, drained
+  // in turn, so a probe (always the ring's) can arrive before the buffered event it read.
+  std::multimap<std::pair<uint64_t, int>, WaitingTorchEvent> waiting;
   std::unordered_map<uint64_t, uint64_t> live;  // block address -> block bytes
   uint64_t allocated = 0;                       // sum of live
 };
@@ -179,6 +189,9 @@ struct BirthAttribution {
   bool backward = false;
   bool linked = false;            // backward: the forward allocation of its node was found
   bool module_inherited = false;  // `module` is the forward op's
+  // Not linked (its forward op allocated nothing: a view, a select), `module` is that of
+  // the thread's forward op just before it in autograd's order (the sequence below).
+  bool module_from_earlier = false;
   uint32_t forward_op = 0;        // linked: the forward allocation's outer and inner operator
   uint32_t forward_inner_op = 0;
   uint32_t forward_stack = 0;  // linked: its wire stack id (`run --stacks`), 0 if none
@@ -187,8 +200,9 @@ struct BirthAttribution {
   uint32_t waiting_thread = 0;
   uint64_t waiting_sequence = 0;
   auto Key() const {
-    return std::make_tuple(module, op, inner_op, backward, linked, module_inherited, forward_op,
-                           forward_inner_op, forward_stack, waiting_thread, waiting_sequence);
+    return std::make_tuple(module, op, inner_op, backward, linked, module_inherited,
+                           module_from_earlier, forward_op, forward_inner_op, forward_stack,
+                           waiting_thread, waiting_sequence);
   }
 };
 
@@ -212,7 +226,7 @@ struct AttributionDecode {
   // Events of two threads may reach the collector out of order (each thread's own buffer is
   // drained in turn), so a backward allocation can come first; bounded by kMaxPending.
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> pending;
-  static constexpr size_t kMaxPending = 1 << 16;
+  static constexpr size_t kMaxPending = 4096;
   bool seen = false;  // a tensor event carried attribution, or a name was defined
 
   // "" for id 0 or an id never defined.

@@ -73,6 +73,9 @@ struct LiveAllocation {
   bool backward = false;          // born in an autograd node's backward (op names the node)
   bool linked = false;            // backward: its forward operation was found
   bool module_inherited = false;  // backward: module is its forward operation's
+  // backward, not linked: module is that of the forward op just before its own (which
+  // allocated nothing: a view), a guess
+  bool module_from_earlier = false;
   std::string forward_op;         // linked: the forward allocation's outer and inner operator
   std::string forward_inner_op;
   std::string forward_line;  // linked: "file:line" of its forward stack's innermost Python frame

@@ -130,9 +130,10 @@ void Link(BirthAttribution& b, const AttributionDecode::ForwardOp& forward) {
   b.forward_op = forward.op;
   b.forward_inner_op = forward.inner_op;
   b.forward_stack = forward.stack;
-  if (b.module == 0 && forward.module != 0) {
+  if ((b.module == 0 || b.module_from_earlier) && forward.module != 0) {
     b.module = forward.module;
     b.module_inherited = true;
+    b.module_from_earlier = false;
   }
 }
 
@@ -173,7 +174,26 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   } else if (sequence != 0) {
     if (auto it = a.forward.find(link); it != a.forward.end()) {
       Link(b, it->second);
-    } else if (a.pending.size() < AttributionDecode::kMaxPending &&
+      auto [index, inserted] =
+          a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));
+      if (inserted) a.births.push_back(b);
+      return index->second;
+    }
+    // A forward op that allocated nothing (a view) has no allocation to link to: the module
+    // of the thread's forward op just before it is the best guess, said as such. Its own comes
+    // in place of the guess if its allocation arrives later.
+    if (b.module == 0) {
+      // Within a few nodes: a view's node follows the op whose output it views.
+      constexpr uint64_t kNearby = 16;
+      auto earlier = a.forward.lower_bound(link);
+      if (earlier != a.forward.begin() && std::prev(earlier)->first.first == link.first &&
+          link.second - std::prev(earlier)->first.second <= kNearby &&
+          std::prev(earlier)->second.module != 0) {
+        b.module = std::prev(earlier)->second.module;
+        b.module_from_earlier = true;
+      }
+    }
+    if (a.pending.size() < AttributionDecode::kMaxPending &&
                a.pending.count(link) == 0) {
       b.waiting_thread = link.first;
       b.waiting_sequence = link.second;
@@ -211,8 +231,50 @@ void AddTorchBridgeState(DecodedStream& s, const v1::TorchBridgeState& state) {
   if (!state.attached()) r.reason = state.reason();
 }
 
+namespace {
+
+// Events a device may hold back waiting for one that never comes (lost): beyond this, the
+// earliest are taken as they are, the gap counted as lost events.
+constexpr size_t kReorderWindow = 1 << 16;
+
+bool InOrder(const TorchDeviceDecode& d, uint64_t sequence, bool probe) {
+  // A probe follows the event whose sequence it carries; an event follows the one before.
+  return probe ? sequence <= d.last_sequence : sequence <= d.last_sequence + 1;
+}
+
+void ApplyTorchEvent(DecodedStream& s, uint64_t timestamp_ns, const v1::TorchAllocatorEvent& t);
+
+// Applies the waiting events that are now in order (all of them with `all`, at the end).
+void ReleaseWaiting(DecodedStream& s, TorchDeviceDecode& d, bool all) {
+  while (!d.waiting.empty()) {
+    auto first = d.waiting.begin();
+    const bool probe = first->first.second == 1;
+    if (!all && !InOrder(d, first->first.first, probe) && d.waiting.size() <= kReorderWindow) {
+      return;
+    }
+    auto node = d.waiting.extract(first);
+    ApplyTorchEvent(s, node.mapped().timestamp_ns, node.mapped().event);
+  }
+}
+
+}  // namespace
+
 void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
                             const v1::TorchAllocatorEvent& t) {
+  TorchDeviceDecode& d = s.torch.devices[t.device()];
+  const bool probe = t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE;
+  if (d.waiting.empty() && InOrder(d, t.sequence(), probe)) {
+    ApplyTorchEvent(s, timestamp_ns, t);
+    return;
+  }
+  d.waiting.emplace(std::make_pair(t.sequence(), probe ? 1 : 0),
+                    WaitingTorchEvent{timestamp_ns, t});
+  ReleaseWaiting(s, d, /*all=*/false);
+}
+
+namespace {
+
+void ApplyTorchEvent(DecodedStream& s, uint64_t timestamp_ns, const v1::TorchAllocatorEvent& t) {
   TorchBridgeReport& r = s.torch.report;
   TorchDeviceDecode& d = s.torch.devices[t.device()];
   if (t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE) {
@@ -370,6 +432,8 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   }
 }
 
+}  // namespace
+
 void RetagTorchSegments(DecodedStream& s, size_t first) {
   if (!s.torch.report.attached) return;
   for (size_t i = first; i < s.events.size(); ++i) {
@@ -389,6 +453,7 @@ void RetagTorchSegments(DecodedStream& s, size_t first) {
 }
 
 void FlushTorchAllocations(DecodedStream& s) {
+  for (auto& [device, d] : s.torch.devices) ReleaseWaiting(s, d, /*all=*/true);
   for (auto& [device, d] : s.torch.devices) Settle(s, device, d, /*exact=*/false, 0, 0);
 }
 

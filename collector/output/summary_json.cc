@@ -57,6 +57,7 @@ Json BornJson(const LiveAllocation& a) {
   if (a.backward) {
     j["linked"] = a.linked;
     j["module_from_forward"] = a.module_inherited;
+    j["module_from_earlier_op"] = a.module_from_earlier;
     j["forward_operator"] = OrNull(a.forward_op);
     j["forward_inner_operator"] = OrNull(a.forward_inner_op);
     j["forward_line"] = OrNull(a.forward_line);

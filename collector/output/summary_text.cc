@@ -706,6 +706,9 @@ std::string BornText(const LiveAllocation& a) {
       text = "backward" + (a.op.empty() ? std::string() : " (" + a.op + ")") +
              ", forward operation not found";
     }
+    if (a.module_from_earlier && !module.empty()) {
+      return text + " (" + module + ", from the forward operation before it)";
+    }
     return module.empty() ? text : text + " (" + module + ")";
   }
   std::string op = a.inner_op.empty() ? a.op : a.inner_op + " (" + a.op + ")";

@@ -350,6 +350,32 @@ TEST(Attribution, ABackwardBlockArrivingFirstIsLinkedWhenItsForwardComes) {
   EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 1 * kMiB + 2 * kMiB);
 }
 
+// A view's forward op allocates nothing: its backward block is not linked, and takes the
+// module of the thread's forward op just before it, said as a guess.
+TEST(Attribution, AViewsBackwardTakesTheModuleOfTheForwardOpBeforeIt) {
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Module(kFc2, "fc2").Op(kLinear, "aten::linear");
+  t.Op(kAddmmBackward, "ViewBackward0");
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 4, kMain, false});
+  t.Alloc(0x2000, 1 * kMiB, {kFc2, kLinear, 0, 7, kMain, false});
+  // Node 8 is fc2's view (no allocation); node 5 one of fc1's; node 2 has nothing before it.
+  t.Alloc(0x3000, 2 * kMiB, {0, kAddmmBackward, 0, 8, kMain, true}, kWorker);
+  t.Alloc(0x4000, 4 * kMiB, {0, kAddmmBackward, 0, 5, kMain, true}, kWorker);
+  t.Alloc(0x5000, 8 * kMiB, {0, kAddmmBackward, 0, 2, kMain, true}, kWorker);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const LiveAllocation* view = FindLargest(*d, 0x3000);
+  ASSERT_NE(view, nullptr);
+  EXPECT_FALSE(view->linked);
+  EXPECT_TRUE(view->module_from_earlier);
+  EXPECT_EQ(view->module, "fc2");
+  EXPECT_EQ(FindLargest(*d, 0x4000)->module, "fc1");
+  EXPECT_EQ(FindLargest(*d, 0x5000)->module, "");
+  EXPECT_FALSE(FindLargest(*d, 0x5000)->module_from_earlier);
+  EXPECT_EQ(d->attribution.unlinked_backward_bytes, 14 * kMiB);
+}
+
 // Ids never defined, ids of an unknown kind and a backward block with no sequence: no name,
 // counted where a block without attribution is, and nothing breaks.
 TEST(Attribution, UnknownIdsNameNothing) {

@@ -192,6 +192,35 @@ TEST(TorchLayers, FreesWithoutCountersWaitForTheNextCountedEvent) {
   EXPECT_EQ(d->live_at_exit_bytes, 1024u);
 }
 
+// Each thread's own buffer and the ring are drained in turn: a probe (the ring's) can arrive
+// before the buffered ALLOC it settles, and a thread's events before another's that came
+// first. Events are taken in the allocator's order (its sequence), so nothing is lost or
+// mismatched, and the sizes are the counters'.
+TEST(TorchLayers, EventsArrivingOutOfSequenceAreTakenInTheAllocatorsOrder) {
+  TorchTrace t(/*attached=*/true);
+  StreamBuilder& s = t.s();
+  s.Alloc(10, 0, 0x1000000, 20 * kMiB, testing::kDevice, kThread, kCuMemAlloc, kC10Cuda);
+  t.Torch(11, kAlloc, 1, 0x1000000, 1000, 0, 0);
+  s.Flush();
+  t.Torch(13, kProbe, 2, 0, 0, 1024 + kBig, 1024 + kBig);  // after event 2, before it here
+  s.Flush();
+  t.Torch(15, kAlloc, 4, 0x1000400 + kBig, 100, 1024 + kBig, kBig);  // before 3
+  t.Torch(12, kAlloc, 2, 0x1000400, 15000000, 1024, 1024);  // settles 1024
+  t.Torch(14, kFree, 3, 0x1000000, 1000, 0, 0);
+  s.Flush();
+  t.Torch(16, kFree, 5, 0x1000400, 15000000, 0, 0);
+  t.Torch(17, kAlloc, 6, 0x1000000, 2000, 1024 + kBig + 512, 512);  // settles 512
+  s.Exit(30, 0).Flush();
+  auto report = Analyze(s.Chunks());
+  const ProcessReport& p = report->processes.at(0);
+  EXPECT_EQ(p.torch.lost_events, 0u);
+  EXPECT_EQ(p.torch.counter_mismatches, 0u);
+  EXPECT_EQ(p.torch.unknown_frees, 0u);
+  const DeviceReport* d = FindDevice(p, 0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 1024 + kBig);
+}
+
 // torch.cuda.reset_accumulated_memory_stats() zeroes the cumulative counter that block sizes
 // are read from, never the current one: a block pending across it is sized from that,
 // counting the blocks freed in between, unless it was itself freed (then it is estimated).

@@ -4,8 +4,8 @@ Once the program has imported torch (never before), two global module hooks of t
 (a forward pre-hook and a forward hook that runs even when forward raises) keep a stack of
 the modules each thread is in, and tell the tracer the innermost one through its exported
 call cumemtrace_module_enter: the PyTorch bridge copies it into every tensor born on that
-thread. A module's path is found the first time it runs: the attribute name under the
-module that called it (`transformer.h.3.attn.c_attn`); a module called outside any other
+thread. A module's path is found the first time it runs: its name under the module that
+called it, through containers that are never called themselves (`transformer.h.3.attn`); a module called outside any other
 is a root and is named by its class, `<GPT>`. Paths are sent once each, through
 cumemtrace_module_define.
 
@@ -39,7 +39,14 @@ def _path_of(module, parent_id, parent):
         if child is module:
             name = child_name
             break
-    if name is None:  # called by a module it is not a child of
+    if name is None:
+        # Deeper: a container the parent holds it in is never called itself
+        # (`for block in self.blocks: x = block(x)` calls blocks.0, blocks.1, ...).
+        for child_name, child in parent.named_modules():
+            if child is module and child_name:
+                name = child_name
+                break
+    if name is None:  # called by a module it is not a submodule of
         name = f"<{type(module).__name__}>"
     parent_path = _path_names.get(parent_id, "")
     if parent_path.startswith("<"):

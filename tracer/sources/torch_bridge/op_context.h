@@ -40,16 +40,21 @@ class OpStack {
   }
   uint32_t depth() const { return depth_; }
 
-  // The attribution of a tensor born now. Outermost: the op the program called, or the
-  // autograd node backward runs. The sequence: in backward, the innermost node's (ops inside
+  // The attribution of a tensor born now. Outermost: the op the program called, or in
+  // backward the node autograd runs. The sequence: in backward, the innermost node's (ops inside
   // a node record none, unless the backward builds a graph of its own); in forward, the
   // innermost op that recorded an autograd node (`aten::addmm` inside `aten::linear`): the
   // node whose backward later names this allocation's forward op.
   void Fill(cumemtrace_torch_event* event) const {
     const uint32_t kept = depth_ < kDepth ? depth_ : kDepth;
     if (kept == 0) return;
-    event->op = frames_[0].op;
-    event->inner_op = kept > 1 ? frames_[kept - 1].op : 0;
+    // In backward the outermost backward frame: autograd's engine wraps each node in a
+    // RecordFunction of its own ("autograd::engine::evaluate_function: MmBackward0").
+    uint32_t outer = 0;
+    while (outer + 1 < kept && !frames_[outer].backward) ++outer;
+    if (!frames_[outer].backward) outer = 0;
+    event->op = frames_[outer].op;
+    event->inner_op = kept > outer + 1 ? frames_[kept - 1].op : 0;
     for (uint32_t i = kept; i-- > 0;) {
       if (frames_[i].backward) {
         event->autograd_sequence = frames_[i].sequence | CUMEMTRACE_TORCH_BACKWARD_BIT;

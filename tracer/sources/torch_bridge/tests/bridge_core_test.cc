@@ -393,6 +393,25 @@ TEST(OpStack, ABackwardAllocationNamesItsNodeAndTheForwardsSequence) {
   EXPECT_EQ(nested.autograd_sequence, 6u | CUMEMTRACE_TORCH_BACKWARD_BIT);
 }
 
+// Autograd's engine wraps each node in a RecordFunction of FUNCTION scope with the node's
+// sequence: the node itself is what a backward allocation names.
+TEST(OpStack, InBackwardTheNodeIsNamedNotTheEnginesWrapper) {
+  OpStack stack;
+  stack.Enter(Frame(11, 6, 2));        // autograd::engine::evaluate_function: MmBackward0
+  stack.Enter(Frame(8, 6, 7, true));   // MmBackward0
+  stack.Enter(Frame(9, 0, 2));         // aten::mm
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  EXPECT_EQ(alloc.op, 8u);
+  EXPECT_EQ(alloc.inner_op, 9u);
+  EXPECT_EQ(alloc.autograd_sequence, 6u | CUMEMTRACE_TORCH_BACKWARD_BIT);
+  stack.Exit();
+  cumemtrace_torch_event node{};
+  stack.Fill(&node);
+  EXPECT_EQ(node.op, 8u);
+  EXPECT_EQ(node.inner_op, 0u);
+}
+
 TEST(OpStack, FramesDeeperThanItKeepsAreCountedAndAnUnmatchedEndIsIgnored) {
   OpStack stack;
   stack.Exit();  // an async op's end on another thread
