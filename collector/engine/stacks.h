@@ -91,8 +91,9 @@ class StackResolver {
   int32_t Resolve(uint32_t wire_stack_id);
   // "file:line in function" of a resolved stack's innermost frame of the program's own code.
   std::string UserFrameText(int32_t stack) const;
-  // "file:line" (the file's base name) of a resolved stack's innermost Python frame; "" when
-  // it has none.
+  // "file:line" (the file's base name) of a resolved stack's innermost Python frame of the
+  // program's own code (not site-packages nor the standard library), else of its innermost
+  // Python frame; "" when it has none.
   std::string PythonLineText(int32_t stack) const;
   StackTable Take() { return std::move(table_); }
 
