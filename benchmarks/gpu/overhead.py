@@ -111,6 +111,13 @@ def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
         # What naming parameters, gradients and optimizer state from the program's objects
         # costs: the default without it (target: the default at most 0.5% above this).
         "cumemtrace --no-categories": (run("nocategories", "--no-categories"), {}),
+        # The tensor events through the shared ring alone, not the threads' own buffers.
+        "cumemtrace (ring only)": (run("ringonly"), {"CUMEMTRACE_PER_THREAD": "0"}),
+        # Each tensor's module (target <= 1.05x) and operator (target <= 1.15x) on the
+        # GPT-2-like and ResNet-18-like rows.
+        "cumemtrace --modules": (run("modules", "--modules"), {}),
+        "cumemtrace --ops": (run("ops", "--ops"), {}),
+        "cumemtrace --modules --ops": (run("modules-ops", "--modules", "--ops"), {}),
         # What the shared ring costs: the same, records through the socket only.
         "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
         "cumemtrace --no-kernels (socket only)":
