@@ -192,7 +192,7 @@ struct BirthAttribution {
   // Not linked (its forward op allocated nothing: a view, a select), `module` is that of
   // the thread's forward op just before it in autograd's order (the sequence below).
   bool module_from_earlier = false;
-  uint32_t forward_op = 0;        // linked: the forward allocation's outer and inner operator
+  uint32_t forward_op = 0;  // linked: the forward allocation's outer and inner operator
   uint32_t forward_inner_op = 0;
   uint32_t forward_stack = 0;  // linked: its wire stack id (`run --stacks`), 0 if none
   // A backward allocation that arrived before its forward op's: the pair it waits for (the

@@ -174,8 +174,7 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   } else if (sequence != 0) {
     if (auto it = a.forward.find(link); it != a.forward.end()) {
       Link(b, it->second);
-      auto [index, inserted] =
-          a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));
+      auto [index, inserted] = a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));
       if (inserted) a.births.push_back(b);
       return index->second;
     }
@@ -193,8 +192,7 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
         b.module_from_earlier = true;
       }
     }
-    if (a.pending.size() < AttributionDecode::kMaxPending &&
-               a.pending.count(link) == 0) {
+    if (a.pending.size() < AttributionDecode::kMaxPending && a.pending.count(link) == 0) {
       b.waiting_thread = link.first;
       b.waiting_sequence = link.second;
       const uint32_t index = static_cast<uint32_t>(a.births.size());

@@ -435,10 +435,9 @@ TEST_F(CliEndToEnd, RunBuildsTheBridgeForThePythonProgramsTorchOnceIntoTheCache)
                             {"CXX", cxx},
                             {"CUMEMTRACE_TORCH_BRIDGE_DIR", std::nullopt},
                             {"PYTORCH_CUDA_ALLOC_CONF", std::nullopt}};
-  const std::string dir = tmp_ +
-                          "/cache/cumemtrace/bridges/torch-2.11.0+cu130-cxx11abi-cumemtrace-" +
-                          CUMEMTRACE_VERSION + "-bridge" +
-                          std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION);
+  const std::string dir =
+      tmp_ + "/cache/cumemtrace/bridges/torch-2.11.0+cu130-cxx11abi-cumemtrace-" +
+      CUMEMTRACE_VERSION + "-bridge" + std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION);
   auto compiles = [this] {
     std::ifstream in(tmp_ + "/compiles");
     int n = 0;

@@ -1,7 +1,5 @@
 #include "tracer/recording/record_queue.h"
 
-#include "cumemtrace/v1/trace.pb.h"
-
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -13,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "cumemtrace/v1/trace.pb.h"
 #include "tracer/recording/clock.h"
 #include "tracer/recording/descriptors.h"
 #include "tracer/recording/nvtx_domain.h"
@@ -25,24 +24,20 @@ namespace ring = v1::ring;
 // Every field of a HostRecord crosses the ring (WriteLocked, TakeAll) and is named in
 // shared_ring.h, which the collector reads: a new field must be added to all three.
 static_assert(sizeof(HostRecord) == 280, "HostRecord changed: carry the field through the ring");
-static_assert(static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
-                  static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
-                  static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
-                  static_cast<uint8_t>(HostRecord::Type::kFailedAllocation) ==
-                      ring::kFailedAllocation &&
-                  static_cast<uint8_t>(HostRecord::Type::kThreadName) == ring::kThreadName &&
-                  static_cast<uint8_t>(HostRecord::Type::kDeviceSeen) == ring::kDeviceSeen &&
-                  static_cast<uint8_t>(HostRecord::Type::kProcessExit) == ring::kProcessExit &&
-                  static_cast<uint8_t>(HostRecord::Type::kTorchAllocator) ==
-                      ring::kTorchAllocator &&
-                  static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) ==
-                      ring::kTorchBridgeState &&
-                  static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch &&
-                  static_cast<uint8_t>(HostRecord::Type::kTensorCategory) ==
-                      ring::kTensorCategory &&
-                  static_cast<uint8_t>(HostRecord::Type::kAttributionName) ==
-                      ring::kAttributionName,
-              "HostRecord types and ring record types differ");
+static_assert(
+    static_cast<uint8_t>(HostRecord::Type::kCorrelation) == ring::kCorrelation &&
+        static_cast<uint8_t>(HostRecord::Type::kMemory) == ring::kMemory &&
+        static_cast<uint8_t>(HostRecord::Type::kNvtx) == ring::kNvtx &&
+        static_cast<uint8_t>(HostRecord::Type::kFailedAllocation) == ring::kFailedAllocation &&
+        static_cast<uint8_t>(HostRecord::Type::kThreadName) == ring::kThreadName &&
+        static_cast<uint8_t>(HostRecord::Type::kDeviceSeen) == ring::kDeviceSeen &&
+        static_cast<uint8_t>(HostRecord::Type::kProcessExit) == ring::kProcessExit &&
+        static_cast<uint8_t>(HostRecord::Type::kTorchAllocator) == ring::kTorchAllocator &&
+        static_cast<uint8_t>(HostRecord::Type::kTorchBridgeState) == ring::kTorchBridgeState &&
+        static_cast<uint8_t>(HostRecord::Type::kLaunch) == ring::kLaunch &&
+        static_cast<uint8_t>(HostRecord::Type::kTensorCategory) == ring::kTensorCategory &&
+        static_cast<uint8_t>(HostRecord::Type::kAttributionName) == ring::kAttributionName,
+    "HostRecord types and ring record types differ");
 static_assert(static_cast<uint8_t>(HostRecord::Type::kAttributionName) < ring::kTorchEvent,
               "HostRecord types reach the numbers of the ring's own records");
 

@@ -85,9 +85,9 @@ class ThreadBuffers {
                         e.pool_second != w->pool_second;
     // A new writer of a slot writes its first one even when it is all zero: the reader may
     // still hold the slot's previous thread's.
-    const bool attribute =
-        e.attributed && (!w->attributed || e.attribution_a != w->attribution_a ||
-                         e.attribution_b != w->attribution_b || e.attribution_c != w->attribution_c);
+    const bool attribute = e.attributed && (!w->attributed || e.attribution_a != w->attribution_a ||
+                                            e.attribution_b != w->attribution_b ||
+                                            e.attribution_c != w->attribution_c);
     const uint64_t need = 1 + uint64_t{define} + uint64_t{attribute} + uint64_t{e.counters};
     uint64_t at = w->position;
     if (__builtin_expect(at + need > w->limit, 0)) {

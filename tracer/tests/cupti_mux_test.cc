@@ -4,6 +4,7 @@
 // receives; this test checks what reaches the collector: each side exactly its own.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -20,8 +21,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <google/protobuf/io/coded_stream.h>
 
 #include "cumemtrace/v1/trace.pb.h"
 #include "tracer/sources/torch_bridge/bridge_abi.h"
@@ -208,9 +207,8 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
   auto attribution_of =
       reinterpret_cast<AttributionFn>(dlsym(shim, "fake_torch_bridge_attribution"));
   ASSERT_NE(attribution_of, nullptr);
-  for (const auto& [per_thread, attributed] :
-       std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {false, true},
-                                          {true, true}}) {
+  for (const auto& [per_thread, attributed] : std::vector<std::pair<bool, bool>>{
+           {false, false}, {true, false}, {false, true}, {true, true}}) {
     const std::string bridge_dir = FAKE_TORCH_BRIDGE_LIB;
     const ProbeResult run =
         Probe({"torch-bridge", FAKE_TORCH_C10_CUDA_LIB, FAKE_TORCH_BRIDGE_LIB},

@@ -47,8 +47,8 @@ int WatchOps(cumemtrace_torch_name_fn define, void* context, char* /*message*/,
   return 0;
 }
 
-const cumemtrace_torch_bridge kBridge = {CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION, "9.9.0", Attach,
-                                         Probe, Stop, WatchOps};
+const cumemtrace_torch_bridge kBridge = {
+    CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION, "9.9.0", Attach, Probe, Stop, WatchOps};
 
 }  // namespace
 
@@ -62,7 +62,8 @@ __attribute__((visibility("default"))) void fake_torch_bridge_attribution(
   *module = static_cast<uint32_t>(k % 3);
   e->op = static_cast<uint32_t>(1 + k % 3);
   e->inner_op = k % 4 == 1 ? 0 : static_cast<uint32_t>(1 + (k + 1) % 3);
-  e->autograd_sequence = k % 5 == 0 ? 0 : (k + 1) | (k % 7 == 0 ? CUMEMTRACE_TORCH_BACKWARD_BIT : 0);
+  e->autograd_sequence =
+      k % 5 == 0 ? 0 : (k + 1) | (k % 7 == 0 ? CUMEMTRACE_TORCH_BACKWARD_BIT : 0);
   e->autograd_thread = e->autograd_sequence != 0 ? device + 1 : 0;
 }
 
@@ -76,7 +77,8 @@ __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, i
   std::vector<int> refused(static_cast<size_t>(threads), 0);
   using DefineModule = uint32_t (*)(uint32_t, const char*);
   using EnterModule = uint32_t (*)(uint32_t);
-  auto define_module = reinterpret_cast<DefineModule>(dlsym(RTLD_DEFAULT, "cumemtrace_module_define"));
+  auto define_module =
+      reinterpret_cast<DefineModule>(dlsym(RTLD_DEFAULT, "cumemtrace_module_define"));
   auto enter_module = reinterpret_cast<EnterModule>(dlsym(RTLD_DEFAULT, "cumemtrace_module_enter"));
   if (define_module != nullptr) {
     define_module(1, "module.1");

@@ -205,7 +205,7 @@ TEST(TorchLayers, EventsArrivingOutOfSequenceAreTakenInTheAllocatorsOrder) {
   t.Torch(13, kProbe, 2, 0, 0, 1024 + kBig, 1024 + kBig);  // after event 2, before it here
   s.Flush();
   t.Torch(15, kAlloc, 4, 0x1000400 + kBig, 100, 1024 + kBig, kBig);  // before 3
-  t.Torch(12, kAlloc, 2, 0x1000400, 15000000, 1024, 1024);  // settles 1024
+  t.Torch(12, kAlloc, 2, 0x1000400, 15000000, 1024, 1024);           // settles 1024
   t.Torch(14, kFree, 3, 0x1000000, 1000, 0, 0);
   s.Flush();
   t.Torch(16, kFree, 5, 0x1000400, 15000000, 0, 0);

@@ -18,10 +18,10 @@ namespace cumemtrace::torch_bridge {
 
 // One running operator or autograd node.
 struct OpFrame {
-  uint32_t op = 0;            // OpNames id of its name
-  uint64_t sequence = 0;      // autograd's seqNr + 1, 0: none (-1)
-  uint32_t thread = 0;        // RecordFunction's thread id (backward: the forward's)
-  bool backward = false;      // an autograd node run by backward (BACKWARD_FUNCTION scope)
+  uint32_t op = 0;        // OpNames id of its name
+  uint64_t sequence = 0;  // autograd's seqNr + 1, 0: none (-1)
+  uint32_t thread = 0;    // RecordFunction's thread id (backward: the forward's)
+  bool backward = false;  // an autograd node run by backward (BACKWARD_FUNCTION scope)
 };
 
 // The frames of one thread. Deeper frames than kDepth are counted, not kept: an ALLOC then

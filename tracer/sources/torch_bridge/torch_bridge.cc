@@ -131,8 +131,8 @@ StackWords TensorStack(const cumemtrace_torch_event& event) {
 // An ALLOC's module and operators (`run --modules`, `--ops`): false when none is wanted.
 bool g_attributing = false;  // set at attach, before the first event
 bool AttributionOf(const cumemtrace_torch_event& event, v1::ring::TorchAttribution* out) {
-  if (!g_attributing || (event.action != CUMEMTRACE_TORCH_ALLOC &&
-                         event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
+  if (!g_attributing ||
+      (event.action != CUMEMTRACE_TORCH_ALLOC && event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
     return false;
   }
   out->module = Recorder::Get().modules() ? Recorder::current_module() : 0;
@@ -297,8 +297,8 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
       reinterpret_cast<cumemtrace_torch_bridge_entry_fn>(dlsym(handle, CUMEMTRACE_TORCH_BRIDGE_ENTRY));
   const cumemtrace_torch_bridge* bridge = entry != nullptr ? entry() : nullptr;
   if (bridge == nullptr || bridge->abi_version != CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION ||
-      bridge->torch_version == nullptr || bridge->attach == nullptr ||
-      bridge->probe == nullptr || bridge->stop == nullptr || bridge->watch_ops == nullptr) {
+      bridge->torch_version == nullptr || bridge->attach == nullptr || bridge->probe == nullptr ||
+      bridge->stop == nullptr || bridge->watch_ops == nullptr) {
     lookup.reason = lookup.shim_path + " is not a bridge of this cumemtrace (interface " +
                     std::to_string(bridge != nullptr ? bridge->abi_version : 0) + ", expected " +
                     std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION) + ")";

@@ -62,8 +62,8 @@ struct OpFiller {
   }
 };
 
-using Core = BridgeCore<CounterReader, kTorchTimeIsTsc, cumemtrace::torch_bridge::SmallPoolBlock,
-                        OpFiller>;
+using Core =
+    BridgeCore<CounterReader, kTorchTimeIsTsc, cumemtrace::torch_bridge::SmallPoolBlock, OpFiller>;
 Core* g_core = nullptr;  // leaked: torch keeps calling the tracker until the process ends
 
 void Copy(const std::string& text, char* out, size_t size) {
@@ -160,9 +160,7 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
-  t_ops.Exit();
-}
+void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) { t_ops.Exit(); }
 #endif
 
 int WatchOps(cumemtrace_torch_name_fn define, void* context, char* message,

@@ -4,13 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include "tracer/sources/torch_bridge/op_context.h"
-#include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
-
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tracer/sources/torch_bridge/op_context.h"
+#include "tracer/sources/torch_bridge/tests/fabricated_entry.h"
 
 namespace cumemtrace::torch_bridge {
 namespace {
@@ -72,7 +72,7 @@ TEST(TorchBridgeCore, AsksForOperatorsForAllocationsOnly) {
   Counters counters;
   auto ops = [](cumemtrace_torch_event* alloc) { alloc->op = 42; };
   BridgeCore<Reader, false, NoRoundedBlocks, decltype(ops)> core(Collect, &events,
-                                                                  Reader{&counters}, {}, ops);
+                                                                 Reader{&counters}, {}, ops);
   core.OnEntry(Entry(FabricatedEntry::SEGMENT_ALLOC, 0, 0x1000, 4096));
   core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 512));
   core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 512));
@@ -397,9 +397,9 @@ TEST(OpStack, ABackwardAllocationNamesItsNodeAndTheForwardsSequence) {
 // sequence: the node itself is what a backward allocation names.
 TEST(OpStack, InBackwardTheNodeIsNamedNotTheEnginesWrapper) {
   OpStack stack;
-  stack.Enter(Frame(11, 6, 2));        // autograd::engine::evaluate_function: MmBackward0
-  stack.Enter(Frame(8, 6, 7, true));   // MmBackward0
-  stack.Enter(Frame(9, 0, 2));         // aten::mm
+  stack.Enter(Frame(11, 6, 2));       // autograd::engine::evaluate_function: MmBackward0
+  stack.Enter(Frame(8, 6, 7, true));  // MmBackward0
+  stack.Enter(Frame(9, 0, 2));        // aten::mm
   cumemtrace_torch_event alloc{};
   stack.Fill(&alloc);
   EXPECT_EQ(alloc.op, 8u);
