@@ -470,7 +470,10 @@ DropWindow RecordQueue::TakeAll(std::vector<HostRecord>* out, std::vector<uint64
     record.bytes = r.bytes;
     record.device_free_bytes = r.device_free_bytes;
     record.device_total_bytes = r.device_total_bytes;
-    record.domain = reinterpret_cast<const NvtxDomain*>(static_cast<uintptr_t>(r.domain_handle));
+    // The program could have written any value here: only a domain the tracer made is used.
+    const auto* domain =
+        reinterpret_cast<const NvtxDomain*>(static_cast<uintptr_t>(r.domain_handle));
+    record.domain = IsKnownNvtxDomain(domain) ? domain : nullptr;
     record.error_code = r.error_code;
     record.release = r.release != 0;
     record.is_async = r.is_async != 0;

@@ -1,7 +1,5 @@
 #include "tracer/recording/record_queue.h"
 
-#include "cumemtrace/v1/trace.pb.h"
-
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +8,8 @@
 #include <cstring>
 #include <thread>
 
+#include "cumemtrace/v1/trace.pb.h"
+#include "tracer/recording/nvtx_domain.h"
 #include "tracer/sources/torch_bridge/torch_bridge.h"
 
 namespace cumemtrace::tracer {
@@ -500,6 +500,31 @@ TEST_P(DamagedRing, TakeAllSkipsAnImpossibleRecordAndGoesOn) {
   queue.TakeAll(&out, &ends);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].text, "after");
+}
+
+// A record's NVTX domain is a pointer in the ring, which the traced program can overwrite:
+// TakeAll keeps only a domain the tracer made, and the sender never follows another.
+TEST(RecordQueue, TakeAllKeepsOnlyNvtxDomainsTheTracerMade) {
+  RecordQueue queue(2);
+  const int fd = queue.Create();
+  if (fd >= 0) close(fd);
+  unsigned char* data = reinterpret_cast<unsigned char*>(queue.header()) + ring::kHeaderBytes;
+  static NvtxDomain made{"made by the tracer"};
+  AddKnownNvtxDomain(&made);
+  HostRecord first = At(1, "first");
+  first.domain = &made;
+  ASSERT_TRUE(queue.Push(first));
+  const uint64_t second = queue.header()->write_position;
+  HostRecord overwritten = At(2, "second");
+  overwritten.domain = &made;
+  ASSERT_TRUE(queue.Push(overwritten));
+  reinterpret_cast<ring::Record*>(data + second)->domain_handle = 0xdeadbeef0;
+  std::vector<HostRecord> out;
+  queue.TakeAll(&out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].domain, &made);
+  EXPECT_EQ(out[1].text, "second");
+  EXPECT_EQ(out[1].domain, nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, DamagedRing,

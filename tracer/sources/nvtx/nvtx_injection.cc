@@ -150,7 +150,10 @@ nvtxDomainHandle_t DomainCreateA(const char* name) {
   if (g_domains == nullptr) g_domains = new std::unordered_map<std::string, NvtxDomain*>();
   const std::string key = name != nullptr ? name : "";
   NvtxDomain*& domain = (*g_domains)[key];
-  if (domain == nullptr) domain = new NvtxDomain{key};
+  if (domain == nullptr) {
+    domain = new NvtxDomain{key};
+    AddKnownNvtxDomain(domain);
+  }
   return reinterpret_cast<nvtxDomainHandle_t>(domain);
 }
 nvtxDomainHandle_t DomainCreateW(const wchar_t* name) {
