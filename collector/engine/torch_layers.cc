@@ -145,6 +145,35 @@ bool HasCounters(const v1::TorchAllocatorEvent& t) {
   return t.action() != v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED || t.allocated_bytes_total() != 0;
 }
 
+// A backward birth with no forward allocation to link to (yet): the guess of its module, and
+// a place in `pending` if its forward allocation may still come. True when it now waits there
+// (births[index] is its own entry).
+bool WaitForForward(AttributionDecode& a, const std::pair<uint32_t, uint64_t>& link,
+                    BirthAttribution& b, uint32_t* index) {
+  // A forward op that allocated nothing (a view) has no allocation to link to: the module of
+  // the thread's forward op just before it is the best guess, said as such; its own comes in
+  // place of the guess if its allocation arrives later. Within a few nodes: a view's node
+  // follows the op whose output it views.
+  constexpr uint64_t kNearby = 16;
+  auto earlier = a.forward.lower_bound(link);
+  if (b.module == 0 && earlier != a.forward.begin()) {
+    const auto& [key, forward] = *std::prev(earlier);
+    if (key.first == link.first && link.second - key.second <= kNearby && forward.module != 0) {
+      b.module = forward.module;
+      b.module_from_earlier = true;
+    }
+  }
+  if (a.pending.size() >= AttributionDecode::kMaxPending || a.pending.count(link) != 0) {
+    return false;
+  }
+  b.waiting_thread = link.first;
+  b.waiting_sequence = link.second;
+  *index = static_cast<uint32_t>(a.births.size());
+  a.births.push_back(b);
+  a.pending.emplace(link, *index);
+  return true;
+}
+
 // The attribution of an ALLOC: its index among the stream's distinct attributions, with the
 // backward link made (the first forward allocation of the same autograd thread and
 // sequence). A backward allocation may arrive before its forward op's (two threads' events
@@ -174,30 +203,7 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   } else if (sequence != 0) {
     if (auto it = a.forward.find(link); it != a.forward.end()) {
       Link(b, it->second);
-      auto [index, inserted] = a.index.try_emplace(b.Key(), static_cast<uint32_t>(a.births.size()));
-      if (inserted) a.births.push_back(b);
-      return index->second;
-    }
-    // A forward op that allocated nothing (a view) has no allocation to link to: the module
-    // of the thread's forward op just before it is the best guess, said as such. Its own comes
-    // in place of the guess if its allocation arrives later.
-    if (b.module == 0) {
-      // Within a few nodes: a view's node follows the op whose output it views.
-      constexpr uint64_t kNearby = 16;
-      auto earlier = a.forward.lower_bound(link);
-      if (earlier != a.forward.begin() && std::prev(earlier)->first.first == link.first &&
-          link.second - std::prev(earlier)->first.second <= kNearby &&
-          std::prev(earlier)->second.module != 0) {
-        b.module = std::prev(earlier)->second.module;
-        b.module_from_earlier = true;
-      }
-    }
-    if (a.pending.size() < AttributionDecode::kMaxPending && a.pending.count(link) == 0) {
-      b.waiting_thread = link.first;
-      b.waiting_sequence = link.second;
-      const uint32_t index = static_cast<uint32_t>(a.births.size());
-      a.births.push_back(b);
-      a.pending.emplace(link, index);
+    } else if (uint32_t index = 0; WaitForForward(a, link, b, &index)) {
       return index;
     }
   }
