@@ -48,6 +48,17 @@ Recorder::Recorder()
       modules_(FlagFromEnv("CUMEMTRACE_MODULES")),
       ops_(FlagFromEnv("CUMEMTRACE_OPS")) {}
 
+void Recorder::RecordAttributionName(uint32_t kind, uint32_t id, std::string name) {
+  HostRecord record;
+  record.type = HostRecord::Type::kAttributionName;
+  record.timestamp_ns = MonotonicNs();
+  record.thread_id = CurrentThreadId();
+  record.category = kind;
+  record.range_id = id;
+  record.text = std::move(name);
+  Record(std::move(record));
+}
+
 void Recorder::StartPending(uint64_t first_event_ns) {
   if (start_ != nullptr) start_(first_event_ns);
   start_pending_.store(false, std::memory_order_release);

@@ -54,6 +54,9 @@ class Recorder {
     return buffers_.Write(event);
   }
   bool per_thread() const { return per_thread_; }
+  // Names a module path or operator id (a kAttributionName record; `kind` a
+  // v1::AttributionKind) on the calling thread, before the first event that uses it.
+  void RecordAttributionName(uint32_t kind, uint32_t id, std::string name);
   // `run --modules` (CUMEMTRACE_MODULES=1): tensors carry the module the Python side says
   // their thread is in; `run --ops` (CUMEMTRACE_OPS=1): the operators the bridge watches.
   bool modules() const { return modules_; }

@@ -154,9 +154,7 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
         continue;
       }
       if (kind == tb::kAttribution) {
-        r.attribution_a = u.a;
-        r.attribution_b = u.b;
-        r.attribution_c = u.c;
+        r.attribution = {u.a, u.b, u.c};
         continue;
       }
       if (kind == tb::kCounters) {
@@ -181,11 +179,7 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
       record.torch.pool_second = r.pool_second;
       if (record.torch.action == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
           record.torch.action == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) {
-        record.torch.module = static_cast<uint32_t>(r.attribution_a);
-        record.torch.op = static_cast<uint32_t>(r.attribution_a >> 32);
-        record.torch.inner_op = static_cast<uint32_t>(r.attribution_b);
-        record.torch.autograd_thread = static_cast<uint32_t>(r.attribution_b >> 32);
-        record.torch.autograd_sequence = r.attribution_c;
+        r.attribution.To(&record.torch);
       }
       if (r.counters) {
         record.torch.allocated_total = r.allocated_total;
@@ -194,8 +188,7 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
         r.counters = false;
       }
     }
-    positions->push_back({i, r.read, r.stream, r.pool_first, r.pool_second, r.attribution_a,
-                          r.attribution_b, r.attribution_c});
+    positions->push_back({i, r.read, r.stream, r.pool_first, r.pool_second, r.attribution});
   }
 }
 
@@ -206,9 +199,9 @@ void ThreadBuffers::Free(const SlotPosition& position) {
   slot.stream = position.stream;
   slot.pool_first = position.pool_first;
   slot.pool_second = position.pool_second;
-  slot.attribution_a = position.attribution_a;
-  slot.attribution_b = position.attribution_b;
-  slot.attribution_c = position.attribution_c;
+  slot.attribution_a = position.attribution.a;
+  slot.attribution_b = position.attribution.b;
+  slot.attribution_c = position.attribution.c;
   __atomic_store_n(&slot.freed, position.position, __ATOMIC_RELEASE);
 }
 

@@ -18,11 +18,32 @@
 #include <cstdint>
 #include <vector>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
 #include "proto/cumemtrace/v1/thread_buffers.h"
 #include "tracer/recording/host_record.h"
 #include "tracer/recording/tsc_clock.h"
 
 namespace cumemtrace::tracer {
+
+// An ALLOC's attribution (`run --modules`, `--ops`) as a kAttribution unit's three words
+// (proto/cumemtrace/v1/thread_buffers.h): the one packing, for the writer and the sender.
+struct AttributionWords {
+  uint64_t a = 0;  // module | op << 32
+  uint64_t b = 0;  // inner op | autograd thread << 32
+  uint64_t c = 0;  // autograd sequence, as ring::TorchAttribution's
+  static AttributionWords Of(const v1::ring::TorchAttribution& t) {
+    return {uint64_t{t.module} | uint64_t{t.op} << 32,
+            uint64_t{t.inner_op} | uint64_t{t.autograd_thread} << 32, t.autograd_sequence};
+  }
+  void To(HostRecord::TorchFields* f) const {
+    f->module = static_cast<uint32_t>(a);
+    f->op = static_cast<uint32_t>(a >> 32);
+    f->inner_op = static_cast<uint32_t>(b);
+    f->autograd_thread = static_cast<uint32_t>(b >> 32);
+    f->autograd_sequence = c;
+  }
+  bool operator!=(const AttributionWords& o) const { return a != o.a || b != o.b || c != o.c; }
+};
 
 // One tensor event as the bridge hands it over (its per-device sequence taken under the
 // allocator's device lock).
@@ -41,11 +62,10 @@ struct TensorEvent {
   uint64_t allocated_total;
   uint64_t allocated_current;
   uint64_t reserved_current;
-  // `run --modules` / `--ops`: an ALLOC's attribution, as the kAttribution unit's a, b, c
-  // (thread_buffers.h in proto/), written before the ALLOC when it differs from the last one
-  // this thread wrote. `attributed` false: none is ever written.
+  // `run --modules` / `--ops`: an ALLOC's attribution, written before the ALLOC when it
+  // differs from the last one this thread wrote. `attributed` false: none is ever written.
   bool attributed = false;
-  uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
+  AttributionWords attribution;
 };
 
 class ThreadBuffers {
@@ -85,9 +105,7 @@ class ThreadBuffers {
                         e.pool_second != w->pool_second;
     // A new writer of a slot writes its first one even when it is all zero: the reader may
     // still hold the slot's previous thread's.
-    const bool attribute = e.attributed && (!w->attributed || e.attribution_a != w->attribution_a ||
-                                            e.attribution_b != w->attribution_b ||
-                                            e.attribution_c != w->attribution_c);
+    const bool attribute = e.attributed && (!w->attributed || e.attribution != w->attribution);
     const uint64_t need = 1 + uint64_t{define} + uint64_t{attribute} + uint64_t{e.counters};
     uint64_t at = w->position;
     if (__builtin_expect(at + need > w->limit, 0)) {
@@ -107,11 +125,9 @@ class ThreadBuffers {
       w->defined = true;
     }
     if (attribute) {
-      Put(w, at++, e.attribution_a, e.attribution_b, e.attribution_c,
+      Put(w, at++, e.attribution.a, e.attribution.b, e.attribution.c,
           word | uint64_t{v1::thread_buffers::kAttribution} << v1::thread_buffers::kKindShift);
-      w->attribution_a = e.attribution_a;
-      w->attribution_b = e.attribution_b;
-      w->attribution_c = e.attribution_c;
+      w->attribution = e.attribution;
       w->attributed = true;
     }
     if (e.counters) {
@@ -136,7 +152,7 @@ class ThreadBuffers {
     uint32_t slot;
     uint64_t position;
     uint64_t stream, pool_first, pool_second;  // the definitions in effect there
-    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;  // and the attribution
+    AttributionWords attribution;              // and the attribution
   };
   // Appends every event committed since the last call to *out as kTorchAllocator records,
   // times converted with `clock`'s map (whose map it also writes into the header, for the
@@ -163,7 +179,7 @@ class ThreadBuffers {
     uint64_t limit = 0;
     uint64_t stream = 0, pool_first = 0, pool_second = 0;
     bool defined = false;
-    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
+    AttributionWords attribution;
     bool attributed = false;
   };
   // The sender's state of a slot: where it reads, and the definitions and counters in effect.
@@ -172,7 +188,7 @@ class ThreadBuffers {
     uint64_t stream = 0, pool_first = 0, pool_second = 0;
     bool counters = false;   // a kCounters unit waits for its event
     bool populated = false;  // the slot's pages made present for its owner
-    uint64_t attribution_a = 0, attribution_b = 0, attribution_c = 0;
+    AttributionWords attribution;
     uint64_t allocated_total = 0, allocated_current = 0, reserved_current = 0;
   };
 

@@ -44,8 +44,8 @@ TEST(EventEncoder, ThreadBufferPositionsGoWithTheNextBatchSentAndOnlyOnce) {
   EventEncoder encoder;
   std::string wire;
   encoder.AddEvent(1)->mutable_process_exit()->set_exit_code(0);
-  encoder.AddThreadBufferPositions({{3, 40, 0, 0, 0}, {5, 7, 0, 0, 0}});
-  encoder.AddThreadBufferPositions({{3, 52, 0, 0, 0}});  // the later position of slot 3
+  encoder.AddThreadBufferPositions({{3, 40, 0, 0, 0, {}}, {5, 7, 0, 0, 0, {}}});
+  encoder.AddThreadBufferPositions({{3, 52, 0, 0, 0, {}}});  // the later position of slot 3
   // A discarded batch never reached the collector: the positions wait for the next one.
   EXPECT_EQ(encoder.DiscardBatch(), 1u);
   encoder.AddEvent(2)->mutable_process_exit()->set_exit_code(0);

@@ -122,9 +122,7 @@ TEST(ThreadBuffers, AllocationsCarryTheirAttributionAndANewThreadStartsFromNone)
   auto attributed = [](uint64_t seq, uint64_t a) {
     TensorEvent e = EventOf(0, seq);
     e.attributed = true;
-    e.attribution_a = a;  // module 5, op a >> 32
-    e.attribution_b = a + 1;
-    e.attribution_c = a == 0 ? 0 : 77;
+    e.attribution = {a, a + 1, a == 0 ? 0u : 77u};  // a: module 5, op a >> 32
     return e;
   };
   const uint64_t first = 5 | uint64_t{3} << 32;

@@ -3,8 +3,6 @@
 #include <cstring>
 
 #include "cumemtrace/v1/trace.pb.h"
-#include "tracer/recording/clock.h"
-#include "tracer/recording/host_record.h"
 #include "tracer/recording/recorder.h"
 
 namespace cumemtrace::tracer {
@@ -16,14 +14,8 @@ constexpr size_t kMaxPathBytes = 1024;
 uint32_t DefineModule(uint32_t id, const char* path) {
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording() || !recorder.modules() || id == 0 || path == nullptr) return 0;
-  HostRecord record;
-  record.type = HostRecord::Type::kAttributionName;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = CurrentThreadId();
-  record.category = v1::ATTRIBUTION_KIND_MODULE;
-  record.range_id = id;
-  record.text.assign(path, strnlen(path, kMaxPathBytes));
-  recorder.Record(std::move(record));
+  recorder.RecordAttributionName(v1::ATTRIBUTION_KIND_MODULE, id,
+                                 std::string(path, strnlen(path, kMaxPathBytes)));
   return 1;
 }
 

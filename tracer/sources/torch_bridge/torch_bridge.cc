@@ -129,9 +129,11 @@ StackWords TensorStack(const cumemtrace_torch_event& event) {
 }
 
 // An ALLOC's module and operators (`run --modules`, `--ops`): false when none is wanted.
-bool g_attributing = false;  // set at attach, before the first event
+// Set once at attach; read by every allocating thread (relaxed: a tensor born while it is set
+// may go without attribution).
+std::atomic<bool> g_attributing{false};
 bool AttributionOf(const cumemtrace_torch_event& event, v1::ring::TorchAttribution* out) {
-  if (!g_attributing ||
+  if (!g_attributing.load(std::memory_order_relaxed) ||
       (event.action != CUMEMTRACE_TORCH_ALLOC && event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
     return false;
   }
@@ -149,14 +151,7 @@ bool IsEmpty(const v1::ring::TorchAttribution& a) {
 
 // The shim's names of operators, defined in the ring before the first event that uses them.
 void DefineName(uint32_t kind, uint32_t id, const char* name, void* /*context*/) {
-  HostRecord record;
-  record.type = HostRecord::Type::kAttributionName;
-  record.timestamp_ns = MonotonicNs();
-  record.thread_id = CurrentThreadId();
-  record.category = kind;
-  record.range_id = id;
-  record.text = name != nullptr ? name : "";
-  Recorder::Get().Record(std::move(record));
+  Recorder::Get().RecordAttributionName(kind, id, name != nullptr ? name : "");
 }
 
 // A stats probe comes from the sender thread, no program thread: thread 0.
@@ -181,13 +176,8 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE &&
         g_alternate_ns == 0 && CurrentStackMode() == kStacksOff) {
       TensorEvent tensor = TensorEventOf(*event, g_event_clock);
-      if (attributed) {
-        tensor.attributed = true;
-        tensor.attribution_a = uint64_t{attribution.module} | uint64_t{attribution.op} << 32;
-        tensor.attribution_b =
-            uint64_t{attribution.inner_op} | uint64_t{attribution.autograd_thread} << 32;
-        tensor.attribution_c = attribution.autograd_sequence;
-      }
+      tensor.attributed = attributed;
+      if (attributed) tensor.attribution = AttributionWords::Of(attribution);
       if (recorder.RecordTensor(tensor)) return 1;
     }
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
