@@ -285,17 +285,14 @@ std::string StackResolver::PythonLineText(int32_t stack) const {
   if (stack < 0 || static_cast<size_t>(stack) >= table_.stacks.size()) return {};
   // The program's own line (`loss = F.cross_entropy(...)`) before torch's inside the call.
   const std::vector<uint32_t>& frames = table_.stacks[static_cast<size_t>(stack)];
-  for (const uint32_t f : frames) {
-    if (std::string(table_.kind[f]) != "python" || !IsUserPythonFile(table_.file[f])) continue;
-    std::string text = BaseName(table_.file[f]);
-    if (table_.line[f] != 0) text += ":" + std::to_string(table_.line[f]);
-    return text;
-  }
-  for (const uint32_t f : frames) {
-    if (std::string(table_.kind[f]) != "python") continue;
-    std::string text = BaseName(table_.file[f]);
-    if (table_.line[f] != 0) text += ":" + std::to_string(table_.line[f]);
-    return text;
+  for (const bool own_only : {true, false}) {
+    for (const uint32_t f : frames) {
+      if (std::string(table_.kind[f]) != "python") continue;
+      if (own_only && !IsUserPythonFile(table_.file[f])) continue;
+      std::string text = BaseName(table_.file[f]);
+      if (table_.line[f] != 0) text += ":" + std::to_string(table_.line[f]);
+      return text;
+    }
   }
   return {};
 }
