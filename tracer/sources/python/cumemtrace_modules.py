@@ -21,65 +21,44 @@ import weakref
 _enter = None
 _define = None
 _local = threading.local()
-_ids = weakref.WeakKeyDictionary()  # module -> path id
+_ids = weakref.WeakKeyDictionary()  # module -> (path id, path)
 _paths = {}                          # path -> path id
 _paths_lock = threading.Lock()
 
 
-def _warn(message):
-    sys.stderr.write(f"cumemtrace: modules: {message}\n")
-
-
-def _path_of(module, parent_id, parent):
-    """The path of `module`, first called while `parent` (path id parent_id) ran."""
+def _path_of(module, parent, parent_path):
+    """The path of `module`, first called while `parent` (at `parent_path`) ran."""
     if parent is None:
         return f"<{type(module).__name__}>"
-    name = None
-    for child_name, child in parent._modules.items():
-        if child is module:
-            name = child_name
-            break
-    if name is None:
-        # Deeper: a container the parent holds it in is never called itself
-        # (`for block in self.blocks: x = block(x)` calls blocks.0, blocks.1, ...).
-        for child_name, child in parent.named_modules():
-            if child is module and child_name:
-                name = child_name
-                break
+    # Through containers that are never called themselves: `for block in self.blocks:
+    # x = block(x)` calls blocks.0, blocks.1, ...
+    name = next((n for n, child in parent.named_modules() if child is module and n), None)
     if name is None:  # called by a module it is not a submodule of
         name = f"<{type(module).__name__}>"
-    parent_path = _path_names.get(parent_id, "")
-    if parent_path.startswith("<"):
-        return name
-    return f"{parent_path}.{name}"
-
-
-_path_names = {}  # path id -> path
+    return name if parent_path.startswith("<") else f"{parent_path}.{name}"
 
 
 def _id_of(module, stack):
-    parent_id, parent_ref = stack[-1] if stack else (0, None)
-    parent = parent_ref() if parent_ref is not None else None
-    path = _path_of(module, parent_id, parent)
+    _, parent_path, parent = stack[-1] if stack else (0, "", None)
+    path = _path_of(module, parent, parent_path)
     with _paths_lock:
         path_id = _paths.get(path)
         if path_id is None:
             path_id = len(_paths) + 1
             _paths[path] = path_id
-            _path_names[path_id] = path
             _define(path_id, path.encode("utf-8", "replace"))
-    _ids[module] = path_id
-    return path_id
+    _ids[module] = (path_id, path)
+    return path_id, path
 
 
 def _pre_hook(module, args):
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
-    path_id = _ids.get(module)
-    if path_id is None:
-        path_id = _id_of(module, stack)
-    stack.append((path_id, weakref.ref(module)))
+    known = _ids.get(module)
+    path_id, path = known if known is not None else _id_of(module, stack)
+    # The module itself: it is running, so the stack keeps it alive no longer than that.
+    stack.append((path_id, path, module))
     _enter(path_id)
 
 
