@@ -14,7 +14,7 @@ tree without its build folders), as a newcomer would:
   then attaches it, with an empty bridge cache (XDG_CACHE_HOME) that stays empty, and the
   tensor and segment peaks are torch.cuda.max_memory_allocated() / max_memory_reserved() by
   the byte.
-- nobridge: configured where python3 is not found, so no bridge is built. With an empty
+- nobridge: configured with a python3 that imports no torch, so no bridge is built. With an empty
   cache, 4 traced processes started together: one builds the bridge into the cache (one
   "building" line, one library, one build.log), the others wait for it, and all 4 attach it
   with exact peaks; a later run finds it in the cache (no build line, the library unchanged)
@@ -151,10 +151,15 @@ def run(args):
                                    "fresh", cache)
         records["fresh"]["cache_after"] = cache_state(cache)
 
-    # nobridge: python3 not found at configure time, so no bridge beside the tracer.
+    # nobridge: a python3 that imports no torch at configure time, so no bridge beside the
+    # tracer. (Naming it ...-NOTFOUND would not do: find_program searches again then.)
     nobridge_build = os.path.join(results, "build-nobridge")
+    no_torch_python = os.path.join(results, "python3-without-torch")
+    with open(no_torch_python, "w") as f:
+        f.write("#!/bin/sh\nexit 1\n")
+    os.chmod(no_torch_python, 0o755)
     status, configured = build(sources, nobridge_build,
-                               ["-DCUMEMTRACE_PYTHON3=CUMEMTRACE_PYTHON3-NOTFOUND"],
+                               [f"-DCUMEMTRACE_PYTHON3={no_torch_python}"],
                                os.path.join(results, "build-nobridge.log"))
     records["nobridge_build"] = {
         "status": status, "configure": [line for line in configured.splitlines()
@@ -223,7 +228,7 @@ def check(args):
                 runs["fresh"].get("cache_after", {}).get("libraries"))
 
     nobridge_build = runs.get("nobridge_build", {})
-    t.check("nobridge", "build without python3", 0, nobridge_build.get("status"))
+    t.check("nobridge", "build with a python3 that has no torch", 0, nobridge_build.get("status"))
     t.check("nobridge", "configure builds no bridge", True,
             any("none built now" in line for line in nobridge_build.get("configure", [])))
     t.check("nobridge", "bridges beside the tracer", [], nobridge_build.get("bridges"))
