@@ -171,10 +171,17 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   const v1::ring::TorchAttribution* attached =
       attributed && !IsEmpty(attribution) ? &attribution : nullptr;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
+    // A benchmark's odd window: the event's time mapped (to find the window), nothing
+    // recorded. Both windows pay the mapping, so on against off is the recording alone, on
+    // whichever path the run takes.
+    if (g_alternate_ns != 0 && event->action != CUMEMTRACE_TORCH_STATS_PROBE) {
+      bool from_torch = false;
+      if ((g_event_clock.TimeOf(event->tsc, &from_torch) / g_alternate_ns) % 2 == 1) return 1;
+    }
     // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
-    // here. A probe (the sender's), a stack, or a benchmark's windows take the ring's path.
+    // here. A probe (the sender's) or a stack takes the ring's path.
     if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE &&
-        g_alternate_ns == 0 && CurrentStackMode() == kStacksOff) {
+        CurrentStackMode() == kStacksOff) {
       TensorEvent tensor = TensorEventOf(*event, g_event_clock);
       tensor.attributed = attributed;
       if (attributed) tensor.attribution = AttributionWords::Of(attribution);
@@ -183,7 +190,6 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
     const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
-    if (g_alternate_ns != 0 && (now / g_alternate_ns) % 2 == 1) return 1;
     const StackWords stack = TensorStack(*event);
     v1::ring::TorchRecord record = TorchRecordOf(*event, ThreadOf(*event), now);
     return recorder.RecordTorch(record, attached, stack.words, stack.count);
