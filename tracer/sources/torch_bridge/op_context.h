@@ -52,30 +52,42 @@ class OpStack {
   }
   // An end without its start (an async op's end on another thread) is ignored. True when
   // the ending frame must be recorded as an autograd node (*node filled): a forward frame with
-  // a sequence that autograd used (`autograd_next`, at::sequence_number::peek() at the end, is
-  // past it: the op, or one inside it, recorded a node; 0: unknown, never) and that no ALLOC
-  // and no op inside it with the same sequence accounted for. Ops that record no node (in
-  // no_grad, or not differentiable) share the next op's sequence: they are left out by that
-  // test. Backward frames, frames without a sequence and frames deeper than kDepth never are.
-  bool Exit(uint64_t autograd_next = 0, AutogradNode* node = nullptr) {
+  // a sequence that autograd used (`autograd_next()`, at::sequence_number::peek() at the end,
+  // is past it: the op, or one inside it, recorded a node; 0: unknown, never) and that no
+  // ALLOC and no op inside it with the same sequence accounted for. Ops that record no node
+  // (in no_grad, or not differentiable) share the next op's sequence: they are left out by
+  // that test. Backward frames, frames without a sequence and frames deeper than kDepth never
+  // are. `autograd_next` is called only for a frame that may be one.
+  template <typename Next>
+  bool ExitWith(Next&& autograd_next, AutogradNode* node) {
     if (depth_ == 0) return false;
     --depth_;
     if (depth_ >= kDepth) return false;
     const OpFrame& frame = frames_[depth_];
-    if (frame.backward || frame.sequence == 0) return false;
+    OpFrame* parent = depth_ > 0 ? &frames_[depth_ - 1] : nullptr;
+    if (frame.backward) {
+      // Autograd's engine wraps the node in a FUNCTION-scope RecordFunction of the node's
+      // sequence ("autograd::engine::evaluate_function: MmBackward0"): no forward op.
+      if (parent != nullptr) parent->named = true;
+      return false;
+    }
+    if (frame.sequence == 0) return false;
+    const bool due = !frame.named && autograd_next() >= frame.sequence;
     // The op that called this one with the same sequence (linear around addmm, reshape
     // around view) has its node accounted for by this frame's ALLOC or node.
-    const bool recorded = frame.named || autograd_next >= frame.sequence;
-    if (depth_ > 0 && recorded && frames_[depth_ - 1].sequence == frame.sequence &&
-        frames_[depth_ - 1].thread == frame.thread) {
-      frames_[depth_ - 1].named = true;
+    if (parent != nullptr && (frame.named || due) && parent->sequence == frame.sequence &&
+        parent->thread == frame.thread) {
+      parent->named = true;
     }
-    if (frame.named || autograd_next < frame.sequence || node == nullptr) return false;
+    if (!due || node == nullptr) return false;
     node->op = frames_[0].op;
     node->inner_op = depth_ > 0 ? frame.op : 0;
     node->sequence = frame.sequence;
     node->thread = frame.thread;
     return true;
+  }
+  bool Exit(uint64_t autograd_next = 0, AutogradNode* node = nullptr) {
+    return ExitWith([autograd_next] { return autograd_next; }, node);
   }
   uint32_t depth() const { return depth_; }
 

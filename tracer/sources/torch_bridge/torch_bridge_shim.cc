@@ -167,11 +167,12 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
 
 // A forward op that recorded an autograd node and allocated nothing (a view) is said as the
 // node (CUMEMTRACE_TORCH_AUTOGRAD_NODE), so that its backward allocations name it. The common
-// path reads a thread-local counter and the frame: no lock, no allocation.
+// path reads the frame and, for a forward op no ALLOC named, autograd's thread-local counter:
+// no lock, no allocation.
 void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
-  const uint64_t next = g_sequence_peek != nullptr ? g_sequence_peek() : 0;
   AutogradNode node;
-  if (!t_ops.Exit(next, &node) || !g_watching_ops.load(std::memory_order_relaxed)) return;
+  const auto next = [] { return g_sequence_peek != nullptr ? g_sequence_peek() : 0; };
+  if (!t_ops.ExitWith(next, &node) || !g_watching_ops.load(std::memory_order_relaxed)) return;
   cumemtrace_torch_event event{};
   event.action = CUMEMTRACE_TORCH_AUTOGRAD_NODE;
   event.op = node.op;

@@ -526,6 +526,12 @@ TEST(OpStack, NoNodeWithoutOneRecordedInBackwardWithoutASequenceOrTooDeep) {
   EXPECT_FALSE(stack.Exit(50, &node));
   EXPECT_FALSE(stack.Exit(50, &node));
   EXPECT_FALSE(stack.Exit(50, &node));  // unmatched: ignored
+  // Autograd's engine wraps a node in a frame of its sequence, of FUNCTION scope, on a thread
+  // whose counter may be past it (a CPU node runs on the thread that called backward).
+  stack.Enter(Frame(11, 6, 7));       // autograd::engine::evaluate_function: MmBackward0
+  stack.Enter(Frame(8, 6, 7, true));  // MmBackward0
+  EXPECT_FALSE(stack.Exit(50, &node));
+  EXPECT_FALSE(stack.Exit(50, &node));
   // Deeper than kept: those frames are only counted; the kept ones still say theirs.
   for (uint32_t i = 1; i <= OpStack::kDepth + 4; ++i) stack.Enter(Frame(i, 100 + i, 7));
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(stack.Exit(1000, &node));
