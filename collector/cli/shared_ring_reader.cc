@@ -121,6 +121,16 @@ void SetTorchAttribution(const v1::ring::TorchAttribution& a, v1::TorchAllocator
   torch->set_backward((a.autograd_sequence & v1::ring::kBackwardBit) != 0);
 }
 
+void SetTorchAutogradNode(const v1::ring::TorchRecord& r, const v1::ring::TorchAttribution& a,
+                          v1::TorchAutogradNode* node) {
+  node->set_thread_id(r.thread_id);
+  node->set_module_id(a.module);
+  node->set_operator_id(a.op);
+  node->set_inner_operator_id(a.inner_op);
+  node->set_autograd_sequence(a.autograd_sequence & ~v1::ring::kBackwardBit);
+  node->set_autograd_thread(a.autograd_thread);
+}
+
 // One recovery in progress: the ring mapped, the span to read, and what was made so far.
 class SharedRingReader::Walk {
  public:
@@ -272,6 +282,14 @@ class SharedRingReader::Walk {
       if (attributed) {
         if (size < sizeof(ring::TorchRecord) + sizeof(attribution)) return Skip();
         memcpy(&attribution, at + sizeof(r), sizeof(attribution));
+      }
+      if (r.action == v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE) {
+        // Layout 4 on, and only with its attribution: a forward op that allocated nothing.
+        if (header_.layout_version < 4 || !attributed) return Skip();
+        SetTorchAutogradNode(r, attribution,
+                             out_.Add(r.timestamp_ns)->mutable_torch_autograd_node());
+        ++recovered_->records;
+        return;
       }
       v1::TorchAllocatorEvent* torch = out_.Add(r.timestamp_ns)->mutable_torch_allocator();
       SetTorchEvent(r, torch);

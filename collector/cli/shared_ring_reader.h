@@ -24,6 +24,9 @@ void SetTorchEvent(const v1::ring::TorchRecord& r, v1::TorchAllocatorEvent* torc
 // What was running when the tensor was born (ring layout 3, thread buffers layout 2): the
 // backward bit of the sequence becomes TorchAllocatorEvent.backward.
 void SetTorchAttribution(const v1::ring::TorchAttribution& a, v1::TorchAllocatorEvent* torch);
+// A ring's autograd node (a TorchRecord of action AUTOGRAD_NODE, layout 4 on) as the wire's.
+void SetTorchAutogradNode(const v1::ring::TorchRecord& r, const v1::ring::TorchAttribution& a,
+                          v1::TorchAutogradNode* node);
 
 class SharedRingReader {
  public:

@@ -131,8 +131,9 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
       }
       const uint8_t action = static_cast<uint8_t>(u.word >> tb::kActionShift & 0xff);
       const bool tsc = (u.word & tb::kTsc) != 0;
+      // An autograd node is never a unit (the tracer writes it into the ring).
       if (kind != tb::kEvent || !v1::TorchAllocatorAction_IsValid(action) ||
-          (tsc && !have_clock_)) {
+          action == v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE || (tsc && !have_clock_)) {
         read->rejected += committed_ - at_;
         at_ = committed_;  // damaged: the rest of this slot cannot be trusted
         break;

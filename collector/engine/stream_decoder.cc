@@ -264,6 +264,9 @@ void AddEvent(DecodedStream& stream, const v1::Event& event) {
     case v1::Event::kTorchBridge:
       AddTorchBridgeState(stream, event.torch_bridge());
       return;
+    case v1::Event::kTorchAutogradNode:
+      AddTorchAutogradNode(stream, event.torch_autograd_node());
+      return;
     case v1::Event::kStackFrame:
       stream.stacks.Add(event.stack_frame());
       return;

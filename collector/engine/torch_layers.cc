@@ -137,6 +137,17 @@ void Link(BirthAttribution& b, const AttributionDecode::ForwardOp& forward) {
   }
 }
 
+// The first forward op of an (autograd thread, sequence): a forward ALLOC, or an autograd
+// node of an op that allocated nothing. Links the backward births waiting for it.
+void AddForwardOp(AttributionDecode& a, const std::pair<uint32_t, uint64_t>& link,
+                  const AttributionDecode::ForwardOp& forward) {
+  if (!a.forward.try_emplace(link, forward).second) return;
+  if (auto waiting = a.pending.find(link); waiting != a.pending.end()) {
+    Link(a.births[waiting->second], forward);
+    a.pending.erase(waiting);
+  }
+}
+
 // A free reads no counters since the tracer stopped reading them there (all zero then), nor
 // does a rounded ALLOC; every other event has them. The cumulative counter is never 0 at a free
 // that read it unless the program reset the allocator's statistics: that free then goes unchecked.
@@ -193,13 +204,7 @@ uint32_t AttributionOf(DecodedStream& s, const v1::TorchAllocatorEvent& t) {
   b.backward = t.backward();
   const std::pair<uint32_t, uint64_t> link{t.autograd_thread(), sequence};
   if (sequence != 0 && !b.backward) {
-    const AttributionDecode::ForwardOp forward{b.op, b.inner_op, b.module, t.stack_id()};
-    if (a.forward.try_emplace(link, forward).second) {
-      if (auto waiting = a.pending.find(link); waiting != a.pending.end()) {
-        Link(a.births[waiting->second], forward);
-        a.pending.erase(waiting);
-      }
-    }
+    AddForwardOp(a, link, {b.op, b.inner_op, b.module, t.stack_id()});
   } else if (sequence != 0) {
     if (auto it = a.forward.find(link); it != a.forward.end()) {
       Link(b, it->second);
@@ -222,6 +227,15 @@ void AddAttributionName(DecodedStream& s, const v1::AttributionName& name) {
   s.attribution.seen = true;
   // Ids are never reused: a repeated definition (a name sent again) keeps the first.
   s.attribution.names.try_emplace({static_cast<uint32_t>(name.kind()), name.id()}, name.name());
+}
+
+void AddTorchAutogradNode(DecodedStream& s, const v1::TorchAutogradNode& node) {
+  // Not an allocator event: no device's order, count or counters; only the backward link.
+  if (node.autograd_sequence() == 0) return;
+  AttributionDecode& a = s.attribution;
+  a.seen = true;
+  AddForwardOp(a, {node.autograd_thread(), node.autograd_sequence()},
+               {node.operator_id(), node.inner_operator_id(), node.module_id(), node.stack_id()});
 }
 
 void AddTorchBridgeState(DecodedStream& s, const v1::TorchBridgeState& state) {
@@ -265,6 +279,8 @@ void ReleaseWaiting(DecodedStream& s, TorchDeviceDecode& d, bool all) {
 
 void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
                             const v1::TorchAllocatorEvent& t) {
+  // Never an allocator event (it travels as TorchAutogradNode): no device's number to take.
+  if (t.action() == v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE) return;
   TorchDeviceDecode& d = s.torch.devices[t.device()];
   const bool probe = t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE;
   if (d.waiting.empty() && InOrder(d, t.sequence(), probe)) {

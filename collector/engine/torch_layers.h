@@ -22,6 +22,9 @@ void AddTorchBridgeState(DecodedStream& stream, const v1::TorchBridgeState& stat
 // An allocator event, in arrival order; may append allocation and release events.
 void AddTorchAllocatorEvent(DecodedStream& stream, uint64_t timestamp_ns,
                             const v1::TorchAllocatorEvent& event);
+// A forward op that allocated nothing (`run --ops`): what its node's backward allocations
+// name. Outside every device's order; changes no figure of the allocator.
+void AddTorchAutogradNode(DecodedStream& stream, const v1::TorchAutogradNode& node);
 // A module path or operator name that tensor events refer to (`run --modules`, `--ops`).
 void AddAttributionName(DecodedStream& stream, const v1::AttributionName& name);
 // After each batch: retags the allocator's segments among the events from `first` on.

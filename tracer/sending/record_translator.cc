@@ -119,6 +119,20 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       return;  // the sender queries the device and emits DeviceInfo itself
     case HostRecord::Type::kTorchAllocator: {
       const uint32_t stack_id = stacks_.Intern(record.stack, record.stack_words);
+      constexpr uint64_t kBackward = v1::ring::kBackwardBit;
+      if (record.torch.action == v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE) {
+        // Its own event: a reader that does not know it skips it (trace.proto).
+        v1::TorchAutogradNode* node =
+            encoder_->AddEvent(record.timestamp_ns)->mutable_torch_autograd_node();
+        node->set_thread_id(record.thread_id);
+        node->set_module_id(record.torch.module);
+        node->set_operator_id(record.torch.op);
+        node->set_inner_operator_id(record.torch.inner_op);
+        node->set_autograd_sequence(record.torch.autograd_sequence & ~kBackward);
+        node->set_autograd_thread(record.torch.autograd_thread);
+        node->set_stack_id(stack_id);
+        return;
+      }
       v1::TorchAllocatorEvent* torch =
           encoder_->AddEvent(record.timestamp_ns)->mutable_torch_allocator();
       torch->set_action(static_cast<v1::TorchAllocatorAction>(record.torch.action));
@@ -137,7 +151,6 @@ void RecordTranslator::AddHostRecord(const HostRecord& record) {
       torch->set_module_id(record.torch.module);
       torch->set_operator_id(record.torch.op);
       torch->set_inner_operator_id(record.torch.inner_op);
-      constexpr uint64_t kBackward = v1::ring::kBackwardBit;
       torch->set_autograd_sequence(record.torch.autograd_sequence & ~kBackward);
       torch->set_autograd_thread(record.torch.autograd_thread);
       torch->set_backward((record.torch.autograd_sequence & kBackward) != 0);

@@ -207,6 +207,9 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
   auto attribution_of =
       reinterpret_cast<AttributionFn>(dlsym(shim, "fake_torch_bridge_attribution"));
   ASSERT_NE(attribution_of, nullptr);
+  using NodeFn = void (*)(uint32_t, uint64_t, cumemtrace_torch_event*);
+  auto node_of = reinterpret_cast<NodeFn>(dlsym(shim, "fake_torch_bridge_node"));
+  ASSERT_NE(node_of, nullptr);
   for (const auto& [per_thread, attributed] : std::vector<std::pair<bool, bool>>{
            {false, false}, {true, false}, {false, true}, {true, true}}) {
     const std::string bridge_dir = FAKE_TORCH_BRIDGE_LIB;
@@ -226,12 +229,31 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
     size_t positions = 0;
     std::map<std::pair<int, uint32_t>, std::string> names;  // kind, id
     size_t attributed_allocs = 0;
+    std::map<uint32_t, std::vector<uint64_t>> nodes;  // autograd thread -> sequences
     for (size_t i = 1; i < run.messages.size(); ++i) {
       positions += static_cast<size_t>(run.messages[i].batch().thread_buffer_positions_size());
       for (const v1::Event& event : run.messages[i].batch().events()) {
         if (event.has_attribution_name()) {
           const v1::AttributionName& name = event.attribution_name();
           names[{name.kind(), name.id()}] = name.name();
+        }
+        if (event.has_torch_autograd_node()) {
+          // A forward op that allocated nothing, with what was running then: the module of
+          // its thread's last ALLOC.
+          const v1::TorchAutogradNode& n = event.torch_autograd_node();
+          const uint32_t device = n.autograd_thread() - 1;
+          const uint64_t seq = n.autograd_sequence() - 100000;
+          cumemtrace_torch_event want{};
+          node_of(device, seq, &want);
+          uint32_t module = 0;
+          cumemtrace_torch_event alloc{};
+          attribution_of(device, seq - 1, &module, &alloc);
+          EXPECT_EQ(n.operator_id(), want.op) << "node " << seq;
+          EXPECT_EQ(n.inner_operator_id(), want.inner_op) << "node " << seq;
+          EXPECT_EQ(n.module_id(), module) << "node " << seq;
+          EXPECT_EQ(n.stack_id(), 0u);
+          nodes[n.autograd_thread()].push_back(seq);
+          continue;
         }
         if (!event.has_torch_allocator()) continue;
         const v1::TorchAllocatorEvent& e = event.torch_allocator();
@@ -264,6 +286,14 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
       }
     }
     EXPECT_EQ(positions > 0, per_thread);
+    // Every node once when ops are watched (through the ring, whichever way the tensors
+    // went), none otherwise.
+    EXPECT_EQ(nodes.size(), attributed ? 3u : 0u);
+    for (auto& [thread, sequences] : nodes) {
+      std::sort(sequences.begin(), sequences.end());
+      ASSERT_EQ(sequences.size(), 300u) << "thread " << thread << " per_thread " << per_thread;
+      for (size_t k = 0; k < sequences.size(); ++k) EXPECT_EQ(sequences[k], (k + 1) * 10);
+    }
     if (attributed) {
       EXPECT_GT(attributed_allocs, 4000u);
       EXPECT_EQ(names.size(), 5u);

@@ -5,7 +5,8 @@
 // function of the device and the sequence, so that the test can check each event whole.
 // With watch_ops (`run --ops`) its ALLOCs name operators, and with the tracer's
 // cumemtrace_module_enter (`run --modules`) each thread says its module, changing every six
-// events (FakeAttribution): the test checks every ALLOC's attribution too.
+// events (FakeAttribution): the test checks every ALLOC's attribution too, and the autograd
+// nodes it emits after every tenth event (fake_torch_bridge_node).
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
@@ -67,6 +68,18 @@ __attribute__((visibility("default"))) void fake_torch_bridge_attribution(
   e->autograd_thread = e->autograd_sequence != 0 ? device + 1 : 0;
 }
 
+// The autograd node (a forward op that allocated nothing) the thread of `device` emits after
+// its event `seq` when watched, every tenth event: its module is the one of the thread's last
+// ALLOC (seq - 1).
+__attribute__((visibility("default"))) void fake_torch_bridge_node(uint32_t device, uint64_t seq,
+                                                                   cumemtrace_torch_event* e) {
+  e->action = CUMEMTRACE_TORCH_AUTOGRAD_NODE;
+  e->op = static_cast<uint32_t>(1 + seq % 3);
+  e->inner_op = seq % 20 == 0 ? 0 : 3;
+  e->autograd_sequence = 100000 + seq;
+  e->autograd_thread = device + 1;
+}
+
 __attribute__((visibility("default"))) const cumemtrace_torch_bridge* cumemtrace_torch_bridge_v1() {
   return &kBridge;
 }
@@ -116,6 +129,11 @@ __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, i
           if (enter_module != nullptr) enter_module(module);
         }
         if (g_emit == nullptr || g_emit(&e, g_context) == 0) ++refused[static_cast<size_t>(t)];
+        if (g_watching && n % 10 == 0 && g_emit != nullptr) {
+          cumemtrace_torch_event node{};
+          fake_torch_bridge_node(static_cast<uint32_t>(t), seq, &node);
+          g_emit(&node, g_context);  // a view's node after every tenth event
+        }
       }
     });
   }

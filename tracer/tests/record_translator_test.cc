@@ -460,6 +460,35 @@ TEST_F(TranslatorTest, TorchAllocatorEventsAndTheBridgeStateReachTheWire) {
   EXPECT_EQ(torch.pool_id_first(), 3u);
 }
 
+// A ring record of action AUTOGRAD_NODE is its own event on the wire, which a reader that does
+// not know it skips, never a TorchAllocatorEvent (an older reader would count it as one).
+TEST_F(TranslatorTest, AnAutogradNodeReachesTheWireAsItsOwnEvent) {
+  HostRecord node;
+  node.type = HostRecord::Type::kTorchAllocator;
+  node.timestamp_ns = 30;
+  node.thread_id = 77;
+  node.torch.action = v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE;
+  node.torch.module = 4;
+  node.torch.op = 5;
+  node.torch.inner_op = 6;
+  node.torch.autograd_sequence = 42;
+  node.torch.autograd_thread = 3;
+  translator_.AddHostRecord(node);
+  const v1::EventBatch batch = Flush();
+  ASSERT_EQ(batch.events_size(), 1);
+  EXPECT_FALSE(batch.events(0).has_torch_allocator());
+  ASSERT_TRUE(batch.events(0).has_torch_autograd_node());
+  const v1::TorchAutogradNode& n = batch.events(0).torch_autograd_node();
+  EXPECT_EQ(batch.events(0).timestamp_ns(), 30u);
+  EXPECT_EQ(n.thread_id(), 77u);
+  EXPECT_EQ(n.module_id(), 4u);
+  EXPECT_EQ(n.operator_id(), 5u);
+  EXPECT_EQ(n.inner_operator_id(), 6u);
+  EXPECT_EQ(n.autograd_sequence(), 42u);
+  EXPECT_EQ(n.autograd_thread(), 3u);
+  EXPECT_EQ(n.stack_id(), 0u);
+}
+
 TEST_F(TranslatorTest, TensorCategoriesReachTheWireAsTheyWereNamed) {
   HostRecord tag;
   tag.type = HostRecord::Type::kTensorCategory;

@@ -53,6 +53,24 @@ class RingWriter {
     data_ += bytes;
     return *this;
   }
+  // A TorchRecord of action AUTOGRAD_NODE (layout 4 on): a forward op that allocated nothing,
+  // its attribution after it unless `attribution` is null (a damaged record).
+  RingWriter& Node(const ring::TorchAttribution* attribution) {
+    ring::TorchRecord r{};
+    r.type = ring::kTorchEvent;
+    r.action = v1::TORCH_ALLOCATOR_ACTION_AUTOGRAD_NODE;
+    r.thread_id = 78;
+    r.timestamp_ns = ++ts_;
+    std::string bytes(sizeof(r), '\0');
+    if (attribution != nullptr) {
+      r.flags = ring::kFlagAttribution;
+      bytes.append(reinterpret_cast<const char*>(attribution), sizeof(*attribution));
+    }
+    r.size = static_cast<uint32_t>(bytes.size());
+    memcpy(bytes.data(), &r, sizeof(r));
+    data_ += bytes;
+    return *this;
+  }
   // A kAttributionName record.
   RingWriter& Name(uint32_t kind, uint64_t id, const std::string& name) {
     ring::Record r{};
@@ -174,6 +192,32 @@ TEST(RingAttribution, DamagedRecordsAreLeftOutAlone) {
   EXPECT_EQ(events[0].attribution_name().name(), std::string("\xff\xfe not UTF-8", 13));
   EXPECT_EQ(events[1].torch_allocator().address(), 0x2000u);
   EXPECT_EQ(events[1].torch_allocator().module_id(), 3u);
+}
+
+// Layout 4: an autograd node is its own event, never an allocator event; one without its
+// attribution names nothing and is left out. A layout-3 ring has none: such a record is damage.
+TEST(RingAttribution, Layout4RecoversAutogradNodesAsTheirOwnEvents) {
+  const ring::TorchAttribution node = Attribution(3, 5, 6, 500, 12);
+  const ring::TorchAttribution forward = Attribution(3, 1, 2, 500, 11);
+  for (const uint32_t layout : {4u, 3u}) {
+    RingWriter w(layout);
+    w.Torch(0x1000, &forward).Node(&node).Node(nullptr).Torch(0x2000, nullptr);
+    SharedRingReader::Recovered recovered;
+    const std::vector<v1::Event> events = w.Recover(&recovered);
+    EXPECT_EQ(recovered.skipped_records, layout == 4 ? 1u : 2u);
+    ASSERT_EQ(events.size(), layout == 4 ? 3u : 2u);
+    EXPECT_EQ(events.front().torch_allocator().address(), 0x1000u);
+    EXPECT_EQ(events.back().torch_allocator().address(), 0x2000u);
+    if (layout != 4) continue;
+    ASSERT_TRUE(events[1].has_torch_autograd_node());
+    const v1::TorchAutogradNode& n = events[1].torch_autograd_node();
+    EXPECT_EQ(n.thread_id(), 78u);
+    EXPECT_EQ(n.module_id(), 3u);
+    EXPECT_EQ(n.operator_id(), 5u);
+    EXPECT_EQ(n.inner_operator_id(), 6u);
+    EXPECT_EQ(n.autograd_thread(), 500u);
+    EXPECT_EQ(n.autograd_sequence(), 12u);
+  }
 }
 
 // A layout-2 ring has no attribution: its flag bit means nothing, and a kAttributionName

@@ -81,6 +81,22 @@ class AttributedTrace {
     s_.Raw(e);
     return *this;
   }
+  // A forward op that recorded autograd node `a.sequence` and allocated nothing (a view):
+  // not an allocator event, it takes no sequence number.
+  AttributedTrace& Node(const Attribution& a, uint32_t thread = kMain, uint32_t stack_id = 0) {
+    v1::Event e;
+    e.set_timestamp_ns(++ts_);
+    v1::TorchAutogradNode* n = e.mutable_torch_autograd_node();
+    n->set_thread_id(thread);
+    n->set_module_id(a.module);
+    n->set_operator_id(a.op);
+    n->set_inner_operator_id(a.inner_op);
+    n->set_autograd_sequence(a.sequence);
+    n->set_autograd_thread(a.autograd_thread);
+    n->set_stack_id(stack_id);
+    s_.Raw(e);
+    return *this;
+  }
   AttributedTrace& Free(uint64_t address) {
     v1::Event e = Event(v1::TORCH_ALLOCATOR_ACTION_FREE_REQUESTED, address, kMain);
     e.mutable_torch_allocator()->set_requested_bytes(blocks_.at(address));
@@ -374,6 +390,126 @@ TEST(Attribution, AViewsBackwardTakesTheModuleOfTheForwardOpBeforeIt) {
   EXPECT_EQ(FindLargest(*d, 0x5000)->module, "");
   EXPECT_FALSE(FindLargest(*d, 0x5000)->module_from_earlier);
   EXPECT_EQ(d->attribution.unlinked_backward_bytes, 14 * kMiB);
+}
+
+// A stack of one Python frame, `file`:`line`, with id `stack_id`.
+void Line(AttributedTrace& t, uint32_t stack_id, const std::string& file, uint32_t line) {
+  v1::Event e;
+  e.mutable_interned_string()->set_id(90 + stack_id * 2);
+  e.mutable_interned_string()->set_value("forward");
+  t.Raw(e);
+  e.mutable_interned_string()->set_id(91 + stack_id * 2);
+  e.mutable_interned_string()->set_value(file);
+  t.Raw(e);
+  v1::Event frame;
+  v1::StackFrame* f = frame.mutable_stack_frame();
+  f->set_id(stack_id);
+  f->set_kind(v1::STACK_FRAME_KIND_PYTHON);
+  f->set_function_name_id(90 + stack_id * 2);
+  f->set_file_name_id(91 + stack_id * 2);
+  f->set_line(line);
+  t.Raw(frame);
+  v1::Event stack;
+  stack.mutable_stack()->set_id(stack_id);
+  stack.mutable_stack()->add_frame_ids(stack_id);
+  t.Raw(stack);
+}
+
+// With its forward op said as an autograd node (it allocated nothing), a view's backward
+// block names that op exactly, its module and its line, whether the node comes before the
+// block or after it (the guess from the op before it then gives way).
+TEST(Attribution, AViewsBackwardNamesTheNodeOfItsForwardOpWhicheverComesFirst) {
+  enum : uint32_t { kView = 5, kReshape = 6 };
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Module(kFc2, "fc2").Op(kLinear, "aten::linear");
+  t.Op(kAddmmBackward, "ViewBackward0").Op(kView, "aten::view").Op(kReshape, "aten::reshape");
+  Line(t, 1, "model.py", 42);
+  Line(t, 2, "model.py", 57);
+  t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 4, kMain, false});
+  t.Node({kFc1, kReshape, kView, 5, kMain, false}, kMain, /*stack_id=*/1);
+  t.Alloc(0x2000, 1 * kMiB, {kFc2, kLinear, 0, 7, kMain, false});
+  // Node 5's block after its node; node 8's before it, when fc2's op 7 is the guess.
+  t.Alloc(0x3000, 2 * kMiB, {0, kAddmmBackward, 0, 5, kMain, true}, kWorker);
+  t.Alloc(0x4000, 4 * kMiB, {0, kAddmmBackward, 0, 8, kMain, true}, kWorker);
+  t.Node({kFc1, kView, 0, 8, kMain, false}, kMain, /*stack_id=*/2);
+  // The same sequence of another thread is another node.
+  t.Alloc(0x5000, 8 * kMiB, {0, kAddmmBackward, 0, 5, kWorker, true}, kWorker);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  const LiveAllocation* after = FindLargest(*d, 0x3000);
+  const LiveAllocation* before = FindLargest(*d, 0x4000);
+  ASSERT_NE(after, nullptr);
+  ASSERT_NE(before, nullptr);
+  EXPECT_TRUE(after->linked);
+  EXPECT_FALSE(after->module_from_earlier);
+  EXPECT_EQ(after->module, "fc1");
+  EXPECT_EQ(after->op, "ViewBackward0");
+  EXPECT_EQ(after->forward_op, "aten::reshape");
+  EXPECT_EQ(after->forward_inner_op, "aten::view");
+  EXPECT_EQ(after->forward_line, "model.py:42");
+  EXPECT_TRUE(before->linked);
+  EXPECT_FALSE(before->module_from_earlier);
+  EXPECT_EQ(before->module, "fc1");  // not fc2's, the guess
+  EXPECT_EQ(before->forward_op, "aten::view");
+  EXPECT_EQ(before->forward_inner_op, "");
+  EXPECT_EQ(before->forward_line, "model.py:57");
+  EXPECT_FALSE(FindLargest(*d, 0x5000)->linked);
+  EXPECT_EQ(d->attribution.unlinked_backward_bytes, 8 * kMiB);
+  EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 1 * kMiB + 2 * kMiB + 4 * kMiB);
+  EXPECT_EQ(FindModule(d->attribution, "fc2")->bytes, 1 * kMiB);
+}
+
+// A node is no allocator event: with nodes between every event (between an ALLOC and the
+// event that settles it too), the allocator's figures, the blocks and the peak are those of
+// the same trace without them; a node of a pair already allocated changes no link.
+TEST(Attribution, AnAutogradNodeChangesNoAllocatorFigure) {
+  auto trace = [](bool nodes) {
+    AttributedTrace t;
+    t.Module(kFc1, "fc1").Module(kFc2, "fc2").Op(kLinear, "aten::linear");
+    t.Op(kAddmmBackward, "AddmmBackward0").Op(kEmpty, "aten::view");
+    uint64_t sequence = 20;
+    auto node = [&] {
+      if (nodes) t.Node({kFc2, kEmpty, 0, ++sequence, kMain, false});
+    };
+    node();
+    t.Alloc(0x1000, 1 * kMiB, {kFc1, kLinear, 0, 4, kMain, false});
+    node();
+    t.Alloc(0x2000, 3 * kMiB, {kFc1, kLinear, 0, 5, kMain, false});
+    node();
+    t.Node({kFc2, kEmpty, 0, 4, kMain, false});  // pair 4 allocated: the ALLOC stays
+    t.Free(0x1000);
+    node();
+    t.Alloc(0x3000, 2 * kMiB, {0, kAddmmBackward, 0, 4, kMain, true}, kWorker);
+    node();
+    return t.Analyze();
+  };
+  std::unique_ptr<Report> with = trace(true);
+  std::unique_ptr<Report> without = trace(false);
+  const TorchBridgeReport& a = with->processes[0].torch;
+  const TorchBridgeReport& b = without->processes[0].torch;
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.events, 4u);
+  EXPECT_EQ(a.blocks, 3u);
+  EXPECT_EQ(a.blocks, b.blocks);
+  EXPECT_EQ(a.lost_events, 0u);
+  EXPECT_EQ(b.lost_events, 0u);
+  EXPECT_EQ(a.counter_mismatches, 0u);
+  EXPECT_EQ(a.estimated_block_sizes, b.estimated_block_sizes);
+  EXPECT_EQ(a.estimated_block_sizes, 0u);
+  const DeviceReport* d = FindDevice(with->processes[0], 0);
+  const DeviceReport* e = FindDevice(without->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, 5 * kMiB);
+  EXPECT_EQ(d->torch.allocated_peak_bytes, e->torch.allocated_peak_bytes);
+  EXPECT_EQ(d->peak.largest.size(), e->peak.largest.size());
+  EXPECT_EQ(with->processes[0].devices.size(), without->processes[0].devices.size());
+  const LiveAllocation* backward = FindLargest(*d, 0x3000);
+  ASSERT_NE(backward, nullptr);
+  EXPECT_TRUE(backward->linked);
+  EXPECT_EQ(backward->module, "fc1");
+  EXPECT_EQ(backward->forward_op, "aten::linear");
 }
 
 // Ids never defined, ids of an unknown kind and a backward block with no sequence: no name,

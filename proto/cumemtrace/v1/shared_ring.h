@@ -25,7 +25,9 @@ namespace cumemtrace::v1::ring {
 constexpr uint32_t kMagic = 0x47524d43;  // "CMRG" in memory order
 // 2: PyTorch allocator events are TorchRecords (kTorchEvent). A collector reads rings of
 // every version from kOldestLayoutVersion on.
-constexpr uint32_t kLayoutVersion = 3;  // 3: kFlagAttribution, kAttributionName
+// 3: kFlagAttribution, kAttributionName. 4: TorchRecords of action AUTOGRAD_NODE (an older
+// collector, which would read them as allocator events, leaves a ring of layout 4 alone).
+constexpr uint32_t kLayoutVersion = 4;
 constexpr uint32_t kOldestLayoutVersion = 1;
 // The header page: the header, then the API name table.
 constexpr uint64_t kHeaderBytes = 4096;
@@ -158,7 +160,9 @@ static_assert(sizeof(Record) == 112, "the ring record layout changed: bump kLayo
 // A PyTorch allocator event (kTorchEvent): the program's threads write one for each tensor's
 // allocation and free, so it holds only what such an event has, 96 bytes instead of a
 // Record and TorchPayload's 176. `size` and `type` sit where a Record has them; a stack
-// (kFlagStack) follows it. The fields are as in the wire's TorchAllocatorEvent.
+// (kFlagStack) follows it. The fields are as in the wire's TorchAllocatorEvent. Layout 4 on,
+// action AUTOGRAD_NODE is the wire's TorchAutogradNode: thread_id, timestamp_ns and its
+// TorchAttribution, every other field 0.
 struct TorchRecord {
   uint32_t size;
   uint8_t type;    // kTorchEvent

@@ -87,7 +87,9 @@ static_assert(sizeof(Slot) == 192, "the slot layout changed: bump kLayoutVersion
 
 // A unit: `word` says what it is.
 //   word bits 0..39: the event's per-device sequence; 40..47: device; 48..55: action
-//   (v1::TorchAllocatorAction); 56..59: UnitKind; 60: kTsc (time is a TSC read).
+//   (v1::TorchAllocatorAction of an allocator event: never AUTOGRAD_NODE, which the tracer
+//   writes into the ring only, so that readers of this layout need no new one); 56..59:
+//   UnitKind; 60: kTsc (time is a TSC read).
 // kEvent: time, address, requested bytes. kCounters (before the event they belong to, in the
 // same commit): allocated total, allocated current, reserved current. kDefinition (before
 // the first event it applies to): stream, pool_first, pool_second.

@@ -15,12 +15,14 @@
 extern "C" {
 #endif
 
-/* Raised when a struct below changes in a way an older tracer cannot read. */
-#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION \
-  5u /* 2: cumemtrace_torch_event.tsc;      \
-        3: CUMEMTRACE_TORCH_ALLOC_ROUNDED;  \
-        4: the emit function's result;      \
-        5: operators (watch_ops) */
+/* Raised when a struct below changes in a way an older tracer cannot read, or the shim
+   sends what an older tracer does not know. 2: cumemtrace_torch_event.tsc; 3:
+   CUMEMTRACE_TORCH_ALLOC_ROUNDED; 4: the emit function's result; 5: operators (watch_ops);
+   6: CUMEMTRACE_TORCH_AUTOGRAD_NODE (the structs are 5's: a tracer loads a shim of 5 too,
+   which never sends one). */
+#define CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION 6u
+/* The oldest shim version a tracer of this version loads: the structs are the same. */
+#define CUMEMTRACE_TORCH_BRIDGE_OLDEST_ABI_VERSION 5u
 
 /* Actions, numbered as cumemtrace.v1.TorchAllocatorAction. */
 enum {
@@ -36,7 +38,13 @@ enum {
   /* An ALLOC whose block is the request rounded up to 512 bytes (at least 512), which the
      shim knows without reading the counters: a block of the small pool that torch's
      roundup_power2_divisions does not round (bridge_core.h). No counters. */
-  CUMEMTRACE_TORCH_ALLOC_ROUNDED = 10
+  CUMEMTRACE_TORCH_ALLOC_ROUNDED = 10,
+  /* Not the allocator's (once watch_ops was called): a forward op ended that recorded an
+     autograd node and allocated no tensor (a view), so that the node's backward allocations
+     name it (op_context.h). op, inner_op, autograd_sequence and autograd_thread as an
+     ALLOC's; device, address, sizes, counters and sequence 0. Emitted from RecordFunction's
+     end callback on the op's thread, under no allocator lock. */
+  CUMEMTRACE_TORCH_AUTOGRAD_NODE = 11
 };
 
 /* One allocator event, as the wire's TorchAllocatorEvent (see trace.proto). */
@@ -75,9 +83,10 @@ enum { CUMEMTRACE_TORCH_NAME_OPERATOR = 2 };
 typedef void (*cumemtrace_torch_name_fn)(uint32_t kind, uint32_t id, const char* name,
                                          void* context);
 
-/* Called by the shim on the allocator's thread under the allocator's device lock, and for a
-   STATS_PROBE on the thread that called probe: it must only copy the event and return (no
-   torch call, no lock the allocator might want). Returns 0 when the event was not written
+/* Called by the shim on the allocator's thread under the allocator's device lock, for a
+   STATS_PROBE on the thread that called probe, and for an AUTOGRAD_NODE on the op's thread
+   under no lock: it must only copy the event and return (no torch call, no lock the allocator
+   might want). Returns 0 when the event was not written
    into the tracer's ring (no room, or no ring), else 1: the shim sends a STATS_PROBE that
    was not written again at the next probe call. */
 typedef int (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);

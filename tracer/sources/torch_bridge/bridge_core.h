@@ -212,6 +212,14 @@ class BridgeCore {
     }
   }
 
+  // An event that is not the allocator's (CUMEMTRACE_TORCH_AUTOGRAD_NODE), from any thread
+  // under no lock: passed on as it is. It takes no device's sequence number and leaves the
+  // probe's state alone: the device's last event is still what it was.
+  void EmitOther(const cumemtrace_torch_event& event) {
+    if (stopped_.load(std::memory_order_relaxed)) return;
+    emit_(&event, context_);
+  }
+
   void Stop() { stopped_.store(true); }
 
  private:

@@ -22,6 +22,19 @@ struct OpFrame {
   uint64_t sequence = 0;  // autograd's seqNr + 1, 0: none (-1)
   uint32_t thread = 0;    // RecordFunction's thread id (backward: the forward's)
   bool backward = false;  // an autograd node run by backward (BACKWARD_FUNCTION scope)
+  // Its autograd node is accounted for: an ALLOC took its sequence (Fill), or an op inside
+  // it with the same sequence was recorded (allocated or said as a node).
+  bool named = false;
+};
+
+// A forward op whose autograd node no ALLOC names (a view, a select, a transpose allocates
+// nothing): recorded on its own, so that its node's backward allocations name it exactly.
+// Filled as an ALLOC's attribution would be when the op ends.
+struct AutogradNode {
+  uint32_t op = 0;        // the outermost running op (the one the program called)
+  uint32_t inner_op = 0;  // the op that recorded the node, 0 when it is the outermost
+  uint64_t sequence = 0;  // autograd's seqNr + 1 (never 0)
+  uint32_t thread = 0;    // RecordFunction's thread id
 };
 
 // The frames of one thread. Deeper frames than kDepth are counted, not kept: an ALLOC then
@@ -31,12 +44,50 @@ class OpStack {
   static constexpr uint32_t kDepth = 32;
 
   void Enter(const OpFrame& frame) {
-    if (depth_ < kDepth) frames_[depth_] = frame;
+    if (depth_ < kDepth) {
+      frames_[depth_] = frame;
+      frames_[depth_].named = false;
+    }
     ++depth_;
   }
-  // An end without its start (an async op's end on another thread) is ignored.
-  void Exit() {
-    if (depth_ > 0) --depth_;
+  // An end without its start (an async op's end on another thread) is ignored. True when
+  // the ending frame must be recorded as an autograd node (*node filled): a forward frame with
+  // a sequence that autograd used (`autograd_next()`, at::sequence_number::peek() at the end,
+  // is past it: the op, or one inside it, recorded a node; 0: unknown, never) and that no
+  // ALLOC and no op inside it with the same sequence accounted for. Ops that record no node
+  // (in no_grad, or not differentiable) share the next op's sequence: they are left out by
+  // that test. Backward frames, frames without a sequence and frames deeper than kDepth never
+  // are. `autograd_next` is called only for a frame that may be one.
+  template <typename Next>
+  bool ExitWith(Next&& autograd_next, AutogradNode* node) {
+    if (depth_ == 0) return false;
+    --depth_;
+    if (depth_ >= kDepth) return false;
+    const OpFrame& frame = frames_[depth_];
+    OpFrame* parent = depth_ > 0 ? &frames_[depth_ - 1] : nullptr;
+    if (frame.backward) {
+      // Autograd's engine wraps the node in a FUNCTION-scope RecordFunction of the node's
+      // sequence ("autograd::engine::evaluate_function: MmBackward0"): no forward op.
+      if (parent != nullptr) parent->named = true;
+      return false;
+    }
+    if (frame.sequence == 0) return false;
+    const bool due = !frame.named && autograd_next() >= frame.sequence;
+    // The op that called this one with the same sequence (linear around addmm, reshape
+    // around view) has its node accounted for by this frame's ALLOC or node.
+    if (parent != nullptr && (frame.named || due) && parent->sequence == frame.sequence &&
+        parent->thread == frame.thread) {
+      parent->named = true;
+    }
+    if (!due || node == nullptr) return false;
+    node->op = frames_[0].op;
+    node->inner_op = depth_ > 0 ? frame.op : 0;
+    node->sequence = frame.sequence;
+    node->thread = frame.thread;
+    return true;
+  }
+  bool Exit(uint64_t autograd_next = 0, AutogradNode* node = nullptr) {
+    return ExitWith([autograd_next] { return autograd_next; }, node);
   }
   uint32_t depth() const { return depth_; }
 
@@ -44,8 +95,9 @@ class OpStack {
   // backward the node autograd runs. The sequence: in backward, the innermost node's (ops inside
   // a node record none, unless the backward builds a graph of its own); in forward, the
   // innermost op that recorded an autograd node (`aten::addmm` inside `aten::linear`): the
-  // node whose backward later names this allocation's forward op.
-  void Fill(cumemtrace_torch_event* event) const {
+  // node whose backward later names this allocation's forward op; that frame is then named
+  // (no AutogradNode of its own at Exit).
+  void Fill(cumemtrace_torch_event* event) {
     const uint32_t kept = depth_ < kDepth ? depth_ : kDepth;
     if (kept == 0) return;
     // In backward the outermost backward frame: autograd's engine wraps each node in a
@@ -66,6 +118,7 @@ class OpStack {
       if (frames_[i].sequence != 0) {
         event->autograd_sequence = frames_[i].sequence;
         event->autograd_thread = frames_[i].thread;
+        frames_[i].named = true;
         return;
       }
     }

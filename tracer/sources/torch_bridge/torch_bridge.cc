@@ -117,26 +117,28 @@ void PrintSelfTime() {
           double(t.stack_ticks.load()) * ns_per_tick / stacks);
 }
 
+// An ALLOC, or an autograd node (a forward op that allocated nothing, which its backward
+// allocations name): the events that carry an attribution and a stack.
+bool IsBirth(const cumemtrace_torch_event& event) {
+  return event.action == CUMEMTRACE_TORCH_ALLOC || event.action == CUMEMTRACE_TORCH_ALLOC_ROUNDED ||
+         event.action == CUMEMTRACE_TORCH_AUTOGRAD_NODE;
+}
+
 // An ALLOC's stack when stacks are on: on the allocating thread (the allocator reports under
-// its lock, in the tensor's call).
+// its lock, in the tensor's call). An autograd node's: on the op's thread as the op ends, the
+// forward line its backward allocations name.
 StackWords TensorStack(const cumemtrace_torch_event& event) {
   const uint8_t mode = CurrentStackMode();
-  if (mode == kStacksOff ||
-      (event.action != CUMEMTRACE_TORCH_ALLOC && event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
-    return {};
-  }
+  if (mode == kStacksOff || !IsBirth(event)) return {};
   return CaptureStack(mode);
 }
 
-// An ALLOC's module and operators (`run --modules`, `--ops`): false when none is wanted.
-// Set once at attach; read by every allocating thread (relaxed: a tensor born while it is set
-// may go without attribution).
+// An ALLOC's (or autograd node's) module and operators (`run --modules`, `--ops`): false when
+// none is wanted. Set once at attach; read by every allocating thread (relaxed: a tensor born
+// while it is set may go without attribution).
 std::atomic<bool> g_attributing{false};
 bool AttributionOf(const cumemtrace_torch_event& event, v1::ring::TorchAttribution* out) {
-  if (!g_attributing.load(std::memory_order_relaxed) ||
-      (event.action != CUMEMTRACE_TORCH_ALLOC && event.action != CUMEMTRACE_TORCH_ALLOC_ROUNDED)) {
-    return false;
-  }
+  if (!g_attributing.load(std::memory_order_relaxed) || !IsBirth(event)) return false;
   out->module = Recorder::Get().modules() ? Recorder::current_module() : 0;
   out->op = event.op;
   out->inner_op = event.inner_op;
@@ -168,6 +170,8 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   if (!recorder.recording()) return 1;
   v1::ring::TorchAttribution attribution{};
   const bool attributed = AttributionOf(*event, &attribution);
+  const bool node = event->action == CUMEMTRACE_TORCH_AUTOGRAD_NODE;
+  if (node && (!attributed || attribution.autograd_sequence == 0)) return 1;  // names nothing
   const v1::ring::TorchAttribution* attached =
       attributed && !IsEmpty(attribution) ? &attribution : nullptr;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
@@ -179,8 +183,9 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
       if ((g_event_clock.TimeOf(event->tsc, &from_torch) / g_alternate_ns) % 2 == 1) return 1;
     }
     // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
-    // here. A probe (the sender's) or a stack takes the ring's path.
-    if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE &&
+    // here. A probe (the sender's), an autograd node (no allocator event: the buffers' units
+    // are those, as their readers check) or a stack takes the ring's path.
+    if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE && !node &&
         CurrentStackMode() == kStacksOff) {
       TensorEvent tensor = TensorEventOf(*event, g_event_clock);
       tensor.attributed = attributed;
@@ -292,11 +297,14 @@ TorchBridgeLookup LoadTorchBridge(const std::string& c10_cuda_path,
   auto entry =
       reinterpret_cast<cumemtrace_torch_bridge_entry_fn>(dlsym(handle, CUMEMTRACE_TORCH_BRIDGE_ENTRY));
   const cumemtrace_torch_bridge* bridge = entry != nullptr ? entry() : nullptr;
-  if (bridge == nullptr || bridge->abi_version != CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION ||
+  // An older shim of the same structs is loaded too: it never sends what it does not know.
+  if (bridge == nullptr || bridge->abi_version < CUMEMTRACE_TORCH_BRIDGE_OLDEST_ABI_VERSION ||
+      bridge->abi_version > CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION ||
       bridge->torch_version == nullptr || bridge->attach == nullptr || bridge->probe == nullptr ||
       bridge->stop == nullptr || bridge->watch_ops == nullptr) {
     lookup.reason = lookup.shim_path + " is not a bridge of this cumemtrace (interface " +
                     std::to_string(bridge != nullptr ? bridge->abi_version : 0) + ", expected " +
+                    std::to_string(CUMEMTRACE_TORCH_BRIDGE_OLDEST_ABI_VERSION) + " to " +
                     std::to_string(CUMEMTRACE_TORCH_BRIDGE_ABI_VERSION) + ")";
     return lookup;  // RTLD_NODELETE keeps it mapped; nothing of it is called
   }

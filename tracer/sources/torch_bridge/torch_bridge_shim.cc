@@ -33,6 +33,7 @@
 namespace {
 
 namespace cca = c10::cuda::CUDACachingAllocator;
+using cumemtrace::torch_bridge::AutogradNode;
 using cumemtrace::torch_bridge::BridgeCore;
 using cumemtrace::torch_bridge::DeviceCounters;
 using cumemtrace::torch_bridge::OpFrame;
@@ -142,6 +143,10 @@ using AddGlobalCallbackFn = at::CallbackHandle (*)(at::RecordFunctionCallback);
 // ABI's convention for a non-virtual member function).
 using RecordFunctionNameFn = const char* (*)(const at::RecordFunction*);
 RecordFunctionNameFn g_record_function_name = nullptr;
+// at::sequence_number::peek(): the number autograd gives the thread's next node. Without it
+// no autograd node is said (op_context.h's Exit cannot tell which ops recorded one).
+using SequencePeekFn = uint64_t (*)();
+SequencePeekFn g_sequence_peek = nullptr;
 OpNames* g_op_names = nullptr;  // leaked: callbacks run until the process ends
 thread_local OpNames::Cache t_op_name_cache;
 
@@ -160,7 +165,22 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) { t_ops.Exit(); }
+// A forward op that recorded an autograd node and allocated nothing (a view) is said as the
+// node (CUMEMTRACE_TORCH_AUTOGRAD_NODE), so that its backward allocations name it. The common
+// path reads the frame and, for a forward op no ALLOC named, autograd's thread-local counter:
+// no lock, no allocation.
+void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
+  AutogradNode node;
+  const auto next = [] { return g_sequence_peek != nullptr ? g_sequence_peek() : 0; };
+  if (!t_ops.ExitWith(next, &node) || !g_watching_ops.load(std::memory_order_relaxed)) return;
+  cumemtrace_torch_event event{};
+  event.action = CUMEMTRACE_TORCH_AUTOGRAD_NODE;
+  event.op = node.op;
+  event.inner_op = node.inner_op;
+  event.autograd_sequence = node.sequence;
+  event.autograd_thread = node.thread;
+  g_core->EmitOther(event);
+}
 #endif
 
 int WatchOps(cumemtrace_torch_name_fn define, void* context, char* message,
@@ -186,6 +206,8 @@ int WatchOps(cumemtrace_torch_name_fn define, void* context, char* message,
            message_size);
       return 1;
     }
+    g_sequence_peek =
+        reinterpret_cast<SequencePeekFn>(dlsym(torch_cpu, "_ZN2at15sequence_number4peekEv"));
     g_op_names = new OpNames(define, context);
     g_watching_ops.store(true);
     add(at::RecordFunctionCallback(OnOpStart, OnOpEnd)

@@ -314,6 +314,35 @@ TEST(TorchBridgeCore, ARoundedAllocationReadsNoCountersAndIsProbed) {
   EXPECT_EQ(events[4].allocated_bytes_current, 3584u + (3u << 20));
 }
 
+// An autograd node (op_context.h) comes from RecordFunction's end callback, outside the
+// allocator's lock: it takes no device's number and the trailing ALLOC is still probed.
+TEST(TorchBridgeCore, AnAutogradNodeTakesNoSequenceAndLeavesTheProbeAlone) {
+  std::vector<cumemtrace_torch_event> events;
+  Counters counters;
+  BridgeCore<Reader> core(Collect, &events, Reader{&counters});
+  core.OnEntry(Entry(FabricatedEntry::ALLOC, 0, 0x1000, 100));
+  cumemtrace_torch_event node{};
+  node.action = CUMEMTRACE_TORCH_AUTOGRAD_NODE;
+  node.op = 4;
+  node.autograd_sequence = 9;
+  node.autograd_thread = 3;
+  core.EmitOther(node);
+  counters.device[0].allocated_total = 512;
+  core.Probe();
+  core.OnEntry(Entry(FabricatedEntry::FREE_REQUESTED, 0, 0x1000, 100));
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_AUTOGRAD_NODE));
+  EXPECT_EQ(events[1].sequence, 0u);
+  EXPECT_EQ(events[1].autograd_sequence, 9u);
+  EXPECT_EQ(events[2].action, static_cast<uint32_t>(CUMEMTRACE_TORCH_STATS_PROBE));
+  EXPECT_EQ(events[2].sequence, 1u);
+  EXPECT_EQ(events[2].allocated_bytes_total, 512u);
+  EXPECT_EQ(events[3].sequence, 2u);
+  core.Stop();
+  core.EmitOther(node);
+  EXPECT_EQ(events.size(), 4u);
+}
+
 TEST(TorchBridgeCore, StopsEmitting) {
   std::vector<cumemtrace_torch_event> events;
   Counters counters;
@@ -332,6 +361,7 @@ TEST(TorchBridgeCore, StopsEmitting) {
 
 namespace op_context_test {
 
+using cumemtrace::torch_bridge::AutogradNode;
 using cumemtrace::torch_bridge::OpFrame;
 using cumemtrace::torch_bridge::OpNames;
 using cumemtrace::torch_bridge::OpStack;
@@ -429,6 +459,91 @@ TEST(OpStack, FramesDeeperThanItKeepsAreCountedAndAnUnmatchedEndIsIgnored) {
   cumemtrace_torch_event shallower{};
   stack.Fill(&shallower);
   EXPECT_EQ(shallower.inner_op, OpStack::kDepth - 1);
+}
+
+// What ends without an ALLOC naming its node is said as an autograd node, with the operators
+// an ALLOC there would have named; what allocated, or recorded no node, is not.
+TEST(OpStack, AForwardOpThatAllocatedNothingIsSaidAsItsNodeWhenItEnds) {
+  OpStack stack;
+  AutogradNode node;
+  // aten::linear (1, sequence 5) calls aten::t (2), which records node 5 and allocates
+  // nothing (autograd's next number is then 6), then aten::addmm (3), which records node 6
+  // and allocates.
+  stack.Enter(Frame(1, 5, 7));
+  stack.Enter(Frame(2, 5, 7));
+  ASSERT_TRUE(stack.Exit(6, &node));
+  EXPECT_EQ(node.op, 1u);
+  EXPECT_EQ(node.inner_op, 2u);
+  EXPECT_EQ(node.sequence, 5u);
+  EXPECT_EQ(node.thread, 7u);
+  stack.Enter(Frame(3, 6, 7));
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  EXPECT_EQ(alloc.autograd_sequence, 6u);
+  EXPECT_FALSE(stack.Exit(7, &node));  // its ALLOC names node 6
+  EXPECT_FALSE(stack.Exit(7, &node));  // linear's node 5 was aten::t's, said already
+  EXPECT_EQ(stack.depth(), 0u);
+  // A view called by the program (8, sequence 7): its own outermost op.
+  stack.Enter(Frame(8, 7, 7));
+  ASSERT_TRUE(stack.Exit(8, &node));
+  EXPECT_EQ(node.op, 8u);
+  EXPECT_EQ(node.inner_op, 0u);
+  EXPECT_EQ(node.sequence, 7u);
+}
+
+TEST(OpStack, AnOpAroundAnAllocatingOneWithTheSameSequenceIsNoNode) {
+  OpStack stack;
+  AutogradNode node;
+  // aten::linear (1) around aten::addmm (3), both sequence 6; addmm allocates.
+  stack.Enter(Frame(1, 6, 7));
+  stack.Enter(Frame(3, 6, 7));
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  EXPECT_FALSE(stack.Exit(7, &node));
+  EXPECT_FALSE(stack.Exit(7, &node));
+  // aten::reshape (4) around aten::view (5), sequence 8, nothing allocated: one node, the
+  // view's, named as an ALLOC inside it would be.
+  stack.Enter(Frame(4, 8, 7));
+  stack.Enter(Frame(5, 8, 7));
+  ASSERT_TRUE(stack.Exit(9, &node));
+  EXPECT_EQ(node.op, 4u);
+  EXPECT_EQ(node.inner_op, 5u);
+  EXPECT_FALSE(stack.Exit(9, &node));
+}
+
+TEST(OpStack, NoNodeWithoutOneRecordedInBackwardWithoutASequenceOrTooDeep) {
+  OpStack stack;
+  AutogradNode node;
+  // No node recorded (no_grad, or an op autograd does not differentiate): autograd's next
+  // number did not pass the op's, which the next op shares.
+  stack.Enter(Frame(1, 5, 7));
+  EXPECT_FALSE(stack.Exit(4, &node));
+  stack.Enter(Frame(1, 5, 7));
+  EXPECT_FALSE(stack.Exit(0, &node));  // unknown
+  // Backward nodes and ops without a sequence, even when autograd's number moved.
+  stack.Enter(Frame(8, 6, 7, true));
+  stack.Enter(Frame(9, 0, 2));
+  EXPECT_FALSE(stack.Exit(50, &node));
+  EXPECT_FALSE(stack.Exit(50, &node));
+  EXPECT_FALSE(stack.Exit(50, &node));  // unmatched: ignored
+  // Autograd's engine wraps a node in a frame of its sequence, of FUNCTION scope, on a thread
+  // whose counter may be past it (a CPU node runs on the thread that called backward).
+  stack.Enter(Frame(11, 6, 7));       // autograd::engine::evaluate_function: MmBackward0
+  stack.Enter(Frame(8, 6, 7, true));  // MmBackward0
+  EXPECT_FALSE(stack.Exit(50, &node));
+  EXPECT_FALSE(stack.Exit(50, &node));
+  // Deeper than kept: those frames are only counted; the kept ones still say theirs.
+  for (uint32_t i = 1; i <= OpStack::kDepth + 4; ++i) stack.Enter(Frame(i, 100 + i, 7));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(stack.Exit(1000, &node));
+  ASSERT_TRUE(stack.Exit(1000, &node));
+  EXPECT_EQ(node.op, 1u);
+  EXPECT_EQ(node.inner_op, OpStack::kDepth);
+  EXPECT_EQ(node.sequence, 100u + OpStack::kDepth);
+  while (stack.depth() > 1) EXPECT_TRUE(stack.Exit(1000, &node));
+  ASSERT_TRUE(stack.Exit(1000, &node));
+  EXPECT_EQ(node.inner_op, 0u);
+  EXPECT_EQ(node.sequence, 101u);
+  EXPECT_EQ(stack.depth(), 0u);
 }
 
 struct Defined {
