@@ -139,10 +139,14 @@ struct TimelineAllocation {
   uint8_t category = 0;
   bool category_from_objects = false;
   // A tensor with attribution (`run --modules`, `--ops`): indices into ProcessTimeline::strings
-  // of its module path and outer operator, 0 ("") when unknown.
+  // of its module path, outer and inner operator, 0 ("") when unknown.
   uint32_t module = 0;
   uint32_t op = 0;
+  uint32_t inner_op = 0;
   bool backward = false;  // born in an autograd node's backward
+  // Born in backward and linked to its forward op: that op's outer operator (index into
+  // strings); 0 otherwise.
+  uint32_t forward_op = 0;
 };
 
 // One NVTX range occurrence.

@@ -36,6 +36,20 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   };
   std::unique_ptr<StackResolver> stacks;
   if (!s.stacks.empty()) stacks = std::make_unique<StackResolver>(s);
+  // Each distinct attribution's names, interned once: their number is bounded by the
+  // program's code, not by its allocations.
+  std::vector<TimelineAllocation> named(s.attribution.births.size());
+  for (size_t i = 1; i < named.size(); ++i) {
+    const BirthAttribution& b = s.attribution.births[i];
+    TimelineAllocation& n = named[i];
+    n.module = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module));
+    n.op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op));
+    n.inner_op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.inner_op));
+    n.backward = b.backward;
+    if (b.backward && b.linked) {
+      n.forward_op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op));
+    }
+  }
   for (uint32_t i = 0; i < allocations.size(); ++i) {
     const Allocation& a = allocations[i];
     TimelineAllocation& t = out->allocations[i];
@@ -55,10 +69,11 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.category = static_cast<uint8_t>(a.category & ~kFromObjects);
     t.category_from_objects = (a.category & kFromObjects) != 0;
     if (a.attribution != 0 && a.attribution < s.attribution.births.size()) {
-      const BirthAttribution& b = s.attribution.births[a.attribution];
-      t.module = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module));
-      t.op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op));
-      t.backward = b.backward;
+      t.module = named[a.attribution].module;
+      t.op = named[a.attribution].op;
+      t.inner_op = named[a.attribution].inner_op;
+      t.backward = named[a.attribution].backward;
+      t.forward_op = named[a.attribution].forward_op;
     }
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));

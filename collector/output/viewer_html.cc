@@ -92,7 +92,7 @@ json CategoryData(const DeviceCategories& c, const internal::CategorySeries& s) 
 json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
-  std::vector<uint32_t> birth, death, api, library, module, op;
+  std::vector<uint32_t> birth, death, api, library, module, op, inner_op, forward_op;
   std::vector<uint8_t> backward;
   std::vector<int32_t> phase, stack;
   std::vector<double> bytes;
@@ -118,7 +118,9 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
     if (t.attribution) {
       module.push_back(a.module);
       op.push_back(a.op);
+      inner_op.push_back(a.inner_op);
       backward.push_back(a.backward ? 1 : 0);
+      forward_op.push_back(a.forward_op);
     }
   }
   std::vector<float> busy(kKernelBins, 0.0f);
@@ -152,13 +154,16 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
   // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
   if (!t.stacks.empty()) d["allocations"]["stack"] = Column(stack);
-  // With `run --modules` / `--ops`: each allocation's module path and outer operator (indices
-  // into the process' strings, 0: none) and whether it was born in backward; the device's
-  // figures by module and operator as summary.json has them.
+  // With `run --modules` / `--ops`: each allocation's module path, outer and inner operator
+  // (indices into the process' strings, 0: none), whether it was born in backward and, when
+  // linked, its forward op's outer operator (the flame graph by module and by operator); the
+  // device's figures by module and operator as summary.json has them.
   if (t.attribution) {
     d["allocations"]["module"] = Column(module);
     d["allocations"]["operator"] = Column(op);
+    d["allocations"]["inner_operator"] = Column(inner_op);
     d["allocations"]["backward"] = Column(backward);
+    d["allocations"]["forward_operator"] = Column(forward_op);
     if (dr.attribution.given) d["attribution"] = internal::AttributionJson(dr.attribution);
   }
   return d;

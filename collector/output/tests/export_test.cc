@@ -952,7 +952,7 @@ TEST(Stacks, MemoryVizBlocksAndAllocEntriesCarryTheFrames) {
   EXPECT_TRUE(saw_free);
 }
 
-std::vector<int32_t> Int32Column(const std::string& b64) {
+std::string Base64Decode(const std::string& b64) {
   std::string bytes;
   uint32_t buffer = 0;
   int bits = 0;
@@ -967,6 +967,11 @@ std::vector<int32_t> Int32Column(const std::string& b64) {
       bytes.push_back(static_cast<char>((buffer >> bits) & 0xFF));
     }
   }
+  return bytes;
+}
+
+std::vector<int32_t> Int32Column(const std::string& b64) {
+  const std::string bytes = Base64Decode(b64);
   std::vector<int32_t> values(bytes.size() / 4);
   memcpy(values.data(), bytes.data(), values.size() * 4);
   return values;
@@ -1133,9 +1138,10 @@ TEST(MemoryVizExport, AtOomIsTheStateOfThatInstant) {
 // ---- modules and operators (`run --modules`, `--ops`) ---------------------------------------
 
 // Tensors of the PyTorch bridge with attribution: one forward block in encoder.fc1 under
-// aten::linear, one backward block of the same autograd node (its module from the forward
-// op), one block without attribution.
-std::string AttributionTrace() {
+// aten::linear (inner aten::addmm), one backward block of the same autograd node (its module
+// from the forward op; inner aten::mm), one block without attribution; with `unlinked`, then a
+// backward block whose forward op allocated nothing.
+std::string AttributionTrace(bool unlinked = false) {
   StreamBuilder s(1, 4444);
   s.Device(0, "GPU", 1 << 30).Flush();
   v1::Event state;
@@ -1152,9 +1158,12 @@ std::string AttributionTrace() {
   name(v1::ATTRIBUTION_KIND_MODULE, 1, "encoder.fc1");
   name(v1::ATTRIBUTION_KIND_OPERATOR, 1, "aten::linear");
   name(v1::ATTRIBUTION_KIND_OPERATOR, 2, "AddmmBackward0");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 3, "aten::addmm");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 4, "aten::mm");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 5, "ViewBackward0");
   uint64_t total = 0, sequence = 0;
   auto alloc = [&](uint64_t ts, uint64_t address, uint64_t block, uint32_t module, uint32_t op,
-                   bool backward) {
+                   bool backward, uint32_t inner = 0, uint64_t autograd_sequence = 7) {
     v1::Event e;
     e.set_timestamp_ns(ts);
     v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
@@ -1166,15 +1175,17 @@ std::string AttributionTrace() {
     t->set_allocated_bytes_current(total);
     t->set_module_id(module);
     t->set_operator_id(op);
-    t->set_autograd_sequence(op != 0 ? 7 : 0);
+    t->set_inner_operator_id(inner);
+    t->set_autograd_sequence(op != 0 ? autograd_sequence : 0);
     t->set_autograd_thread(op != 0 ? 11 : 0);
     t->set_backward(backward);
     total += block;
     s.Raw(e);
   };
-  alloc(100, 0x10000, 4096, 1, 1, false);
-  alloc(110, 0x20000, 8192, 0, 2, true);
+  alloc(100, 0x10000, 4096, 1, 1, false, 3);
+  alloc(110, 0x20000, 8192, 0, 2, true, 4);
   alloc(120, 0x30000, 1024, 0, 0, false);
+  if (unlinked) alloc(125, 0x40000, 2048, 0, 5, true, 0, 9);
   v1::Event probe;
   probe.set_timestamp_ns(130);
   probe.mutable_torch_allocator()->set_action(v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE);
@@ -1183,7 +1194,8 @@ std::string AttributionTrace() {
   probe.mutable_torch_allocator()->set_allocated_bytes_current(total);
   s.Raw(probe);
   s.Exit(200, 0).LauncherExit(0, 0);
-  return WriteTempFile("attribution." + std::to_string(getpid()) + ".cmtrace",
+  return WriteTempFile("attribution" + std::string(unlinked ? ".unlinked." : ".") +
+                           std::to_string(getpid()) + ".cmtrace",
                        FileBytes(s.Chunks()));
 }
 
@@ -1233,6 +1245,41 @@ TEST(Attribution, PageDataHasModuleAndOperatorColumns) {
   const json plain_data = json::parse(EmbeddedPageData(*plain));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("module"));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0].contains("attribution"));
+}
+
+// The flame graph by operator: each tensor's inner operator, and a backward tensor's forward
+// op when linked (0 when unlinked, and for a forward tensor), as ids into the one strings table.
+TEST(Attribution, PageDataHasInnerAndForwardOperatorColumns) {
+  auto trace = Load(AttributionTrace(/*unlinked=*/true));
+  ASSERT_NE(trace, nullptr);
+  const json data = json::parse(EmbeddedPageData(*trace));
+  const json& process = data["processes"][0];
+  const json& allocations = process["devices"][0]["allocations"];
+  const std::vector<int32_t> op = Int32Column(allocations.at("operator"));
+  const std::vector<int32_t> inner = Int32Column(allocations.at("inner_operator"));
+  const std::vector<int32_t> forward = Int32Column(allocations.at("forward_operator"));
+  const std::string backward = Base64Decode(allocations.at("backward").get<std::string>());
+  ASSERT_EQ(inner.size(), 4u);
+  ASSERT_EQ(forward.size(), 4u);
+  ASSERT_EQ(backward.size(), 4u);
+  const json& strings = process["strings"];
+  auto text = [&](int32_t id) { return strings.at(static_cast<size_t>(id)).get<std::string>(); };
+  EXPECT_EQ(text(inner[0]), "aten::addmm");
+  EXPECT_EQ(forward[0], 0);  // a forward tensor
+  EXPECT_EQ(backward[0], 0);
+  EXPECT_EQ(text(op[1]), "AddmmBackward0");
+  EXPECT_EQ(text(inner[1]), "aten::mm");
+  EXPECT_EQ(text(forward[1]), "aten::linear");  // linked to the forward op of sequence 7
+  EXPECT_EQ(backward[1], 1);
+  EXPECT_EQ(inner[2], 0);
+  EXPECT_EQ(forward[2], 0);
+  EXPECT_EQ(text(op[3]), "ViewBackward0");
+  EXPECT_EQ(inner[3], 0);
+  EXPECT_EQ(forward[3], 0);  // its forward op allocated nothing: not linked
+  EXPECT_EQ(backward[3], 1);
+  // Ids, not strings per allocation: each name is in the table once.
+  std::set<std::string> seen;
+  for (const json& s : strings) EXPECT_TRUE(seen.insert(s.get<std::string>()).second) << s;
 }
 
 }  // namespace
