@@ -1217,69 +1217,99 @@ TEST(Attribution, MemoryVizAllocEntriesCarryModuleAndOperator) {
   EXPECT_TRUE(allocs[0x30000]["frames"].empty());
 }
 
-TEST(Attribution, PageDataHasModuleAndOperatorColumns) {
+// Each allocation's attribution in the page data as its names: the allocation column
+// "attribution" indexes the process' "attributions", whose columns index its "strings".
+struct PageAttribution {
+  std::string module, op, inner_op, forward_op;
+  int backward = -1;
+  uint32_t entry = 0;
+};
+std::vector<PageAttribution> PageAttributions(const json& process, const json& device) {
+  const std::vector<int32_t> column = Int32Column(device["allocations"].at("attribution"));
+  EXPECT_EQ(column.size(), device["allocations"]["n"].get<size_t>());
+  const json& table = process.at("attributions");
+  const json& strings = process.at("strings");
+  auto text = [&](const char* key, uint32_t entry) {
+    return strings.at(table.at(key).at(entry).get<size_t>()).get<std::string>();
+  };
+  std::vector<PageAttribution> out;
+  for (const int32_t id : column) {
+    const auto entry = static_cast<uint32_t>(id);
+    EXPECT_LT(entry, table.at("n").get<uint32_t>());
+    PageAttribution a;
+    a.entry = entry;
+    a.module = text("module", entry);
+    a.op = text("operator", entry);
+    a.inner_op = text("inner_operator", entry);
+    a.forward_op = text("forward_operator", entry);
+    a.backward = table.at("backward").at(entry).get<int>();
+    out.push_back(a);
+  }
+  return out;
+}
+
+TEST(Attribution, PageDataHasEachAllocationsModuleAndOperators) {
   auto trace = Load(AttributionTrace());
   ASSERT_NE(trace, nullptr);
   const json data = json::parse(EmbeddedPageData(*trace));
   const json& process = data["processes"][0];
   const json& device = process["devices"][0];
-  const json& allocations = device["allocations"];
-  const std::vector<int32_t> module = Int32Column(allocations.at("module"));
-  const std::vector<int32_t> op = Int32Column(allocations.at("operator"));
-  ASSERT_EQ(module.size(), allocations["n"].get<size_t>());
-  ASSERT_EQ(module.size(), 3u);  // in birth order
-  const json& strings = process["strings"];
-  EXPECT_EQ(strings[static_cast<size_t>(module[0])], "encoder.fc1");
-  EXPECT_EQ(strings[static_cast<size_t>(op[0])], "aten::linear");
-  EXPECT_EQ(strings[static_cast<size_t>(module[1])], "encoder.fc1");  // from its forward op
-  EXPECT_EQ(strings[static_cast<size_t>(op[1])], "AddmmBackward0");
-  EXPECT_EQ(module[2], 0);
-  EXPECT_EQ(op[2], 0);
+  const std::vector<PageAttribution> a = PageAttributions(process, device);
+  ASSERT_EQ(a.size(), 3u);  // in birth order
+  EXPECT_EQ(a[0].module, "encoder.fc1");
+  EXPECT_EQ(a[0].op, "aten::linear");
+  EXPECT_EQ(a[1].module, "encoder.fc1");  // from its forward op
+  EXPECT_EQ(a[1].op, "AddmmBackward0");
+  EXPECT_EQ(a[2].entry, 0u);  // none
+  EXPECT_EQ(a[2].module, "");
+  EXPECT_EQ(a[2].op, "");
+  // Entry 0 is none, whatever the allocations.
+  const json& table = process["attributions"];
+  for (const char* key : {"module", "operator", "inner_operator", "backward", "forward_operator"}) {
+    ASSERT_EQ(table.at(key).size(), table["n"].get<size_t>()) << key;
+    EXPECT_EQ(table[key][0], 0) << key;
+  }
   const json& by_module = device.at("attribution").at("by_module");
   ASSERT_FALSE(by_module.empty());
   EXPECT_EQ(by_module[0]["module"], "encoder");
   EXPECT_EQ(by_module[0]["bytes"], 4096 + 8192);
-  // Without attribution, no columns.
+  // Without attribution, neither the column nor the table.
   auto plain = Load(SyntheticTrace());
   ASSERT_NE(plain, nullptr);
   const json plain_data = json::parse(EmbeddedPageData(*plain));
-  EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("module"));
+  EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("attribution"));
+  EXPECT_FALSE(plain_data["processes"][0].contains("attributions"));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0].contains("attribution"));
 }
 
 // The flame graph by operator: each tensor's inner operator, and a backward tensor's forward
-// op when linked (0 when unlinked, and for a forward tensor), as ids into the one strings table.
-TEST(Attribution, PageDataHasInnerAndForwardOperatorColumns) {
+// op when linked (none when unlinked, and for a forward tensor); each distinct attribution is
+// one entry of the table, each name one string.
+TEST(Attribution, PageDataHasInnerAndForwardOperators) {
   auto trace = Load(AttributionTrace(/*unlinked=*/true));
   ASSERT_NE(trace, nullptr);
   const json data = json::parse(EmbeddedPageData(*trace));
   const json& process = data["processes"][0];
-  const json& allocations = process["devices"][0]["allocations"];
-  const std::vector<int32_t> op = Int32Column(allocations.at("operator"));
-  const std::vector<int32_t> inner = Int32Column(allocations.at("inner_operator"));
-  const std::vector<int32_t> forward = Int32Column(allocations.at("forward_operator"));
-  const std::string backward = Base64Decode(allocations.at("backward").get<std::string>());
-  ASSERT_EQ(inner.size(), 4u);
-  ASSERT_EQ(forward.size(), 4u);
-  ASSERT_EQ(backward.size(), 4u);
-  const json& strings = process["strings"];
-  auto text = [&](int32_t id) { return strings.at(static_cast<size_t>(id)).get<std::string>(); };
-  EXPECT_EQ(text(inner[0]), "aten::addmm");
-  EXPECT_EQ(forward[0], 0);  // a forward tensor
-  EXPECT_EQ(backward[0], 0);
-  EXPECT_EQ(text(op[1]), "AddmmBackward0");
-  EXPECT_EQ(text(inner[1]), "aten::mm");
-  EXPECT_EQ(text(forward[1]), "aten::linear");  // linked to the forward op of sequence 7
-  EXPECT_EQ(backward[1], 1);
-  EXPECT_EQ(inner[2], 0);
-  EXPECT_EQ(forward[2], 0);
-  EXPECT_EQ(text(op[3]), "ViewBackward0");
-  EXPECT_EQ(inner[3], 0);
-  EXPECT_EQ(forward[3], 0);  // its forward op allocated nothing: not linked
-  EXPECT_EQ(backward[3], 1);
-  // Ids, not strings per allocation: each name is in the table once.
+  const std::vector<PageAttribution> a = PageAttributions(process, process["devices"][0]);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0].inner_op, "aten::addmm");
+  EXPECT_EQ(a[0].forward_op, "");  // a forward tensor
+  EXPECT_EQ(a[0].backward, 0);
+  EXPECT_EQ(a[1].op, "AddmmBackward0");
+  EXPECT_EQ(a[1].inner_op, "aten::mm");
+  EXPECT_EQ(a[1].forward_op, "aten::linear");  // linked to the forward op of sequence 7
+  EXPECT_EQ(a[1].backward, 1);
+  EXPECT_EQ(a[2].entry, 0u);
+  EXPECT_EQ(a[3].op, "ViewBackward0");
+  EXPECT_EQ(a[3].inner_op, "");
+  EXPECT_EQ(a[3].forward_op, "");         // its forward op allocated nothing: not linked
+  EXPECT_EQ(a[3].module, "encoder.fc1");  // the guess from the op before it
+  EXPECT_EQ(a[3].backward, 1);
+  // None and the three distinct attributions; each name once in the strings.
+  EXPECT_EQ(process["attributions"]["n"], 4);
   std::set<std::string> seen;
-  for (const json& s : strings) EXPECT_TRUE(seen.insert(s.get<std::string>()).second) << s;
+  for (const json& s : process["strings"])
+    EXPECT_TRUE(seen.insert(s.get<std::string>()).second) << s;
 }
 
 }  // namespace
