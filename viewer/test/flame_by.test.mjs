@@ -44,9 +44,9 @@ const ALLOCATIONS = [
   { bytes: 640 * KiB, module: 'decoder', op: 'ViewBackward0', backward: true },
 ];
 
-// torch_async.html with ALLOCATIONS on its device; `modules: false` leaves the module column
-// all none (a trace recorded with --ops only), `stacks` adds one stack for every allocation.
-function makePage(file, { modules = true, stacks = false } = {}) {
+// torch_async.html with `list` (ALLOCATIONS) on its device; `modules: false` leaves every
+// module none (a trace recorded with --ops only), `stacks` adds one stack for every allocation.
+function makePage(file, { modules = true, stacks = false, list = ALLOCATIONS } = {}) {
   const page = readPage(work, 'torch_async');
   const p = page.data.processes[0], d = p.devices[0];
   const id = (text) => {
@@ -55,7 +55,6 @@ function makePage(file, { modules = true, stacks = false } = {}) {
     if (i < 0) i = p.strings.push(text) - 1;
     return i;
   };
-  const list = ALLOCATIONS;
   const n = list.length;
   const phase0 = column(d.allocations.phase, Int32Array)[0], kind0 = column(d.allocations.kind, Uint8Array)[0];
   d.allocations = {
@@ -306,6 +305,24 @@ test('flame by module and operator on a real export: summary.json\'s figures at 
   assert.equal(boxesAt(o, 1).backward.bytes, attribution.backward.bytes, 'every backward tensor is live at the peak');
   assert.equal(boxesAt(o, 1)['(no operator)'].bytes, attribution.by_operator.find((r) => r.operator === null).bytes);
   assert.equal(boxesAt(o, 3)['backward / backward of aten::linear / aten::mm'].bytes, 2 * MiB);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+// Module paths and operator names are the traced program's strings: they reach the page as
+// text only.
+test('flame by module and operator: hostile names render as text, never as markup', async () => {
+  const module = 'enc.<img src=x onerror="top[\'pwned\']=1">.-->';  // no '.' in a segment
+  const op = '</script><script>window.pwned=2</script>';
+  makePage('flame_hostile.html', { list: [{ bytes: MiB, module, op, inner: '&lt;b&gt;' }] });
+  const { page, problems } = await open('flame_hostile.html');
+  const f = await choose(page, 'module');
+  assert.equal(f.boxes.find((b) => b.path === module).bytes, MiB);
+  assert.ok((await page.locator('#flame-graph').textContent()).includes('<img src=x onerror="top[\'pwned\']=1">'));
+  const o = await choose(page, 'operator');
+  assert.equal(o.boxes.find((b) => b.path === `forward / ${op} / &lt;b&gt;`).bytes, MiB);
+  assert.equal(await page.evaluate(() => window.pwned), undefined, 'no name ran as script');
+  assert.equal(await page.locator('img').count(), 0, 'no name became an element');
   assert.deepEqual(problems, []);
   await page.close();
 });
