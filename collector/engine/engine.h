@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "collector/engine/phase_rules.h"
@@ -143,6 +144,23 @@ struct TimelineAllocation {
   uint32_t module = 0;
   uint32_t op = 0;
   bool backward = false;  // born in an autograd node's backward
+  // Index into ProcessTimeline::attributions (0: none): all of the above and more.
+  uint32_t attribution = 0;
+};
+
+// One distinct attribution of a process's tensors (`run --modules`, `--ops`): indices into
+// ProcessTimeline::strings, 0 ("") when unknown. Their number is bounded by the program's code.
+struct TimelineAttribution {
+  uint32_t module = 0;
+  uint32_t op = 0;        // the outermost operator
+  uint32_t inner_op = 0;  // the innermost operator
+  bool backward = false;  // born in an autograd node's backward
+  // Born in backward and linked to its forward op: that op's outer operator; 0 otherwise.
+  uint32_t forward_op = 0;
+  bool operator<(const TimelineAttribution& o) const {
+    return std::tie(module, op, inner_op, backward, forward_op) <
+           std::tie(o.module, o.op, o.inner_op, o.backward, o.forward_op);
+  }
 };
 
 // One NVTX range occurrence.
@@ -192,6 +210,8 @@ struct ProcessTimeline {
   std::vector<MarkInstant> marks;               // by time
   StackTable stacks;                            // empty without `run --stacks`
   bool attribution = false;                     // the process sent module paths or operators
+  // The distinct attributions TimelineAllocation::attribution indexes; [0] is none.
+  std::vector<TimelineAttribution> attributions{TimelineAttribution()};
 };
 
 // processes[i] belongs to report->processes[i]; timelines only with AnalysisOptions::timelines.

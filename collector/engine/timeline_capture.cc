@@ -1,6 +1,7 @@
 #include "collector/engine/timeline_capture.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -36,6 +37,25 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
   };
   std::unique_ptr<StackResolver> stacks;
   if (!s.stacks.empty()) stacks = std::make_unique<StackResolver>(s);
+  // Each distinct attribution's names, interned once: their number is bounded by the
+  // program's code, not by its allocations. Births that differ only in what is not shown
+  // (the forward op's stack, how the module was found) are one entry.
+  std::vector<uint32_t> entry_of(s.attribution.births.size(), 0);
+  std::map<TimelineAttribution, uint32_t> entries{{TimelineAttribution(), 0}};
+  for (size_t i = 1; i < entry_of.size(); ++i) {
+    const BirthAttribution& b = s.attribution.births[i];
+    TimelineAttribution n;
+    n.module = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module));
+    n.op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op));
+    n.inner_op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.inner_op));
+    n.backward = b.backward;
+    if (b.backward && b.linked) {
+      n.forward_op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op));
+    }
+    auto [it, inserted] = entries.emplace(n, static_cast<uint32_t>(out->attributions.size()));
+    if (inserted) out->attributions.push_back(n);
+    entry_of[i] = it->second;
+  }
   for (uint32_t i = 0; i < allocations.size(); ++i) {
     const Allocation& a = allocations[i];
     TimelineAllocation& t = out->allocations[i];
@@ -54,11 +74,12 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.kind = a.kind;
     t.category = static_cast<uint8_t>(a.category & ~kFromObjects);
     t.category_from_objects = (a.category & kFromObjects) != 0;
-    if (a.attribution != 0 && a.attribution < s.attribution.births.size()) {
-      const BirthAttribution& b = s.attribution.births[a.attribution];
-      t.module = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_MODULE, b.module));
-      t.op = intern(s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.op));
-      t.backward = b.backward;
+    if (a.attribution != 0 && a.attribution < entry_of.size()) {
+      t.attribution = entry_of[a.attribution];
+      const TimelineAttribution& n = out->attributions[t.attribution];
+      t.module = n.module;
+      t.op = n.op;
+      t.backward = n.backward;
     }
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));

@@ -92,8 +92,7 @@ json CategoryData(const DeviceCategories& c, const internal::CategorySeries& s) 
 json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   const DeviceTimeline& dt = t.devices[slot];
   const DeviceReport& dr = p.devices[slot];
-  std::vector<uint32_t> birth, death, api, library, module, op;
-  std::vector<uint8_t> backward;
+  std::vector<uint32_t> birth, death, api, library, attribution;
   std::vector<int32_t> phase, stack;
   std::vector<double> bytes;
   std::vector<uint8_t> kind, lifetime_class;
@@ -115,11 +114,7 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
     api.push_back(a.api);
     library.push_back(a.library);
     kind.push_back(a.kind);
-    if (t.attribution) {
-      module.push_back(a.module);
-      op.push_back(a.op);
-      backward.push_back(a.backward ? 1 : 0);
-    }
+    if (t.attribution) attribution.push_back(a.attribution);
   }
   std::vector<float> busy(kKernelBins, 0.0f);
   const double width = std::max<double>(1.0, static_cast<double>(p.duration_ns)) / kKernelBins;
@@ -152,16 +147,30 @@ json DeviceData(const ProcessReport& p, const ProcessTimeline& t, size_t slot) {
   if (!lifetime_class.empty()) d["allocations"]["lifetime_class"] = Column(lifetime_class);
   // With `run --stacks`: index into the process' "stacks".stacks, -1 for none (int32).
   if (!t.stacks.empty()) d["allocations"]["stack"] = Column(stack);
-  // With `run --modules` / `--ops`: each allocation's module path and outer operator (indices
-  // into the process' strings, 0: none) and whether it was born in backward; the device's
-  // figures by module and operator as summary.json has them.
+  // With `run --modules` / `--ops`: each allocation's attribution (index into the process'
+  // "attributions", 0: none), one uint32 where its module and operators as columns would take
+  // 17 bytes; the device's figures by module and operator as summary.json has them.
   if (t.attribution) {
-    d["allocations"]["module"] = Column(module);
-    d["allocations"]["operator"] = Column(op);
-    d["allocations"]["backward"] = Column(backward);
+    d["allocations"]["attribution"] = Column(attribution);
     if (dr.attribution.given) d["attribution"] = internal::AttributionJson(dr.attribution);
   }
   return d;
+}
+
+// The process' distinct attributions (`run --modules`, `--ops`) as columns of indices into its
+// strings (0: none), [0] being none: few (bounded by the program's code), so JSON arrays.
+json AttributionsData(const ProcessTimeline& t) {
+  json module = json::array(), op = json::array(), inner = json::array(), backward = json::array(),
+       forward = json::array();
+  for (const TimelineAttribution& a : t.attributions) {
+    module.push_back(a.module);
+    op.push_back(a.op);
+    inner.push_back(a.inner_op);
+    backward.push_back(a.backward ? 1 : 0);
+    forward.push_back(a.forward_op);
+  }
+  return {{"n", t.attributions.size()}, {"module", module},     {"operator", op},
+          {"inner_operator", inner},    {"backward", backward}, {"forward_operator", forward}};
 }
 
 // The process' stack table (`run --stacks`): frames as columns, each stack a list of frame
@@ -281,6 +290,7 @@ json ProcessData(const ProcessReport& p, const ProcessTimeline& t) {
             {"phase", Column(phase)}, {"thread", Column(thread)}, {"depth", Column(depth)}}},
           {"devices", devices}};
   if (!t.stacks.empty()) process["stacks"] = StacksData(t.stacks);
+  if (t.attribution) process["attributions"] = AttributionsData(t);
   return process;
 }
 

@@ -41,6 +41,7 @@
     };
     p.bands = outermostRanges(p.range);
     p.stackTable = decodeStacks(p.stacks);
+    p.attributionTable = decodeAttributions(p.attributions, p.strings || []);
     const windows = (p.iterations && p.iterations.windows_ns) || [];
     p.iterationStarts = Float64Array.from(windows, (w) => w[0]);
     for (const d of p.devices) {
@@ -49,6 +50,7 @@
       d.busy = column(d.kernel_busy.fraction, Float32Array);
       d.cat = decodeCategories(d.categories);
       d.alloc = null;  // decoded at the first click (allocations): not needed to draw
+      d.process = p;
     }
     p.decoded = true;
     return p;
@@ -70,8 +72,34 @@
       stack: a.stack === undefined || a.stack === null ? null
         : Array.isArray(a.stack) ? Int32Array.from(a.stack, (v) => (Number.isInteger(v) ? v : -1))
           : column(a.stack, Int32Array),
+      // With `run --modules` / `--ops`: index into the process' attributions (0: none).
+      attr: attributionColumn(a.attribution, a.n, d.process.attributionTable),
     };
     return d.alloc;
+  }
+  // An allocation column of indices into the process' attributions, base64 uint32 or a JSON
+  // array; null without the table or when not n long, an index out of the table none.
+  function attributionColumn(v, n, table) {
+    if (v === undefined || v === null || !table) return null;
+    const c = Array.isArray(v) ? Uint32Array.from(v, (x) => (Number.isInteger(x) && x >= 0 ? x : 0))
+      : column(v, Uint32Array);
+    if (c.length !== n) return null;
+    for (let i = 0; i < n; i++) if (c[i] >= table.n) c[i] = 0;
+    return c;
+  }
+  // "attributions": the process' distinct attributions as columns of indices into its strings
+  // (module, operator, inner_operator, forward_operator; 0: none) and `backward` (0 or 1); [0]
+  // is none. Few: JSON arrays. A malformed entry names nothing rather than being trusted.
+  function decodeAttributions(t, strings) {
+    if (!t || typeof t !== 'object' || !Array.isArray(t.module)) return null;
+    const n = t.module.length;
+    const ids = (v) => Uint32Array.from({ length: n }, (_, i) => {
+      const x = Array.isArray(v) ? v[i] : 0;
+      return Number.isInteger(x) && x > 0 && x < strings.length ? x : 0;
+    });
+    return { n, module: ids(t.module), operator: ids(t.operator), inner: ids(t.inner_operator),
+      forward: ids(t.forward_operator),
+      backward: Uint8Array.from({ length: n }, (_, i) => (Array.isArray(t.backward) && t.backward[i] ? 1 : 0)) };
   }
 
   // ---- stacks (run --stacks) ----------------------------------------------------------------
@@ -1348,63 +1376,178 @@
         'or the CUDA and C runtimes); the highlighted frame is the one the tables name.'));
   }
 
-  // ---- flame graph of the live bytes by stack -----------------------------------------------
-  // The allocations of a live set merged along their stacks, outermost frame at the top (an
-  // icicle): each box is a frame reached by the same path from the top, as wide as the bytes
-  // allocated below it. Allocations without a stack are one "(no stack)" box.
+  // ---- flame graph of the live bytes by stack, by module, by operator ------------------------
+  // The allocations of a live set merged along a path, outermost at the top (an icicle): each
+  // box is reached by the same path from the top and is as wide as the bytes allocated below
+  // it. By stack the path is the allocation's frames ("(no stack)" without one); by module
+  // its module path split on '.', under the model (`<GPT>`) when the process named one
+  // ("(no module)" outside every module); by operator forward or backward, then the outer
+  // operator ("backward of <forward op>" when a backward tensor was linked to its forward
+  // op), then the inner one.
   const FLAME_ROW = 18;
-  function flameTree(p, a, live) {
-    const T = p.stackTable;
-    const node = (label, frame, parent) => ({ label, frame, parent, bytes: 0, count: 0, children: new Map(),
-      depth: parent ? parent.depth + 1 : 0 });
-    const root = node('all live allocations', null, null);
-    const child = (n, key, label, frame) => {
-      let c = n.children.get(key);
-      if (!c) { c = node(label, frame, n); n.children.set(key, c); }
-      return c;
-    };
-    let depth = 0;
+  const FLAME_BY = { stack: 'by stack', module: 'by module', operator: 'by operator' };
+  const flameNode = (label, parent, extra) => Object.assign({ label, frame: null, parent, bytes: 0, count: 0,
+    children: new Map(), depth: parent ? parent.depth + 1 : 0 }, extra || {});
+  const flameChild = (n, key, label, extra) => {
+    let c = n.children.get(key);
+    if (!c) { c = flameNode(label, n, extra); n.children.set(key, c); }
+    return c;
+  };
+  // The choices the device's allocations have data for, computed once per device.
+  function flameChoices(p, a) {
+    if (a.flameChoices) return a.flameChoices;
+    const choices = [];
+    if (p.stackTable && a.stack) choices.push('stack');
+    const T = p.attributionTable, used = usedAttributions(a);
+    if (T && used.some((e) => T.module[e])) choices.push('module');
+    if (T && used.some((e) => T.operator[e] || T.inner[e] || T.backward[e])) choices.push('operator');
+    a.flameChoices = choices;
+    return choices;
+  }
+  // The attributions the device's allocations have (none apart).
+  function usedAttributions(a) {
+    if (a.usedAttributions) return a.usedAttributions;
+    const used = [];
+    if (a.attr) {
+      const seen = new Uint8Array(a.attr.reduce((m, e) => Math.max(m, e), 0) + 1);
+      for (let i = 0; i < a.n; i++) seen[a.attr[i]] = 1;
+      for (let e = 1; e < seen.length; e++) if (seen[e]) used.push(e);
+    }
+    a.usedAttributions = used;
+    return used;
+  }
+  function flameTree(p, d, a, live, by) {
+    const root = flameNode('all live allocations', null, { path: '' });
+    const add = (n, b, c) => { n.bytes += b; n.count += c; };
+    if (by === 'module' || by === 'operator') {
+      // The live bytes and count per attribution, then one path per attribution.
+      const T = p.attributionTable, bytes = new Float64Array(T.n), count = new Uint32Array(T.n);
+      for (const i of live) { bytes[a.attr[i]] += a.bytes[i]; count[a.attr[i]]++; }
+      for (let e = 0; e < T.n; e++) {
+        if (!count[e]) continue;
+        add(root, bytes[e], count[e]);
+        (by === 'module' ? modulePath : operatorPath)(p, d, a, e, root, (n) => add(n, bytes[e], count[e]));
+      }
+      return { root };
+    }
+    const S = p.stackTable;
     for (const i of live) {
       const b = a.bytes[i], frames = stackOf(p, a, i);
-      root.bytes += b; root.count++;
+      add(root, b, 1);
       if (!frames) {
-        const c = child(root, '', '(no stack)', null);
-        c.bytes += b; c.count++;
+        add(flameChild(root, '', '(no stack)'), b, 1);
         continue;
       }
       let n = root;
       for (let k = frames.length - 1; k >= 0; k--) {
-        const f = T.frames[frames[k]];
-        n = child(n, f.key, f.label, f);
-        n.bytes += b; n.count++;
+        const f = S.frames[frames[k]];
+        n = flameChild(n, f.key, f.label, { frame: f });
+        add(n, b, 1);
       }
-      depth = Math.max(depth, frames.length);
     }
-    return { root, depth };
+    return { root };
   }
-  function flameColor(n) {
-    if (!n.frame) return n.parent ? '#d1d5db' : '#e5e7eb';
+  // The model: the one root module (`<GPT>`) the process named, as the report's module tree
+  // has it (docs/design.md "Modules and operators"); several models stay separate trees.
+  function moduleRoot(p, d, a) {
+    if (a.moduleRoot !== undefined) return a.moduleRoot;
+    const roots = new Set();
+    const rows = (d.attribution && Array.isArray(d.attribution.by_module)) ? d.attribution.by_module : [];
+    for (const r of rows) if (r && typeof r.module === 'string' && r.module[0] === '<') roots.add(r.module);
+    for (const e of usedAttributions(a)) {
+      const m = p.strings[p.attributionTable.module[e]];
+      if (typeof m === 'string' && m[0] === '<') roots.add(m);
+    }
+    a.moduleRoot = roots.size === 1 ? [...roots][0] : null;
+    return a.moduleRoot;
+  }
+  // By module: the model, then the path's segments; "(no module)" outside every module.
+  function modulePath(p, d, a, e, root, add) {
+    const model = moduleRoot(p, d, a), m = String(p.strings[p.attributionTable.module[e]] || '');
+    if (!m) {
+      add(flameChild(root, '\u0000none', '(no module)', { path: '(no module)', kind: 'none' }));
+      return;
+    }
+    const segs = m[0] === '<' ? [m] : (model ? [model] : []).concat(m.split('.'));
+    let n = root, path = '';
+    for (let k = 0; k < segs.length; k++) {
+      // The model's box is its name; below it each box's path is the module path to it.
+      path = k === 0 && segs[k][0] === '<' ? '' : (path ? path + '.' : '') + segs[k];
+      n = flameChild(n, segs[k], segs[k], { path: path || segs[k], kind: 'module' });
+      add(n);
+    }
+  }
+  // By operator: forward or backward, the outer operator ("backward of <forward op>" when a
+  // backward tensor was linked to its forward op), the inner operator where it is another.
+  function operatorPath(p, d, a, e, root, add) {
+    const T = p.attributionTable, name = (id) => String(p.strings[id] || '');
+    const backward = Boolean(T.backward[e]), op = name(T.operator[e]), inner = name(T.inner[e]);
+    const forward = backward ? name(T.forward[e]) : '';
+    if (!backward && !op && !inner) {
+      add(flameChild(root, '\u0000none', '(no operator)', { path: '(no operator)', kind: 'none' }));
+      return;
+    }
+    const side = backward ? 'backward' : 'forward';
+    const top = flameChild(root, side, side, { path: side, kind: side });
+    add(top);
+    const outer = forward ? `backward of ${forward}` : (op || inner || '(no operator)');
+    const n = flameChild(top, (forward ? '\u0001' : '\u0002') + outer, outer,
+      { path: `${side} / ${outer}`, kind: side, nodes: new Set() });
+    add(n);
+    if (forward && op) n.nodes.add(op);  // the autograd nodes run for that forward op
+    if (inner && op && inner !== op) {
+      add(flameChild(n, inner, inner, { path: `${side} / ${outer} / ${inner}`, kind: side }));
+    }
+  }
+  const hashOf = (text) => {
     let h = 0;
-    for (let k = 0; k < n.frame.fn.length; k++) h = (h * 31 + n.frame.fn.charCodeAt(k)) >>> 0;
+    for (let k = 0; k < text.length; k++) h = (h * 31 + text.charCodeAt(k)) >>> 0;
+    return h;
+  };
+  function flameColor(n) {
+    if (n.kind === 'module') return `hsl(${140 + hashOf(n.label) % 40}, 50%, ${n.depth <= 1 ? 72 : 78}%)`;
+    if (n.kind === 'forward') return `hsl(${30 + hashOf(n.label) % 25}, 80%, ${n.depth <= 1 ? 66 : 76}%)`;
+    if (n.kind === 'backward') return `hsl(${260 + hashOf(n.label) % 30}, 55%, ${n.depth <= 1 ? 72 : 80}%)`;
+    if (!n.frame) return n.parent ? '#d1d5db' : '#e5e7eb';
     const light = n.frame.system ? 80 : 66;
+    const h = hashOf(n.frame.fn);
     return n.frame.kind === 'python' ? `hsl(${20 + h % 35}, 85%, ${light}%)` : `hsl(${195 + h % 35}, 60%, ${light}%)`;
   }
+  const FLAME_HINTS = {
+    stack: 'Outermost frame at the top; each box is as wide as the bytes allocated below it. Hover: the frame and ' +
+      'its bytes; ',
+    module: 'The model at the top, each module below the one that holds it, as wide as the bytes its tensors hold ' +
+      '(a backward tensor under the module of its forward op). Hover: the module path and its bytes; ',
+    operator: 'Forward or backward, then the outermost operator the tensor was born in (backward of the forward op ' +
+      'it was linked to), then the innermost one. Hover: the operator and its bytes; ',
+  };
   function showFlame(p, d, a, live, total, when) {
     const host = document.getElementById('flame');
-    if (!p.stackTable || !a.stack) {
+    const choices = flameChoices(p, a);
+    if (!choices.length) {
       host.hidden = true;
       host.replaceChildren();
       api.flame = () => null;
       return;
     }
     host.hidden = false;
-    const { root } = flameTree(p, a, live);
-    const graph = el('div', { id: 'flame-graph', class: 'flame' });
+    // The choice stays as the instant changes; the first one the trace has data for at first.
+    if (!choices.includes(state.flameBy)) state.flameBy = choices[0];
+    const by = state.flameBy;
+    const { root } = flameTree(p, d, a, live, by);
+    const graph = el('div', { id: 'flame-graph', class: 'flame', 'data-by': by });
     const reset = el('button', { type: 'button', id: 'flame-reset', hidden: '' }, 'zoom out to all');
-    host.replaceChildren(el('h2', {}, `Live ${when}, by stack`),
+    const select = el('select', { id: 'flame-by', title: 'what the flame graph groups the live bytes by' },
+      ...choices.map((c) => el('option', c === by ? { value: c, selected: '' } : { value: c }, FLAME_BY[c])));
+    select.hidden = choices.length < 2;
+    select.addEventListener('change', () => {
+      state.flameBy = select.value;
+      showFlame(p, d, a, live, total, when);
+    });
+    const title = el('h2', { id: 'flame-title' }, `Live ${when}, ${FLAME_BY[by]}`);
+    host.replaceChildren(el('div', { class: 'flame-head' }, title, select),
       el('p', { class: 'muted hint' }, `${fmtBytes(total)} (${fmtInt(total)} B) in ${fmtInt(live.length)} allocations. ` +
-        'Outermost frame at the top; each box is as wide as the bytes allocated below it. Hover: the frame and its ' +
-        'bytes; click: zoom into it; click a bar above: back out. ', reset),
+        FLAME_HINTS[by] + 'click: zoom into it; click a bar above: back out. ', reset),
       graph);
     let boxes = [];
     let focus = root;
@@ -1418,7 +1561,7 @@
       const box = (n, x, w, row) => {
         const b = el('div', { class: 'flame-box' + (n.frame && !n.frame.system ? ' user' : ''),
           'data-node': String(boxes.length), 'data-bytes': String(n.bytes), 'data-depth': String(n.depth),
-          'data-label': n.label,
+          'data-label': n.label, 'data-path': n.path === undefined ? n.label : n.path,
           style: `left:${(100 * x).toFixed(4)}%;width:${(100 * w).toFixed(4)}%;top:${row * FLAME_ROW}px;` +
             `background:${flameColor(n)}` }, n.frame ? n.frame.short : n.label);
         boxes.push(n);
@@ -1443,6 +1586,7 @@
       graph.style.height = rows * FLAME_ROW + 'px';
       graph.replaceChildren(...out);
       reset.hidden = focus === root;
+      title.textContent = `Live ${when}, ${FLAME_BY[by]}` + (focus === root ? '' : `: ${focus.path || focus.label}`);
     };
     const nodeAt = (e) => {
       const b = e.target.closest && e.target.closest('.flame-box');
@@ -1451,8 +1595,11 @@
     graph.addEventListener('mousemove', (e) => {
       const n = nodeAt(e);
       if (!n) { hideTooltip(); return; }
-      const lines = [n.frame ? n.frame.label : n.label];
+      const lines = [n.frame ? n.frame.label : n.kind === 'module' ? `module ${n.path}` : (n.path || n.label)];
       if (n.frame) lines.push(`${n.frame.kind} frame` + (n.frame.system ? ' (runtime or installed package)' : ' (the program\'s own)'));
+      if (n.nodes && n.nodes.size) {
+        lines.push(`autograd node${n.nodes.size > 1 ? 's' : ''}: ${[...n.nodes].join(', ')}`);
+      }
       lines.push(`${fmtBytes(n.bytes)} (${fmtInt(n.bytes)} B), ${(100 * n.bytes / (root.bytes || 1)).toFixed(1)} % of the live bytes`,
         `${fmtInt(n.count)} allocation${n.count === 1 ? '' : 's'}`,
         n === focus ? (n.parent ? 'click: back out one level' : '') : 'click: zoom into it');
@@ -1468,10 +1615,13 @@
     reset.addEventListener('click', () => { focus = root; draw(); });
     draw();
     api.flame = () => ({
+      by, choices: choices.slice(), title: title.textContent,
       rootBytes: root.bytes, liveBytes: total, liveCount: live.length, focus: focus.label,
+      focusPath: focus.path === undefined ? focus.label : focus.path,
       width: graph.clientWidth,
-      boxes: [...graph.children].map((b) => ({ label: b.dataset.label, bytes: Number(b.dataset.bytes),
-        depth: Number(b.dataset.depth), x: b.offsetLeft, w: b.offsetWidth, top: b.offsetTop })),
+      boxes: [...graph.children].map((b) => ({ label: b.dataset.label, path: b.dataset.path,
+        bytes: Number(b.dataset.bytes), depth: Number(b.dataset.depth), x: b.offsetLeft, w: b.offsetWidth,
+        top: b.offsetTop })),
     });
   }
 

@@ -7,10 +7,13 @@
 # exports of the same traces. Exit 77 (CTest: skipped) only when node, npm or chromium is missing;
 # tools/setup.sh installs them, so CI never skips.
 # CATEGORY_TRACE writes a fabricated training step with every category layer (the allocator
-# bridge's tensors and cache, tags, cuBLAS memory), exported and reported as the golden ones.
-#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB CATEGORY_TRACE
+# bridge's tensors and cache, tags, cuBLAS memory), exported and reported as the golden ones;
+# ATTRIBUTION_TRACE a step with modules and operators (`run --modules --ops`), the same way.
+#   run_browser_test.sh CUMEMTRACE GOLDEN_DIR WORK_DIR FAKE_TRACER PRELOAD_STUB CATEGORY_TRACE \
+#     ATTRIBUTION_TRACE
 set -euo pipefail
 cumemtrace=$1 golden=$2 work=$3 fake_tracer=$4 preload_stub=$5 category_trace=$6
+attribution_trace=$7
 viewer=$(cd "$(dirname "$0")/.." && pwd)
 chromium=${CUMEMTRACE_CHROMIUM:-/usr/bin/chromium}
 for tool in node npm; do
@@ -30,7 +33,8 @@ done
 # categories_long: 1,500 more blocks in the optimizer, 3,000 more steps: a sampled series.
 "$category_trace" "$work/categories.cmtrace"
 "$category_trace" "$work/categories_long.cmtrace" 1500
-for name in categories categories_long; do
+"$attribution_trace" "$work/attribution.cmtrace"
+for name in categories categories_long attribution; do
   "$cumemtrace" export --format html -o "$work/$name.html" "$work/$name.cmtrace"
   "$cumemtrace" report --json "$work/$name.cmtrace" > "$work/$name.summary.json"
 done

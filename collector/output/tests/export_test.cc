@@ -952,7 +952,7 @@ TEST(Stacks, MemoryVizBlocksAndAllocEntriesCarryTheFrames) {
   EXPECT_TRUE(saw_free);
 }
 
-std::vector<int32_t> Int32Column(const std::string& b64) {
+std::string Base64Decode(const std::string& b64) {
   std::string bytes;
   uint32_t buffer = 0;
   int bits = 0;
@@ -967,6 +967,11 @@ std::vector<int32_t> Int32Column(const std::string& b64) {
       bytes.push_back(static_cast<char>((buffer >> bits) & 0xFF));
     }
   }
+  return bytes;
+}
+
+std::vector<int32_t> Int32Column(const std::string& b64) {
+  const std::string bytes = Base64Decode(b64);
   std::vector<int32_t> values(bytes.size() / 4);
   memcpy(values.data(), bytes.data(), values.size() * 4);
   return values;
@@ -1133,9 +1138,10 @@ TEST(MemoryVizExport, AtOomIsTheStateOfThatInstant) {
 // ---- modules and operators (`run --modules`, `--ops`) ---------------------------------------
 
 // Tensors of the PyTorch bridge with attribution: one forward block in encoder.fc1 under
-// aten::linear, one backward block of the same autograd node (its module from the forward
-// op), one block without attribution.
-std::string AttributionTrace() {
+// aten::linear (inner aten::addmm), one backward block of the same autograd node (its module
+// from the forward op; inner aten::mm), one block without attribution; with `unlinked`, then a
+// backward block whose forward op allocated nothing.
+std::string AttributionTrace(bool unlinked = false) {
   StreamBuilder s(1, 4444);
   s.Device(0, "GPU", 1 << 30).Flush();
   v1::Event state;
@@ -1152,9 +1158,12 @@ std::string AttributionTrace() {
   name(v1::ATTRIBUTION_KIND_MODULE, 1, "encoder.fc1");
   name(v1::ATTRIBUTION_KIND_OPERATOR, 1, "aten::linear");
   name(v1::ATTRIBUTION_KIND_OPERATOR, 2, "AddmmBackward0");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 3, "aten::addmm");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 4, "aten::mm");
+  name(v1::ATTRIBUTION_KIND_OPERATOR, 5, "ViewBackward0");
   uint64_t total = 0, sequence = 0;
   auto alloc = [&](uint64_t ts, uint64_t address, uint64_t block, uint32_t module, uint32_t op,
-                   bool backward) {
+                   bool backward, uint32_t inner = 0, uint64_t autograd_sequence = 7) {
     v1::Event e;
     e.set_timestamp_ns(ts);
     v1::TorchAllocatorEvent* t = e.mutable_torch_allocator();
@@ -1166,15 +1175,17 @@ std::string AttributionTrace() {
     t->set_allocated_bytes_current(total);
     t->set_module_id(module);
     t->set_operator_id(op);
-    t->set_autograd_sequence(op != 0 ? 7 : 0);
+    t->set_inner_operator_id(inner);
+    t->set_autograd_sequence(op != 0 ? autograd_sequence : 0);
     t->set_autograd_thread(op != 0 ? 11 : 0);
     t->set_backward(backward);
     total += block;
     s.Raw(e);
   };
-  alloc(100, 0x10000, 4096, 1, 1, false);
-  alloc(110, 0x20000, 8192, 0, 2, true);
+  alloc(100, 0x10000, 4096, 1, 1, false, 3);
+  alloc(110, 0x20000, 8192, 0, 2, true, 4);
   alloc(120, 0x30000, 1024, 0, 0, false);
+  if (unlinked) alloc(125, 0x40000, 2048, 0, 5, true, 0, 9);
   v1::Event probe;
   probe.set_timestamp_ns(130);
   probe.mutable_torch_allocator()->set_action(v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE);
@@ -1183,7 +1194,8 @@ std::string AttributionTrace() {
   probe.mutable_torch_allocator()->set_allocated_bytes_current(total);
   s.Raw(probe);
   s.Exit(200, 0).LauncherExit(0, 0);
-  return WriteTempFile("attribution." + std::to_string(getpid()) + ".cmtrace",
+  return WriteTempFile("attribution" + std::string(unlinked ? ".unlinked." : ".") +
+                           std::to_string(getpid()) + ".cmtrace",
                        FileBytes(s.Chunks()));
 }
 
@@ -1205,34 +1217,99 @@ TEST(Attribution, MemoryVizAllocEntriesCarryModuleAndOperator) {
   EXPECT_TRUE(allocs[0x30000]["frames"].empty());
 }
 
-TEST(Attribution, PageDataHasModuleAndOperatorColumns) {
+// Each allocation's attribution in the page data as its names: the allocation column
+// "attribution" indexes the process' "attributions", whose columns index its "strings".
+struct PageAttribution {
+  std::string module, op, inner_op, forward_op;
+  int backward = -1;
+  uint32_t entry = 0;
+};
+std::vector<PageAttribution> PageAttributions(const json& process, const json& device) {
+  const std::vector<int32_t> column = Int32Column(device["allocations"].at("attribution"));
+  EXPECT_EQ(column.size(), device["allocations"]["n"].get<size_t>());
+  const json& table = process.at("attributions");
+  const json& strings = process.at("strings");
+  auto text = [&](const char* key, uint32_t entry) {
+    return strings.at(table.at(key).at(entry).get<size_t>()).get<std::string>();
+  };
+  std::vector<PageAttribution> out;
+  for (const int32_t id : column) {
+    const auto entry = static_cast<uint32_t>(id);
+    EXPECT_LT(entry, table.at("n").get<uint32_t>());
+    PageAttribution a;
+    a.entry = entry;
+    a.module = text("module", entry);
+    a.op = text("operator", entry);
+    a.inner_op = text("inner_operator", entry);
+    a.forward_op = text("forward_operator", entry);
+    a.backward = table.at("backward").at(entry).get<int>();
+    out.push_back(a);
+  }
+  return out;
+}
+
+TEST(Attribution, PageDataHasEachAllocationsModuleAndOperators) {
   auto trace = Load(AttributionTrace());
   ASSERT_NE(trace, nullptr);
   const json data = json::parse(EmbeddedPageData(*trace));
   const json& process = data["processes"][0];
   const json& device = process["devices"][0];
-  const json& allocations = device["allocations"];
-  const std::vector<int32_t> module = Int32Column(allocations.at("module"));
-  const std::vector<int32_t> op = Int32Column(allocations.at("operator"));
-  ASSERT_EQ(module.size(), allocations["n"].get<size_t>());
-  ASSERT_EQ(module.size(), 3u);  // in birth order
-  const json& strings = process["strings"];
-  EXPECT_EQ(strings[static_cast<size_t>(module[0])], "encoder.fc1");
-  EXPECT_EQ(strings[static_cast<size_t>(op[0])], "aten::linear");
-  EXPECT_EQ(strings[static_cast<size_t>(module[1])], "encoder.fc1");  // from its forward op
-  EXPECT_EQ(strings[static_cast<size_t>(op[1])], "AddmmBackward0");
-  EXPECT_EQ(module[2], 0);
-  EXPECT_EQ(op[2], 0);
+  const std::vector<PageAttribution> a = PageAttributions(process, device);
+  ASSERT_EQ(a.size(), 3u);  // in birth order
+  EXPECT_EQ(a[0].module, "encoder.fc1");
+  EXPECT_EQ(a[0].op, "aten::linear");
+  EXPECT_EQ(a[1].module, "encoder.fc1");  // from its forward op
+  EXPECT_EQ(a[1].op, "AddmmBackward0");
+  EXPECT_EQ(a[2].entry, 0u);  // none
+  EXPECT_EQ(a[2].module, "");
+  EXPECT_EQ(a[2].op, "");
+  // Entry 0 is none, whatever the allocations.
+  const json& table = process["attributions"];
+  for (const char* key : {"module", "operator", "inner_operator", "backward", "forward_operator"}) {
+    ASSERT_EQ(table.at(key).size(), table["n"].get<size_t>()) << key;
+    EXPECT_EQ(table[key][0], 0) << key;
+  }
   const json& by_module = device.at("attribution").at("by_module");
   ASSERT_FALSE(by_module.empty());
   EXPECT_EQ(by_module[0]["module"], "encoder");
   EXPECT_EQ(by_module[0]["bytes"], 4096 + 8192);
-  // Without attribution, no columns.
+  // Without attribution, neither the column nor the table.
   auto plain = Load(SyntheticTrace());
   ASSERT_NE(plain, nullptr);
   const json plain_data = json::parse(EmbeddedPageData(*plain));
-  EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("module"));
+  EXPECT_FALSE(plain_data["processes"][0]["devices"][0]["allocations"].contains("attribution"));
+  EXPECT_FALSE(plain_data["processes"][0].contains("attributions"));
   EXPECT_FALSE(plain_data["processes"][0]["devices"][0].contains("attribution"));
+}
+
+// The flame graph by operator: each tensor's inner operator, and a backward tensor's forward
+// op when linked (none when unlinked, and for a forward tensor); each distinct attribution is
+// one entry of the table, each name one string.
+TEST(Attribution, PageDataHasInnerAndForwardOperators) {
+  auto trace = Load(AttributionTrace(/*unlinked=*/true));
+  ASSERT_NE(trace, nullptr);
+  const json data = json::parse(EmbeddedPageData(*trace));
+  const json& process = data["processes"][0];
+  const std::vector<PageAttribution> a = PageAttributions(process, process["devices"][0]);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0].inner_op, "aten::addmm");
+  EXPECT_EQ(a[0].forward_op, "");  // a forward tensor
+  EXPECT_EQ(a[0].backward, 0);
+  EXPECT_EQ(a[1].op, "AddmmBackward0");
+  EXPECT_EQ(a[1].inner_op, "aten::mm");
+  EXPECT_EQ(a[1].forward_op, "aten::linear");  // linked to the forward op of sequence 7
+  EXPECT_EQ(a[1].backward, 1);
+  EXPECT_EQ(a[2].entry, 0u);
+  EXPECT_EQ(a[3].op, "ViewBackward0");
+  EXPECT_EQ(a[3].inner_op, "");
+  EXPECT_EQ(a[3].forward_op, "");         // its forward op allocated nothing: not linked
+  EXPECT_EQ(a[3].module, "encoder.fc1");  // the guess from the op before it
+  EXPECT_EQ(a[3].backward, 1);
+  // None and the three distinct attributions; each name once in the strings.
+  EXPECT_EQ(process["attributions"]["n"], 4);
+  std::set<std::string> seen;
+  for (const json& s : process["strings"])
+    EXPECT_TRUE(seen.insert(s.get<std::string>()).second) << s;
 }
 
 }  // namespace
