@@ -57,11 +57,18 @@ if "torch" in inspect.signature(categories._send_optimizer).parameters:  # an ol
         categories._send_tensors(categories.OPTIMIZER_STATE,
                                  list(categories._state_tensors(optimizer, torch)),
                                  owner=optimizer)
-else:
+elif not hasattr(categories, "_state_due"):
     def hooks():
         categories._send_optimizer(optimizer, state=False)
         categories._send_tensors(categories.OPTIMIZER_STATE,
                                  categories._state_tensors(optimizer), owner=optimizer)
+else:  # as the file's own after_step: the state read at its intervals
+    def hooks():
+        categories._send_optimizer(optimizer, state=False)
+        if categories._state_due(optimizer):
+            categories._state_read(optimizer, categories._send_tensors(
+                categories.OPTIMIZER_STATE, categories._state_tensors(optimizer),
+                owner=optimizer))
 
 for _ in range(200):
     hooks()

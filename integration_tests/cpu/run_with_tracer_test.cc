@@ -258,6 +258,51 @@ TEST_F(PythonCategories, TheProgramsObjectsAreNamedWhenTorchCallsItsHooks) {
   EXPECT_EQ(stderr_.find("cumemtrace: categories"), std::string::npos) << stderr_;
 }
 
+// An optimizer whose state settles, then is replaced at its 6th step: read after steps 1 and
+// 2, then at doubling intervals (4, 8), the replaced tensor is named at the 8th step's read
+// (the collector names an allocation for its whole life), and again at exit.
+TEST_F(PythonCategories, StateReplacedAfterItSettledIsNamedAtTheNextRead) {
+  std::ofstream(tmp_ + "/replacing.py") << R"(import torch
+from torch.nn import Module, Parameter
+from torch.optim import Optimizer
+
+
+class Net(Module):
+    def __init__(self):
+        super().__init__()
+        self.register_parameter("w", Parameter(4096))
+
+    def forward(self, x):
+        return x
+
+
+class Replacing(Optimizer):
+    steps = 0
+
+    def update(self):
+        Replacing.steps += 1
+        for p in self.param_groups[0]["params"]:
+            if p not in self.state or Replacing.steps == 6:
+                self.state[p] = {"momentum_buffer": torch.Tensor(p.nbytes)}
+
+
+net = Net()
+optimizer = Replacing(net.parameters())
+for step in range(10):
+    for p in net.parameters():
+        p.grad = torch.Tensor(p.nbytes)
+    net(None)
+    optimizer.step()
+print("trained")
+)";
+  const nlohmann::json categories = Run("", "replacing.py");
+  // First module call: w. The steps' pre-hooks: w once, and 10 gradients. The state: the
+  // first buffer at step 1, the replaced one at step 8. At exit: w twice (module and
+  // optimizer), the gradient twice, the state.
+  EXPECT_EQ(categories["tags"], 1 + (1 + 10) + 2 + 5) << categories.dump();
+  EXPECT_EQ(stderr_.find("cumemtrace: categories"), std::string::npos) << stderr_;
+}
+
 TEST_F(PythonCategories, NoCategoriesLeavesTheObjectsUnread) {
   const nlohmann::json categories = Run("--no-categories", "fake_train.py");
   EXPECT_EQ(categories["tags"], 0) << categories.dump();

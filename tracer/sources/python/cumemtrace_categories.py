@@ -9,7 +9,8 @@ others (activations, temporaries, inputs) from where they were born and died
 
 When the objects are read, all without touching the program's control flow:
 - every optimizer step (torch's global optimizer step hooks): before it, the parameters of
-  its param_groups and their .grad; after it, its state (created by the first step);
+  its param_groups and their .grad; after it, its state (created by the first step), after
+  every step while it changes and at doubling intervals of up to 64 steps while it does not;
 - the first call of any module (a global forward pre-hook, removed at once, so modules keep
   their fast call path): the parameters and buffers of every module built so far;
 - at exit (atexit runs before the interpreter frees anything): all of the above once more,
@@ -47,6 +48,9 @@ _modules = weakref.WeakSet()
 _optimizers = weakref.WeakSet()
 # owner (a module or an optimizer) -> {category: addresses last sent}, for what rarely changes
 _last_sent = weakref.WeakKeyDictionary()
+# optimizer -> [steps until its state is read again, the interval] (_state_due)
+_state_schedule = weakref.WeakKeyDictionary()
+_MAX_STATE_INTERVAL = 64
 
 
 def _warn(message):
@@ -81,9 +85,28 @@ def _send_tensors(category, tensors, owner=None):
         key = tuple(map(_Tensor.data_ptr, tensors))
         sent = _last_sent.setdefault(owner, {})
         if sent.get(category) == key:
-            return
+            return False
         sent[category] = key
     _send_storages(category, *_storages(tensors))
+    return True
+
+
+def _state_due(optimizer):
+    """Whether this step's state is read: after every step while it changes, then at
+    intervals that double up to _MAX_STATE_INTERVAL steps while it does not. Reading it is
+    most of the step hooks' time (three tensors per parameter under Adam), and the collector
+    names an allocation for its whole life, so a state tensor made between two reads is still
+    named at the next one; only one that dies before it (rare once the state has settled,
+    and read at exit if it lives to then) goes unnamed."""
+    schedule = _state_schedule.setdefault(optimizer, [0, 1])  # [steps to the read, interval]
+    schedule[0] -= 1
+    return schedule[0] <= 0
+
+
+def _state_read(optimizer, changed):
+    schedule = _state_schedule[optimizer]
+    schedule[1] = 1 if changed else min(2 * schedule[1], _MAX_STATE_INTERVAL)
+    schedule[0] = schedule[1]
 
 
 def _send_storages(category, addresses, sizes, devices, timestamp_ns=0):
@@ -184,7 +207,9 @@ def _attach(torch):
 
     def after_step(optimizer, args, kwargs):
         try:
-            _send_tensors(OPTIMIZER_STATE, _state_tensors(optimizer), owner=optimizer)
+            if _state_due(optimizer):
+                _state_read(optimizer, _send_tensors(OPTIMIZER_STATE, _state_tensors(optimizer),
+                                                     owner=optimizer))
         except Exception as error:
             _warn(f"optimizer state not read: {error}")
 
