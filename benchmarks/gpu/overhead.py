@@ -118,6 +118,16 @@ def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
         "cumemtrace --modules": (run("modules", "--modules"), {}),
         "cumemtrace --ops": (run("ops", "--ops"), {}),
         "cumemtrace --modules --ops": (run("modules-ops", "--modules", "--ops"), {}),
+        # The tensors recorded in alternate windows of the clock inside each process
+        # (CUMEMTRACE_BENCH_ALTERNATE_MS): the settling workloads' on/off figures, which the
+        # CPU's changes of speed fall on alike. Windows of several iterations: 50 ms at depth
+        # 50, 150 ms at depth 200.
+        "cumemtrace, 50 ms windows": (run("windows50"), {"CUMEMTRACE_BENCH_ALTERNATE_MS": "50"}),
+        "cumemtrace, 150 ms windows": (run("windows150"),
+                                       {"CUMEMTRACE_BENCH_ALTERNATE_MS": "150"}),
+        "cumemtrace (ring only), 50 ms windows": (
+            run("ringwindows50"), {"CUMEMTRACE_BENCH_ALTERNATE_MS": "50",
+                                   "CUMEMTRACE_PER_THREAD": "0"}),
         # What the shared ring costs: the same, records through the socket only.
         "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
         "cumemtrace --no-kernels (socket only)":
@@ -205,7 +215,20 @@ T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18,
 def paired_interval(samples, workload, name):
     """The geometric mean of the rounds' paired ratios and its 95% interval (t over the
     logarithms): how far the rounds pin the ratio down, which the median does not say."""
-    logs = [log(ratio) for ratio in paired_ratios(samples, workload, name) if ratio > 0]
+    return mean_interval(paired_ratios(samples, workload, name))
+
+
+def window_ratios(samples, workload, name, figure=""):
+    """Each process's ratio of its iterations in the windows with the recording on to those
+    with it off (`figure` "": the lowest decile, "@median": the median)."""
+    on = samples.get((f"{workload}@on{figure}", name), [])
+    off = samples.get((f"{workload}@off{figure}", name), [])
+    return [a / b for a, b in zip(on, off) if b]
+
+
+def mean_interval(ratios):
+    """The geometric mean of ratios and its 95% interval (t over the logarithms)."""
+    logs = [log(ratio) for ratio in ratios if ratio > 0]
     if len(logs) < 2:
         return nan, nan, nan
     mean = statistics.fmean(logs)
@@ -247,7 +270,13 @@ def summarize(samples, wanted, out, units=None):
         from workloads import TITLES as titles, UNITS  # noqa: E402
     except ImportError:  # --pool where torch is not installed: the workloads' own names
         titles, UNITS = {}, {}
-    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step"}
+    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step",
+                    "on": "ms/settling iteration, lowest decile, recording on",
+                    "off": "ms/settling iteration, lowest decile, recording off",
+                    "on@median": "ms/settling iteration, median, recording on",
+                    "off@median": "ms/settling iteration, median, recording off",
+                    "on@count": "iterations", "off@count": "iterations",
+                    "cut@count": "iterations"}
     unit = lambda w: (units or {}).get(w) or (
         figure_units[w.partition("@")[2]] if "@" in w else UNITS.get(w, "ms/step"))
     results = []
@@ -286,6 +315,27 @@ def summarize(samples, wanted, out, units=None):
                             "samples": samples[(workload, name)],
                             "spread_samples": samples.get((workload.split("@")[0] + "@spread",
                                                            name), [])})
+    # Inside one process: the recording on against off, each process its own pair.
+    for workload in wanted:
+        names = [name for (w, name) in samples if w == f"{workload}@on"]
+        if not names:
+            continue
+        title = titles.get(workload, workload)
+        print(f"\n{title}, inside each process: the iterations with the tensors recorded "
+              f"against those without (CUMEMTRACE_BENCH_ALTERNATE_MS)")
+        for name in names:
+            for figure, what in (("", "lowest decile"), ("@median", "median")):
+                ratios = window_ratios(samples, workload, name, figure)
+                mean, low, high = mean_interval(ratios)
+                interval = f", mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})" if ratios[1:] else ""
+                listed = ", ".join(f"{r:.3f}" for r in ratios)
+                print(f"  {name:40s} {what:13s} {len(ratios)} processes: {listed}{interval}")
+            for state in ("on", "off", "on@median", "off@median", "on@count", "off@count",
+                          "cut@count"):
+                key = f"{workload}@{state}"
+                if (key, name) in samples:
+                    results.append({"workload": key, "config": name, "unit": unit(key),
+                                    "samples": samples[(key, name)]})
     if out:
         with open(out, "w") as f:
             json.dump(results, f, indent=1)

@@ -117,6 +117,44 @@ class PoolTest(unittest.TestCase):
         self.assertEqual(again, samples)
 
 
+class WindowsTest(unittest.TestCase):
+    """The in-process figures of a run with CUMEMTRACE_BENCH_ALTERNATE_MS: each process pairs
+    its own windows, whatever the other processes measured."""
+
+    def samples(self):
+        name = "cumemtrace, 50 ms windows"
+        return {("ep50-settle", "untraced"): [10.0, 20.0],
+                ("ep50-settle", name): [14.0, 30.0],
+                ("ep50-settle@on", name): [10.2, 20.0],
+                ("ep50-settle@off", name): [10.0, 20.4],
+                ("ep50-settle@on@median", name): [11.0, 22.0],
+                ("ep50-settle@off@median", name): [11.0, 22.0],
+                ("ep50-settle@cut@count", name): [5, 7]}
+
+    def test_each_process_is_its_own_pair(self):
+        samples = self.samples()
+        name = "cumemtrace, 50 ms windows"
+        ratios = overhead.window_ratios(samples, "ep50-settle", name)
+        self.assertEqual([round(r, 6) for r in ratios], [1.02, round(20.0 / 20.4, 6)])
+        self.assertEqual(overhead.window_ratios(samples, "ep50-settle", name, "@median"),
+                         [1.0, 1.0])
+        self.assertEqual(overhead.window_ratios(samples, "ep50-settle", "untraced"), [])
+
+    def test_printed_and_written_so_that_a_pool_gives_them_again(self):
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        out = os.path.join(directory, "run.json")
+        samples = self.samples()
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            overhead.summarize(samples, ["ep50-settle"], out)
+        mean, low, high = overhead.mean_interval([1.02, 20.0 / 20.4])
+        self.assertAlmostEqual(mean, math.sqrt(1.02 * 20.0 / 20.4))
+        self.assertIn(f"mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})", printed.getvalue())
+        self.assertIn("2 processes: 1.020, 0.980", printed.getvalue())
+        again, _, _ = overhead.pooled_samples([out], None, None)
+        self.assertEqual(again, samples)
+
+
 class SlowRoundsTest(unittest.TestCase):
     def test_a_round_with_one_slow_process_leaves_every_figure_of_it(self):
         samples = {("w", "untraced"): [10.0, 17.0, 11.0, 10.5],
