@@ -66,7 +66,7 @@ def _storages(tensors):
     if devices and min(devices) < 0:  # some not on a GPU
         tensors = [t for t, d in zip(tensors, devices) if d >= 0]
         devices = [d for d in devices if d >= 0]
-    addresses = list(map(Tensor.data_ptr, tensors))
+    addresses = _data_pointers(tensors)
     if any(map(Tensor.storage_offset, tensors)):  # a view: its storage's own address
         addresses = [t.untyped_storage().data_ptr() if t.storage_offset() else a
                      for t, a in zip(tensors, addresses)]
@@ -77,12 +77,28 @@ def _storages(tensors):
     return addresses, sizes, devices
 
 
+def _data_pointers(tensors):
+    """The tensors' data pointers; 0 for one that has no storage of its own (a sparse
+    tensor, a wrapper subclass), whose data_ptr() raises."""
+    try:
+        return list(map(_Tensor.data_ptr, tensors))
+    except RuntimeError:
+        return [_data_pointer(t) for t in tensors]
+
+
+def _data_pointer(tensor):
+    try:
+        return tensor.data_ptr()
+    except RuntimeError:
+        return 0
+
+
 def _send_tensors(category, tensors, owner=None):
     """Sends the CUDA tensors' storages; with `owner`, only when they changed since last time
     (told by the tensors' data pointers, which is cheap: a step's parameters and optimizer
     state are the same tensors as the step before's)."""
     if owner is not None:
-        key = tuple(map(_Tensor.data_ptr, tensors))
+        key = tuple(_data_pointers(tensors))
         sent = _last_sent.setdefault(owner, {})
         if sent.get(category) == key:
             return False

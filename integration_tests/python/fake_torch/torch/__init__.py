@@ -14,7 +14,11 @@ class _Storage:
 
 
 class Tensor:
-    def __init__(self, nbytes, device=0, offset=0, base=None):
+    """storage=False: a tensor without storage of its own (sparse, or a wrapper subclass),
+    whose data_ptr() raises as torch's does."""
+
+    def __init__(self, nbytes, device=0, offset=0, base=None, storage=True):
+        self._storage = storage
         if base is None:
             base = _next_address[0]
             _next_address[0] += (nbytes + 511) // 512 * 512
@@ -28,6 +32,8 @@ class Tensor:
         return self._device
 
     def data_ptr(self):
+        if not self._storage:
+            raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
         return self._base + self._offset
 
     def storage_offset(self):
