@@ -82,8 +82,13 @@ class OpStack {
       parent->named = true;
     }
     if (!due || node == nullptr) return false;
-    node->op = frames_[0].op;
-    node->inner_op = depth_ > 0 ? frame.op : 0;
+    // The outermost op as Fill names it: inside a backward node (create_graph, a reentrant
+    // checkpoint's recomputation) the node, not autograd's engine's wrapper around it.
+    uint32_t outer = 0;
+    while (outer < depth_ && !frames_[outer].backward) ++outer;
+    if (outer == depth_) outer = 0;
+    node->op = frames_[outer].op;
+    node->inner_op = depth_ > outer ? frame.op : 0;
     node->sequence = frame.sequence;
     node->thread = frame.thread;
     return true;

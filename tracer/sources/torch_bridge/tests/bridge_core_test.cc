@@ -442,6 +442,24 @@ TEST(OpStack, InBackwardTheNodeIsNamedNotTheEnginesWrapper) {
   EXPECT_EQ(node.inner_op, 0u);
 }
 
+// Ops that record nodes inside a backward node (create_graph, or a reentrant checkpoint's
+// forward run again in backward) name that node as their outermost op, as their ALLOCs do.
+TEST(OpStack, ANodeRecordedInBackwardNamesTheBackwardNodeNotTheEnginesWrapper) {
+  OpStack stack;
+  stack.Enter(Frame(11, 0, 2));       // autograd::engine::evaluate_function: CheckpointBackward
+  stack.Enter(Frame(8, 6, 7, true));  // CheckpointBackward, node 6 of forward thread 7
+  stack.Enter(Frame(12, 40, 2));      // aten::view run again, node 40 of thread 2
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  AutogradNode node;
+  ASSERT_TRUE(stack.Exit(41, &node));
+  EXPECT_EQ(node.op, alloc.op);
+  EXPECT_EQ(node.op, 8u);
+  EXPECT_EQ(node.inner_op, 12u);
+  EXPECT_EQ(node.sequence, 40u);
+  EXPECT_EQ(node.thread, 2u);
+}
+
 // In grad mode every op on CUDA tensors gets autograd's next number as its sequence, whether
 // it records a node or not: an ALLOC of one that did not (`x > 0`) must not carry the number
 // of the node the next op records, or that op's backward would name it.
