@@ -42,6 +42,8 @@ struct AutogradNode {
 class OpStack {
  public:
   static constexpr uint32_t kDepth = 32;
+  // What Fill's `autograd_next` returns when autograd's counter cannot be read.
+  static constexpr uint64_t kUnknown = UINT64_MAX;
 
   void Enter(const OpFrame& frame) {
     if (depth_ < kDepth) {
@@ -80,8 +82,13 @@ class OpStack {
       parent->named = true;
     }
     if (!due || node == nullptr) return false;
-    node->op = frames_[0].op;
-    node->inner_op = depth_ > 0 ? frame.op : 0;
+    // The outermost op as Fill names it: inside a backward node (create_graph, a reentrant
+    // checkpoint's recomputation) the node, not autograd's engine's wrapper around it.
+    uint32_t outer = 0;
+    while (outer < depth_ && !frames_[outer].backward) ++outer;
+    if (outer == depth_) outer = 0;
+    node->op = frames_[outer].op;
+    node->inner_op = depth_ > outer ? frame.op : 0;
     node->sequence = frame.sequence;
     node->thread = frame.thread;
     return true;
@@ -97,7 +104,16 @@ class OpStack {
   // innermost op that recorded an autograd node (`aten::addmm` inside `aten::linear`): the
   // node whose backward later names this allocation's forward op; that frame is then named
   // (no AutogradNode of its own at Exit).
+  //
+  // With `autograd_next` (at::sequence_number::peek(), read at the ALLOC): a forward frame
+  // whose sequence autograd has not used yet recorded no node (an op on tensors that need no
+  // gradient, `x > 0`, a mask's `.to()`): its sequence is the next node's, which another op
+  // records, so the ALLOC gets none rather than take that op's place as its forward op.
   void Fill(cumemtrace_torch_event* event) {
+    FillWith([] { return kUnknown; }, event);
+  }
+  template <typename Next>
+  void FillWith(Next&& autograd_next, cumemtrace_torch_event* event) {
     const uint32_t kept = depth_ < kDepth ? depth_ : kDepth;
     if (kept == 0) return;
     // In backward the outermost backward frame: autograd's engine wraps each node in a
@@ -116,6 +132,8 @@ class OpStack {
     }
     for (uint32_t i = kept; i-- > 0;) {
       if (frames_[i].sequence != 0) {
+        const uint64_t next = autograd_next();
+        if (next != kUnknown && next < frames_[i].sequence) return;  // no node recorded
         event->autograd_sequence = frames_[i].sequence;
         event->autograd_thread = frames_[i].thread;
         frames_[i].named = true;

@@ -57,9 +57,19 @@ constexpr bool kTorchTimeIsTsc = false;
 // The operators each thread runs (watch_ops), copied into its ALLOCs.
 std::atomic<bool> g_watching_ops{false};
 thread_local OpStack t_ops;
+// at::sequence_number::peek(): the number autograd gives the thread's next node. Without it
+// no autograd node is said (op_context.h's Exit cannot tell which ops recorded one), and an
+// ALLOC takes its op's sequence whether or not the op recorded a node.
+using SequencePeekFn = uint64_t (*)();
+SequencePeekFn g_sequence_peek = nullptr;
 struct OpFiller {
   void operator()(cumemtrace_torch_event* alloc) const noexcept {
-    if (g_watching_ops.load(std::memory_order_relaxed)) t_ops.Fill(alloc);
+    if (!g_watching_ops.load(std::memory_order_relaxed)) return;
+    if (g_sequence_peek != nullptr) {
+      t_ops.FillWith(g_sequence_peek, alloc);
+    } else {
+      t_ops.Fill(alloc);
+    }
   }
 };
 
@@ -143,10 +153,6 @@ using AddGlobalCallbackFn = at::CallbackHandle (*)(at::RecordFunctionCallback);
 // ABI's convention for a non-virtual member function).
 using RecordFunctionNameFn = const char* (*)(const at::RecordFunction*);
 RecordFunctionNameFn g_record_function_name = nullptr;
-// at::sequence_number::peek(): the number autograd gives the thread's next node. Without it
-// no autograd node is said (op_context.h's Exit cannot tell which ops recorded one).
-using SequencePeekFn = uint64_t (*)();
-SequencePeekFn g_sequence_peek = nullptr;
 OpNames* g_op_names = nullptr;  // leaked: callbacks run until the process ends
 thread_local OpNames::Cache t_op_name_cache;
 

@@ -442,6 +442,59 @@ TEST(OpStack, InBackwardTheNodeIsNamedNotTheEnginesWrapper) {
   EXPECT_EQ(node.inner_op, 0u);
 }
 
+// Ops that record nodes inside a backward node (create_graph, or a reentrant checkpoint's
+// forward run again in backward) name that node as their outermost op, as their ALLOCs do.
+TEST(OpStack, ANodeRecordedInBackwardNamesTheBackwardNodeNotTheEnginesWrapper) {
+  OpStack stack;
+  stack.Enter(Frame(11, 0, 2));       // autograd::engine::evaluate_function: CheckpointBackward
+  stack.Enter(Frame(8, 6, 7, true));  // CheckpointBackward, node 6 of forward thread 7
+  stack.Enter(Frame(12, 40, 2));      // aten::view run again, node 40 of thread 2
+  cumemtrace_torch_event alloc{};
+  stack.Fill(&alloc);
+  AutogradNode node;
+  ASSERT_TRUE(stack.Exit(41, &node));
+  EXPECT_EQ(node.op, alloc.op);
+  EXPECT_EQ(node.op, 8u);
+  EXPECT_EQ(node.inner_op, 12u);
+  EXPECT_EQ(node.sequence, 40u);
+  EXPECT_EQ(node.thread, 2u);
+}
+
+// In grad mode every op on CUDA tensors gets autograd's next number as its sequence, whether
+// it records a node or not: an ALLOC of one that did not (`x > 0`) must not carry the number
+// of the node the next op records, or that op's backward would name it.
+TEST(OpStack, AnAllocationOfAnOpThatRecordedNoNodeCarriesNoSequence) {
+  OpStack stack;
+  // aten::gt (1), sequence 5: autograd's next number is still 4 (5 less the sent 1).
+  stack.Enter(Frame(1, 5, 7));
+  stack.Enter(Frame(2, 0, 7));  // aten::empty inside it
+  cumemtrace_torch_event mask{};
+  stack.FillWith([] { return uint64_t{4}; }, &mask);
+  EXPECT_EQ(mask.op, 1u);
+  EXPECT_EQ(mask.inner_op, 2u);
+  EXPECT_EQ(mask.autograd_sequence, 0u);
+  EXPECT_EQ(mask.autograd_thread, 0u);
+  stack.Exit();
+  AutogradNode node;
+  EXPECT_FALSE(stack.Exit(4, &node));
+  // aten::mul (3), sequence 5, records node 5 (next is then 5) before it allocates; so does a
+  // view after it (4, node 6), which allocates nothing and is said as its node.
+  stack.Enter(Frame(3, 5, 7));
+  cumemtrace_torch_event product{};
+  stack.FillWith([] { return uint64_t{5}; }, &product);
+  EXPECT_EQ(product.autograd_sequence, 5u);
+  EXPECT_EQ(product.autograd_thread, 7u);
+  EXPECT_FALSE(stack.Exit(5, &node));
+  stack.Enter(Frame(4, 6, 7));
+  ASSERT_TRUE(stack.Exit(6, &node));
+  EXPECT_EQ(node.sequence, 6u);
+  // Without autograd's counter, the op's sequence as before.
+  stack.Enter(Frame(1, 7, 7));
+  cumemtrace_torch_event unknown{};
+  stack.Fill(&unknown);
+  EXPECT_EQ(unknown.autograd_sequence, 7u);
+}
+
 TEST(OpStack, FramesDeeperThanItKeepsAreCountedAndAnUnmatchedEndIsIgnored) {
   OpStack stack;
   stack.Exit();  // an async op's end on another thread
