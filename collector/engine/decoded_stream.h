@@ -224,8 +224,9 @@ struct AttributionDecode {
   std::map<std::pair<uint32_t, uint64_t>, ForwardOp> forward;
   // Backward births whose forward allocation has not arrived yet, by the pair they wait for.
   // Events of two threads may reach the collector out of order (each thread's own buffer is
-  // drained in turn), so a backward allocation can come first; bounded by kMaxPending.
-  std::map<std::pair<uint32_t, uint64_t>, uint32_t> pending;
+  // drained in turn), so a backward allocation can come first; bounded by kMaxPending. One
+  // entry for each distinct attribution waiting for a pair (a node allocates several).
+  std::multimap<std::pair<uint32_t, uint64_t>, uint32_t> pending;
   static constexpr size_t kMaxPending = 4096;
   bool seen = false;  // a tensor event carried attribution, or a name was defined
 

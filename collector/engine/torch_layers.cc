@@ -142,10 +142,9 @@ void Link(BirthAttribution& b, const AttributionDecode::ForwardOp& forward) {
 void AddForwardOp(AttributionDecode& a, const std::pair<uint32_t, uint64_t>& link,
                   const AttributionDecode::ForwardOp& forward) {
   if (!a.forward.try_emplace(link, forward).second) return;
-  if (auto waiting = a.pending.find(link); waiting != a.pending.end()) {
-    Link(a.births[waiting->second], forward);
-    a.pending.erase(waiting);
-  }
+  const auto [first, last] = a.pending.equal_range(link);
+  for (auto waiting = first; waiting != last; ++waiting) Link(a.births[waiting->second], forward);
+  a.pending.erase(first, last);
 }
 
 // A free reads no counters since the tracer stopped reading them there (all zero then), nor
@@ -174,11 +173,22 @@ bool WaitForForward(AttributionDecode& a, const std::pair<uint32_t, uint64_t>& l
       b.module_from_earlier = true;
     }
   }
-  if (a.pending.size() >= AttributionDecode::kMaxPending || a.pending.count(link) != 0) {
-    return false;
-  }
   b.waiting_thread = link.first;
   b.waiting_sequence = link.second;
+  // A node's allocations often come together (a backward node that allocates several): one
+  // entry waits for each distinct attribution among them, and they share it.
+  const auto [first, last] = a.pending.equal_range(link);
+  for (auto waiting = first; waiting != last; ++waiting) {
+    if (a.births[waiting->second].Key() == b.Key()) {
+      *index = waiting->second;
+      return true;
+    }
+  }
+  if (a.pending.size() >= AttributionDecode::kMaxPending) {
+    b.waiting_thread = 0;
+    b.waiting_sequence = 0;
+    return false;
+  }
   *index = static_cast<uint32_t>(a.births.size());
   a.births.push_back(b);
   a.pending.emplace(link, *index);

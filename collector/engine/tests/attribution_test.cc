@@ -460,6 +460,34 @@ TEST(Attribution, AViewsBackwardNamesTheNodeOfItsForwardOpWhicheverComesFirst) {
   EXPECT_EQ(FindModule(d->attribution, "fc2")->bytes, 1 * kMiB);
 }
 
+// A backward node that allocates several blocks before its forward op's record arrives (a
+// node written into the ring after a drain, its backward allocations into the buffers
+// before the next): every one of them waits and is linked, those with the same operators
+// sharing one entry, those with other inner operators their own.
+TEST(Attribution, EveryBackwardAllocationOfANodeWaitsForItsForwardOp) {
+  enum : uint32_t { kView = 5, kMm = 6 };
+  AttributedTrace t;
+  t.Module(kFc1, "fc1").Op(kAddmmBackward, "ViewBackward0").Op(kView, "aten::view");
+  t.Op(kMm, "aten::mm");
+  t.Alloc(0x1000, 1 * kMiB, {0, kAddmmBackward, 0, 9, kMain, true}, kWorker);
+  t.Alloc(0x2000, 2 * kMiB, {0, kAddmmBackward, 0, 9, kMain, true}, kWorker);
+  t.Alloc(0x3000, 4 * kMiB, {0, kAddmmBackward, kMm, 9, kMain, true}, kWorker);
+  t.Node({kFc1, kView, 0, 9, kMain, false}, kMain);
+  std::unique_ptr<Report> report = t.Analyze();
+  const DeviceReport* d = FindDevice(report->processes[0], 0);
+  ASSERT_NE(d, nullptr);
+  for (uint64_t address : {0x1000, 0x2000, 0x3000}) {
+    const LiveAllocation* block = FindLargest(*d, address);
+    ASSERT_NE(block, nullptr) << address;
+    EXPECT_TRUE(block->linked) << address;
+    EXPECT_EQ(block->module, "fc1") << address;
+    EXPECT_EQ(block->forward_op, "aten::view") << address;
+  }
+  EXPECT_EQ(FindLargest(*d, 0x3000)->inner_op, "aten::mm");
+  EXPECT_EQ(d->attribution.unlinked_backward_bytes, 0u);
+  EXPECT_EQ(FindModule(d->attribution, "fc1")->bytes, 7 * kMiB);
+}
+
 // A node is no allocator event: with nodes between every event (between an ALLOC and the
 // event that settles it too), the allocator's figures, the blocks and the peak are those of
 // the same trace without them; a node of a pair already allocated changes no link.
