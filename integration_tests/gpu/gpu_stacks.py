@@ -29,9 +29,7 @@ import os
 import pickle
 import re
 import struct
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -60,16 +58,8 @@ def run(args):
         stats = os.path.join(args.results, case + ".stats.json")
         command = [args.cumemtrace, "run", "-o", out, *options, "--",
                    sys.executable, PROGRAM, "--stats", stats]
-        started = time.monotonic()
-        proc = subprocess.run(command, capture_output=True, timeout=600)
-        records[case] = {"argv": command, "status": proc.returncode,
-                         "seconds": round(time.monotonic() - started, 2),
-                         "stderr": proc.stderr.decode(errors="replace")}
+        records[case] = run_case(command, args.results, case)
         export_memory_viz(args.cumemtrace, out, records[case])
-        print(f"ran {case}: status {proc.returncode} in {records[case]['seconds']} s", flush=True)
-        with open(os.path.join(args.results, case + ".log"), "w") as f:
-            f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
-                    f"{records[case]['stderr']}")
     for case, program in PROGRAMS_ALL.items():
         out = os.path.join(args.results, case)
         command = [args.cumemtrace, "run", "-o", out, "--stacks=all", "--",
