@@ -87,6 +87,22 @@ def build(sources, build_dir, options, log_path):
         return built.returncode, configure.stdout
 
 
+def build_case(sources, results, name, options):
+    """Builds the sources with `options` into RESULTS/build-NAME, and says so; returns that
+    folder and the build's record (status, configure's lines about the bridge, the bridges
+    built)."""
+    build_dir = os.path.join(results, "build-" + name)
+    status, configured = build(sources, build_dir, options,
+                               os.path.join(results, f"build-{name}.log"))
+    record = {
+        "status": status, "configure": [line for line in configured.splitlines()
+                                        if "PyTorch bridge" in line],
+        "bridges": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
+            build_dir, "lib", "cumemtrace", "libcumemtrace-torch-bridge-*.so")))}
+    print(f"built {name}: status {status}", flush=True)
+    return build_dir, record
+
+
 def traced(cumemtrace, results, case, cache):
     """The command and environment of one traced run of PROGRAM with the bridge cache at
     `cache`, PyTorch's allocator as the program has it (no PYTORCH_CUDA_ALLOC_CONF)."""
@@ -135,16 +151,8 @@ def run(args):
     records["sources"] = fresh_sources(sources)
 
     # fresh: no torch option.
-    fresh_build = os.path.join(results, "build-fresh")
-    status, configured = build(sources, fresh_build, [],
-                               os.path.join(results, "build-fresh.log"))
-    records["fresh_build"] = {
-        "status": status, "configure": [line for line in configured.splitlines()
-                                        if "PyTorch bridge" in line],
-        "bridges": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
-            fresh_build, "lib", "cumemtrace", "libcumemtrace-torch-bridge-*.so")))}
-    print(f"built fresh: status {status}", flush=True)
-    if status == 0:
+    fresh_build, records["fresh_build"] = build_case(sources, results, "fresh", [])
+    if records["fresh_build"]["status"] == 0:
         cache = os.path.join(results, "cache-fresh")
         os.makedirs(cache)
         records["fresh"] = run_one(os.path.join(fresh_build, "bin", "cumemtrace"), results,
@@ -153,21 +161,13 @@ def run(args):
 
     # nobridge: a python3 that imports no torch at configure time, so no bridge beside the
     # tracer. (Naming it ...-NOTFOUND would not do: find_program searches again then.)
-    nobridge_build = os.path.join(results, "build-nobridge")
     no_torch_python = os.path.join(results, "python3-without-torch")
     with open(no_torch_python, "w") as f:
         f.write("#!/bin/sh\nexit 1\n")
     os.chmod(no_torch_python, 0o755)
-    status, configured = build(sources, nobridge_build,
-                               [f"-DCUMEMTRACE_PYTHON3={no_torch_python}"],
-                               os.path.join(results, "build-nobridge.log"))
-    records["nobridge_build"] = {
-        "status": status, "configure": [line for line in configured.splitlines()
-                                        if "PyTorch bridge" in line],
-        "bridges": sorted(os.path.basename(p) for p in glob.glob(os.path.join(
-            nobridge_build, "lib", "cumemtrace", "libcumemtrace-torch-bridge-*.so")))}
-    print(f"built nobridge: status {status}", flush=True)
-    if status == 0:
+    nobridge_build, records["nobridge_build"] = build_case(
+        sources, results, "nobridge", [f"-DCUMEMTRACE_PYTHON3={no_torch_python}"])
+    if records["nobridge_build"]["status"] == 0:
         cumemtrace = os.path.join(nobridge_build, "bin", "cumemtrace")
         cache = os.path.join(results, "cache-nobridge")
         os.makedirs(cache)
