@@ -34,7 +34,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from gpu_suite import Table, device0, load, main_process, suite_main  # noqa: E402
+from gpu_suite import (Table, case_record, device0, load, main_process,  # noqa: E402
+                       suite_main)
 
 PROGRAM = [sys.executable, os.path.join(HERE, "bridge_program.py"), "--workload", "gpt",
            "--steps", "2"]
@@ -116,15 +117,8 @@ def traced(cumemtrace, results, case, cache):
 
 
 def finish(proc, command, started, results, case):
-    stdout, stderr = proc.communicate(timeout=900)
-    record = {"argv": command, "status": proc.returncode,
-              "seconds": round(time.monotonic() - started, 2),
-              "stderr": stderr.decode(errors="replace")}
-    with open(os.path.join(results, case + ".log"), "w") as f:
-        f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
-                f"{record['stderr']}")
-    print(f"ran {case}: status {proc.returncode} in {record['seconds']} s", flush=True)
-    return record
+    _, stderr = proc.communicate(timeout=900)
+    return case_record(command, proc.returncode, stderr, started, results, case)
 
 
 def run_one(cumemtrace, results, case, cache):

@@ -168,15 +168,21 @@ def run_case(command, results, case, env=None):
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, timeout=600,
                           env={**os.environ, **(env or {})})
-    record = {"argv": command, "status": proc.returncode,
-              "seconds": round(time.monotonic() - started, 2),
-              "stderr": proc.stderr.decode(errors="replace")}
+    record = case_record(command, proc.returncode, proc.stderr, started, results, case)
     if env:
         record["env"] = env
-    print(f"ran {case}: status {proc.returncode} in {record['seconds']} s", flush=True)
+    return record
+
+
+def case_record(command, status, stderr, started, results, case):
+    """The record of a case's command that ended with `status` (argv, status, seconds since
+    `started`, stderr); writes RESULTS/CASE.log and says so."""
+    record = {"argv": command, "status": status,
+              "seconds": round(time.monotonic() - started, 2),
+              "stderr": stderr.decode(errors="replace")}
+    print(f"ran {case}: status {status} in {record['seconds']} s", flush=True)
     with open(os.path.join(results, case + ".log"), "w") as f:
-        f.write(f"$ {' '.join(command)}\nstatus {proc.returncode}\n--- stderr\n"
-                f"{record['stderr']}")
+        f.write(f"$ {' '.join(command)}\nstatus {status}\n--- stderr\n{record['stderr']}")
     return record
 
 
