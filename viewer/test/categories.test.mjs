@@ -7,8 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { launchBrowser, openViewer, until } from './browser.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
 assert.ok(work, 'CUMEMTRACE_VIEWER_WORK is not set: run through run_browser_test.sh');
@@ -18,24 +17,9 @@ before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser.close(); });
 
 async function open(name) {
-  const page = await browser.context.newPage();
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  await page.goto(pathToFileURL(join(work, name + '.html')).href);
-  await until(page, () => window.cumemtraceViewer && window.cumemtraceViewer.ready);
+  const { page, problems } = await openViewer(browser, join(work, name + '.html'));
   const summary = JSON.parse(readFileSync(join(work, name + '.summary.json'), 'utf8'));
   return { page, problems, summary };
-}
-
-// Polls `predicate` in the page until it holds (page.waitForFunction evaluates strings when it
-// polls, which the page's Content-Security-Policy refuses).
-async function until(page, predicate, arg) {
-  for (let i = 0; i < 100; i++) {
-    if (await page.evaluate(predicate, arg)) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.fail(`never true: ${predicate}`);
 }
 
 // The report's figures at one peak as the page's layers: name → bytes.

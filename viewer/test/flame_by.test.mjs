@@ -12,8 +12,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { launchBrowser, openViewer, until } from './browser.mjs';
 import { readPage, writePage, column, b64 } from './page_data.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
@@ -104,25 +103,7 @@ function bytesByModule(live) {
   return out;
 }
 
-async function open(file) {
-  const page = await browser.context.newPage();
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  page.on('requestfailed', (r) => problems.push('request failed: ' + r.url()));
-  await page.goto(pathToFileURL(join(work, file)).href);
-  await until(page, () => window.cumemtraceViewer && window.cumemtraceViewer.ready);
-  return { page, problems };
-}
-// Polls `predicate` in the page until it holds (page.waitForFunction evaluates strings when it
-// polls, which the page's Content-Security-Policy refuses).
-async function until(page, predicate, arg) {
-  for (let i = 0; i < 100; i++) {
-    if (await page.evaluate(predicate, arg)) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.fail(`never true: ${predicate}`);
-}
+const open = (file) => openViewer(browser, join(work, file));
 const flame = (page) => page.evaluate(() => window.cumemtraceViewer.flame());
 const options = (page) => page.$$eval('#flame-by option', (os) => os.map((o) => o.value));
 async function choose(page, by) {

@@ -8,8 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { launchBrowser, openViewer } from './browser.mjs';
 import { readPage as readPageOf, writePage as writePageOf, column, b64 } from './page_data.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
@@ -98,17 +97,7 @@ function withStacks() {
   return { d, live, bytes, stack };
 }
 
-async function open(file, viewport) {
-  const page = await browser.context.newPage();
-  if (viewport) await page.setViewportSize(viewport);
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  page.on('requestfailed', (r) => problems.push('request failed: ' + r.url()));
-  await page.goto(pathToFileURL(join(work, file)).href);
-  await page.waitForFunction(() => window.cumemtraceViewer && window.cumemtraceViewer.ready);
-  return { page, problems };
-}
+const open = (file, viewport) => openViewer(browser, join(work, file), viewport);
 
 test('stacks: the largest live allocation is listed with its file:line, its whole stack on load', async () => {
   const { live, bytes } = withStacks();

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { launchBrowser, openViewer } from './browser.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
 assert.ok(work, 'CUMEMTRACE_VIEWER_WORK is not set: run through run_browser_test.sh');
@@ -16,13 +16,7 @@ before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser.close(); });
 
 async function open(name) {
-  const page = await browser.context.newPage();
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  page.on('requestfailed', (r) => problems.push('request failed: ' + r.url()));
-  await page.goto(pathToFileURL(join(work, name + '.html')).href);
-  await page.waitForFunction(() => window.cumemtraceViewer && window.cumemtraceViewer.ready);
+  const { page, problems } = await openViewer(browser, join(work, name + '.html'));
   const summary = JSON.parse(readFileSync(join(work, name + '.summary.json'), 'utf8'));
   return { page, problems, summary };
 }

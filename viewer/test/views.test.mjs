@@ -7,8 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { launchBrowser } from './browser.mjs';
+import { launchBrowser, openViewer } from './browser.mjs';
 import { readPage, writePage, column, b64 } from './page_data.mjs';
 
 const work = process.env.CUMEMTRACE_VIEWER_WORK;
@@ -18,16 +17,7 @@ let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser.close(); });
 
-async function open(file) {
-  const page = await browser.context.newPage();
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  page.on('requestfailed', (r) => problems.push('request failed: ' + r.url()));
-  await page.goto(pathToFileURL(join(work, file)).href);
-  await page.waitForFunction(() => window.cumemtraceViewer && window.cumemtraceViewer.ready);
-  return { page, problems };
-}
+const open = (file) => openViewer(browser, join(work, file));
 const summaryOf = (name) => JSON.parse(readFileSync(join(work, name + '.summary.json'), 'utf8'));
 
 // The process and device with the highest peak, as the compare page and `compare` pick them.
