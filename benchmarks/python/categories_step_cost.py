@@ -92,13 +92,17 @@ elif not hasattr(categories, "_state_due"):
         categories._send_optimizer(optimizer, state=False)
         categories._send_tensors(categories.OPTIMIZER_STATE,
                                  categories._state_tensors(optimizer), owner=optimizer)
-else:  # as the file's own after_step: the state read at its intervals
+elif not hasattr(categories, "_before_step"):  # the state read at its intervals
     def hooks():
         categories._send_optimizer(optimizer, state=False)
         if categories._state_due(optimizer):
             categories._state_read(optimizer, categories._send_tensors(
                 categories.OPTIMIZER_STATE, categories._state_tensors(optimizer),
                 owner=optimizer))
+else:  # the file's own step hooks
+    def hooks():
+        categories._before_step(optimizer, (), {})
+        categories._after_step(optimizer, (), {})
 
 for _ in range(200):
     hooks()

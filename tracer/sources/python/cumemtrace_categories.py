@@ -191,6 +191,25 @@ def _send_optimizer(optimizer, state=True):
         _send_tensors(OPTIMIZER_STATE, _state_tensors(optimizer), owner=optimizer)
 
 
+def _before_step(optimizer, args, kwargs):
+    """torch's global optimizer step pre-hook."""
+    try:
+        _optimizers.add(optimizer)
+        _send_optimizer(optimizer, state=False)
+    except Exception as error:
+        _warn(f"optimizer not read: {error}")
+
+
+def _after_step(optimizer, args, kwargs):
+    """torch's global optimizer step post-hook."""
+    try:
+        if _state_due(optimizer):
+            _state_read(optimizer, _send_tensors(OPTIMIZER_STATE, _state_tensors(optimizer),
+                                                 owner=optimizer))
+    except Exception as error:
+        _warn(f"optimizer state not read: {error}")
+
+
 def _attach(torch):
     global _Tensor
     _Tensor = torch.Tensor
@@ -214,23 +233,8 @@ def _attach(torch):
 
     first_call = module_hooks.register_module_forward_pre_hook(on_first_module_call)
 
-    def before_step(optimizer, args, kwargs):
-        try:
-            _optimizers.add(optimizer)
-            _send_optimizer(optimizer, state=False)
-        except Exception as error:
-            _warn(f"optimizer not read: {error}")
-
-    def after_step(optimizer, args, kwargs):
-        try:
-            if _state_due(optimizer):
-                _state_read(optimizer, _send_tensors(OPTIMIZER_STATE, _state_tensors(optimizer),
-                                                     owner=optimizer))
-        except Exception as error:
-            _warn(f"optimizer state not read: {error}")
-
-    optimizer_hooks.register_optimizer_step_pre_hook(before_step)
-    optimizer_hooks.register_optimizer_step_post_hook(after_step)
+    optimizer_hooks.register_optimizer_step_pre_hook(_before_step)
+    optimizer_hooks.register_optimizer_step_post_hook(_after_step)
 
     def at_exit():
         try:
