@@ -257,7 +257,11 @@ def _attach(torch):
 
 
 def _after_import(name, callback):
-    """Calls callback(module) once `name` has been imported by the program, whenever."""
+    """Calls callback(module) once `name` has been imported by the program, whenever: at once
+    when it already has been."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
     import importlib.abc
     import importlib.util
 
@@ -294,7 +298,4 @@ def install():
                      ctypes.c_void_p, ctypes.c_uint64]
     send.restype = ctypes.c_uint32
     _send = send
-    if "torch" in sys.modules:
-        _attach(sys.modules["torch"])
-    else:
-        _after_import("torch", _attach)
+    _after_import("torch", _attach)

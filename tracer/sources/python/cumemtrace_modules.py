@@ -14,7 +14,6 @@ backward allocation the module of the forward operation it belongs to (docs/desi
 "Modules and operators").
 """
 import ctypes
-import sys
 import threading
 import weakref
 
@@ -91,8 +90,5 @@ def install():
     define.argtypes = [ctypes.c_uint32, ctypes.c_char_p]
     define.restype = ctypes.c_uint32
     _enter, _define = enter, define
-    if "torch" in sys.modules:
-        _attach(sys.modules["torch"])
-    else:
-        import cumemtrace_categories
-        cumemtrace_categories._after_import("torch", _attach)
+    import cumemtrace_categories
+    cumemtrace_categories._after_import("torch", _attach)
