@@ -129,7 +129,7 @@ class _Plugin:
         if len(marker.args) != 1 or not isinstance(marker.args[0], str) or marker.kwargs:
             raise pytest.UsageError(
                 f"{item.nodeid}: gpu_memory_limit takes one size, e.g. gpu_memory_limit(\"2 GiB\")")
-        if not _SIZE.match(marker.args[0]):
+        if _size_bytes(marker.args[0]) is None:
             raise pytest.UsageError(
                 f"{item.nodeid}: gpu_memory_limit(\"{marker.args[0]}\") is not a size "
                 "(a number and B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")

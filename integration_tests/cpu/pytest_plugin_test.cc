@@ -201,6 +201,20 @@ def test_bad():
   EXPECT_FALSE(fs::exists(tmp_ + "/out/pytest-budgets.jsonl"));
 }
 
+// A size whose unit the budget reader refuses ("Gi") is refused here too, not accepted and
+// then checked against nothing while the summary says "met".
+TEST_F(PytestPlugin, ALimitInAUnitTheBudgetsRefuseStopsPytestToo) {
+  std::ofstream(tmp_ + "/test_bad_unit.py") << R"(import pytest
+@pytest.mark.gpu_memory_limit("2 Gi")
+def test_bad_unit():
+    pass
+)";
+  EXPECT_EQ(Run("test_bad_unit.py"), 4);
+  EXPECT_NE(ReadFile(tmp_ + "/stderr").find("gpu_memory_limit(\"2 Gi\") is not a size"),
+            std::string::npos)
+      << ReadFile(tmp_ + "/stderr");
+}
+
 TEST_F(PytestPlugin, WithoutCumemtraceTheMarkerIsOnlyRegistered) {
   const int status =
       Shell("cd " + tmp_ + " && env -u CUMEMTRACE_BUDGET_FILE PYTHONPATH=" + PYTEST_PLUGIN_DIR +
