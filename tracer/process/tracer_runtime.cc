@@ -647,10 +647,6 @@ void TracerRuntime::SenderMain() {
       const CollectorConnection::SendResult sent = s.connection.Send(
           &outbox, stopping ? kExitSendBudgetMs : (busy || drained_many ? kBusySendMs : 0));
       s.outbox_consumed += before - outbox.size();
-      if (sent != CollectorConnection::SendResult::kAllSent &&
-          sent != CollectorConnection::SendResult::kPending) {
-        queue_.set_wait_when_full(false);  // no collector to make room for: drop and count
-      }
       if (sent == CollectorConnection::SendResult::kClosed) {
         recorder_.set_recording(false);
         recorder_.Notice(v1::NOTICE_LEVEL_WARNING, "collector_lost",
@@ -675,7 +671,8 @@ void TracerRuntime::SenderMain() {
       s.buffer_frames.pop_front();
     }
     if (stopping || !s.connection.connected()) {
-      queue_.set_wait_when_full(false);  // threads still pushing must not wait for nobody
+      // Threads still pushing must not wait for nobody (at exit, or the collector lost).
+      queue_.set_wait_when_full(false);
       s.connection.Close();
       std::lock_guard<std::mutex> lock(wake_mutex_);
       sender_done_ = true;

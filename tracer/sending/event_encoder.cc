@@ -39,9 +39,11 @@ EventEncoder::EventEncoder(size_t max_events_per_batch)
 }
 
 void EventEncoder::ResetBatch() {
+  message_ = nullptr;
   batch_ = nullptr;
   arena_.Reset();
-  batch_ = google::protobuf::Arena::CreateMessage<v1::EventBatch>(&arena_);
+  message_ = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&arena_);
+  batch_ = message_->mutable_batch();
 }
 
 uint32_t EventEncoder::Intern(std::string_view value) {
@@ -77,22 +79,7 @@ size_t EventEncoder::FlushBatch(std::string* out) {
     p->set_position(position);
   }
   buffer_positions_.clear();
-  // The frame of a StreamMessage whose only field is this batch (field 2, length-delimited),
-  // written around the batch's own bytes: the same bytes as SerializeToArray of the
-  // message, without moving the batch off its arena.
-  using google::protobuf::io::CodedOutputStream;
-  const size_t batch_bytes = batch_->ByteSizeLong();
-  constexpr uint32_t kBatchTag = (v1::StreamMessage::kBatchFieldNumber << 3) | 2;
-  const size_t body = CodedOutputStream::VarintSize32(kBatchTag) +
-                      CodedOutputStream::VarintSize32(static_cast<uint32_t>(batch_bytes)) +
-                      batch_bytes;
-  const size_t start = out->size();
-  out->resize(start + CodedOutputStream::VarintSize32(static_cast<uint32_t>(body)) + body);
-  auto* p = reinterpret_cast<uint8_t*>(&(*out)[start]);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(body), p);
-  p = CodedOutputStream::WriteVarint32ToArray(kBatchTag, p);
-  p = CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(batch_bytes), p);
-  batch_->SerializeWithCachedSizesToArray(p);
+  AppendFramedMessage(*message_, out);
   ResetBatch();
   return n;
 }

@@ -82,13 +82,9 @@ class OpStack {
       parent->named = true;
     }
     if (!due || node == nullptr) return false;
-    // The outermost op as Fill names it: inside a backward node (create_graph, a reentrant
+    // The operators as Fill names them: inside a backward node (create_graph, a reentrant
     // checkpoint's recomputation) the node, not autograd's engine's wrapper around it.
-    uint32_t outer = 0;
-    while (outer < depth_ && !frames_[outer].backward) ++outer;
-    if (outer == depth_) outer = 0;
-    node->op = frames_[outer].op;
-    node->inner_op = depth_ > outer ? frame.op : 0;
+    Operators(depth_ + 1, &node->op, &node->inner_op);
     node->sequence = frame.sequence;
     node->thread = frame.thread;
     return true;
@@ -116,13 +112,7 @@ class OpStack {
   void FillWith(Next&& autograd_next, cumemtrace_torch_event* event) {
     const uint32_t kept = depth_ < kDepth ? depth_ : kDepth;
     if (kept == 0) return;
-    // In backward the outermost backward frame: autograd's engine wraps each node in a
-    // RecordFunction of its own ("autograd::engine::evaluate_function: MmBackward0").
-    uint32_t outer = 0;
-    while (outer + 1 < kept && !frames_[outer].backward) ++outer;
-    if (!frames_[outer].backward) outer = 0;
-    event->op = frames_[outer].op;
-    event->inner_op = kept > outer + 1 ? frames_[kept - 1].op : 0;
+    Operators(kept, &event->op, &event->inner_op);
     for (uint32_t i = kept; i-- > 0;) {
       if (frames_[i].backward) {
         event->autograd_sequence = frames_[i].sequence | CUMEMTRACE_TORCH_BACKWARD_BIT;
@@ -143,6 +133,18 @@ class OpStack {
   }
 
  private:
+  // The outermost and innermost ops of the `kept` (> 0) innermost-last frames; the inner one
+  // 0 when it is the outermost. In backward the outermost is the outermost backward frame:
+  // autograd's engine wraps each node in a RecordFunction of its own
+  // ("autograd::engine::evaluate_function: MmBackward0").
+  void Operators(uint32_t kept, uint32_t* op, uint32_t* inner_op) const {
+    uint32_t outer = 0;
+    while (outer + 1 < kept && !frames_[outer].backward) ++outer;
+    if (!frames_[outer].backward) outer = 0;
+    *op = frames_[outer].op;
+    *inner_op = kept > outer + 1 ? frames_[kept - 1].op : 0;
+  }
+
   OpFrame frames_[kDepth];
   uint32_t depth_ = 0;
 };

@@ -137,9 +137,10 @@ StackWords TensorStack(const cumemtrace_torch_event& event) {
 // none is wanted. Set once at attach; read by every allocating thread (relaxed: a tensor born
 // while it is set may go without attribution).
 std::atomic<bool> g_attributing{false};
-bool AttributionOf(const cumemtrace_torch_event& event, v1::ring::TorchAttribution* out) {
+bool AttributionOf(const Recorder& recorder, const cumemtrace_torch_event& event,
+                   v1::ring::TorchAttribution* out) {
   if (!g_attributing.load(std::memory_order_relaxed) || !IsBirth(event)) return false;
-  out->module = Recorder::Get().modules() ? Recorder::current_module() : 0;
+  out->module = recorder.modules() ? Recorder::current_module() : 0;
   out->op = event.op;
   out->inner_op = event.inner_op;
   out->autograd_thread = event.autograd_thread;
@@ -169,7 +170,7 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording()) return 1;
   v1::ring::TorchAttribution attribution{};
-  const bool attributed = AttributionOf(*event, &attribution);
+  const bool attributed = AttributionOf(recorder, *event, &attribution);
   const bool node = event->action == CUMEMTRACE_TORCH_AUTOGRAD_NODE;
   if (node && (!attributed || attribution.autograd_sequence == 0)) return 1;  // names nothing
   const v1::ring::TorchAttribution* attached =
