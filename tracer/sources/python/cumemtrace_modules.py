@@ -5,9 +5,9 @@ Once the program has imported torch (never before), two global module hooks of t
 the modules each thread is in, and tell the tracer the innermost one through its exported
 call cumemtrace_module_enter: the PyTorch bridge copies it into every tensor born on that
 thread. A module's path is found the first time it runs: its name under the module that
-called it, through containers that are never called themselves (`transformer.h.3.attn`); a module called outside any other
-is a root and is named by its class, `<GPT>`. Paths are sent once each, through
-cumemtrace_module_define.
+called it, through containers that are never called themselves (`transformer.h.3.attn`); a
+module called outside any other is a root and is named by its class, `<GPT>`. Paths are
+sent once each, through cumemtrace_module_define.
 
 Backward runs no module hook (autograd's threads run no Python): the collector gives a
 backward allocation the module of the forward operation it belongs to (docs/design.md,
