@@ -94,8 +94,9 @@ Options:
                           ring full waits until the tracer has sent enough to make room,
                           instead of dropping it (counted, and shown as a gap). For bursts
                           beyond what the tracer sends (2 to 5 million NVTX records a
-                          second, by the CPU it gets); the program runs slower in them. A lost or stalled
-                          collector still drops. PyTorch's tensor events never wait
+                          second, by the CPU it gets); the program runs slower in them. A
+                          lost or stalled collector still drops. PyTorch's tensor events
+                          never wait
       --phase=PHASE=MODULE:QUALNAME
                           Python programs: wrap that function or method in an NVTX range
                           named PHASE, without editing the program (repeatable), e.g.

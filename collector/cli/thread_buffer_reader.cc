@@ -160,8 +160,7 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
         r.reserved_current = reserved_current_;
       }
       read->events.push_back(r);
-      v1::ring::TorchAttribution& attribution = read->attributions.emplace_back();
-      attribution = v1::ring::TorchAttribution{};
+      v1::ring::TorchAttribution& attribution = read->attributions.emplace_back();  // zeroed
       if (action == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
           action == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) {
         attribution.module = static_cast<uint32_t>(attribution_a_);

@@ -114,7 +114,7 @@ void FillDeviceReport(const DecodedStream& s, const DeviceCounters& c, uint32_t 
 }
 
 // Bytes live at the peak by allocating stack, the largest `top` (ties: the lower wire id).
-void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStream& s, size_t top,
+void FillTopStacks(const std::vector<const Allocation*>& live, StackResolver& resolver, size_t top,
                    DevicePeak* peak) {
   std::unordered_map<uint32_t, StackAtPeak> by_stack;
   for (const Allocation* a : live) {
@@ -128,7 +128,6 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
     return std::tie(y.second.bytes, x.first) < std::tie(x.second.bytes, y.first);
   });
   if (order.size() > top) order.resize(top);
-  StackResolver resolver(s);
   for (auto& [id, g] : order) {
     g.frame = resolver.UserFrameText(resolver.Resolve(id));
     peak->top_stacks.push_back(std::move(g));
@@ -139,6 +138,9 @@ void FillTopStacks(const std::vector<const Allocation*>& live, const DecodedStre
 void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                       const PhaseTracker& phases, const DecodedStream& s, size_t top_allocations,
                       uint64_t first, ProcessReport* p) {
+  // One for every device's stacks and forward lines: each stack is symbolized once.
+  std::unique_ptr<StackResolver> resolver;
+  if (!s.stacks.empty()) resolver = std::make_unique<StackResolver>(s);
   for (size_t slot = 0; slot < at_peak.size(); ++slot) {
     std::map<std::pair<int32_t, uint8_t>, LiveGroup> groups;
     for (const Allocation* a : at_peak[slot]) {
@@ -163,7 +165,6 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
                       [](const Allocation* x, const Allocation* y) {
                         return std::tie(y->bytes, x->birth_pos) < std::tie(x->bytes, y->birth_pos);
                       });
-    std::unique_ptr<StackResolver> resolver;  // made for the first forward stack asked for
     for (size_t i = 0; i < top; ++i) {
       const Allocation& a = *ids[i];
       LiveAllocation& live = peak.largest.emplace_back();
@@ -186,12 +187,11 @@ void FillPeakContents(std::vector<std::vector<const Allocation*>>& at_peak,
       live.module_from_earlier = b.module_from_earlier;
       live.forward_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_op);
       live.forward_inner_op = s.attribution.Name(v1::ATTRIBUTION_KIND_OPERATOR, b.forward_inner_op);
-      if (b.forward_stack != 0) {
-        if (resolver == nullptr) resolver = std::make_unique<StackResolver>(s);
+      if (b.forward_stack != 0 && resolver != nullptr) {
         live.forward_line = resolver->PythonLineText(resolver->Resolve(b.forward_stack));
       }
     }
-    if (!s.stacks.empty()) FillTopStacks(ids, s, top_allocations, &peak);
+    if (resolver != nullptr) FillTopStacks(ids, *resolver, top_allocations, &peak);
   }
 }
 

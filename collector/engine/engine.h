@@ -139,12 +139,8 @@ struct TimelineAllocation {
   // (docs/phases.md "Categories"); category_from_objects: a tag named it.
   uint8_t category = 0;
   bool category_from_objects = false;
-  // A tensor with attribution (`run --modules`, `--ops`): indices into ProcessTimeline::strings
-  // of its module path and outer operator, 0 ("") when unknown.
-  uint32_t module = 0;
-  uint32_t op = 0;
-  bool backward = false;  // born in an autograd node's backward
-  // Index into ProcessTimeline::attributions (0: none): all of the above and more.
+  // A tensor with attribution (`run --modules`, `--ops`): index into
+  // ProcessTimeline::attributions of its module path and operators (0: none).
   uint32_t attribution = 0;
 };
 

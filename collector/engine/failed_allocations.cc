@@ -55,15 +55,7 @@ void FailedAllocationLog::NameHeld(const Failure& f, const DecodedStream& s,
     return std::tie(y.second.bytes, x.first) < std::tie(x.second.bytes, y.first);
   });
   if (stacks.size() > kTopStacks) stacks.resize(kTopStacks);
-  bool with_stacks = !stacks.empty();
-  for (const HeldAllocation& a : f.largest) with_stacks |= a.stack_id != 0;
-  if (!with_stacks) {
-    for (const HeldAllocation& a : f.largest) {
-      pm->largest_held.push_back(Holder(a, s, phases, first));
-    }
-    return;
-  }
-  StackResolver resolver(s);
+  StackResolver resolver(s);  // symbolizes nothing until a stack is resolved
   for (auto& [id, g] : stacks) {
     g.name = resolver.UserFrameText(resolver.Resolve(id));
     pm->held_by_stack.push_back(g);

@@ -181,40 +181,39 @@ uint32_t StackResolver::FrameIndex(uint32_t wire_frame_id) {
   auto [it, inserted] = frame_index_.try_emplace(wire_frame_id, 0);
   if (!inserted) return it->second;
   ResolvedFrame r;
-  r.function = "?";
-  r.file = "?";
+  FrameFacts& facts = r.facts;
+  facts.python = true;  // an undefined frame shows as a Python one, "?"
+  facts.function = "?";
+  facts.file = "?";
   const auto found = stream_.stacks.frames.find(wire_frame_id);
   if (found != stream_.stacks.frames.end()) {
     const WireFrame& f = found->second;
     if (!f.native) {
-      r.facts.python_entry = f.python_entry;
-      r.function = stream_.Resolve(f.function_id);
-      r.file = stream_.Resolve(f.file_id);
+      facts.python_entry = f.python_entry;
+      facts.function = stream_.Resolve(f.function_id);
+      facts.file = stream_.Resolve(f.file_id);
       r.line = f.line;
     } else {
-      r.native = true;
-      r.function = Hex(f.pc);
+      facts.python = false;
+      facts.function = Hex(f.pc);
       const auto m = stream_.stacks.modules.find(f.module_id);
       if (m != stream_.stacks.modules.end()) {
-        r.facts.module = m->second.path;
-        r.file = r.facts.module;
+        facts.module = m->second.path;
+        facts.file = facts.module;
         // The tracer's and CUPTI's frames are never shown: not worth reading their files.
-        if (!IsObserverModule(BaseName(r.facts.module))) {
+        if (!IsObserverModule(BaseName(facts.module))) {
           if (symbolizer_ == nullptr) symbolizer_ = std::make_unique<NativeSymbolizer>();
           NativeSymbol symbol;
           symbolizer_->Symbolize(m->second.path, m->second.load_bias, f.pc, &symbol);
-          if (!symbol.function.empty()) r.function = symbol.function;
+          if (!symbol.function.empty()) facts.function = symbol.function;
           if (!symbol.file.empty()) {
-            r.file = symbol.file;
+            facts.file = symbol.file;
             r.line = symbol.line;
           }
         }
       }
     }
   }
-  r.facts.python = !r.native;
-  r.facts.function = r.function;
-  if (!r.native) r.facts.file = r.file;
   it->second = static_cast<uint32_t>(resolved_.size());
   resolved_.push_back(std::move(r));
   return it->second;
@@ -224,11 +223,11 @@ uint32_t StackResolver::TableIndex(uint32_t resolved) {
   ResolvedFrame& r = resolved_[resolved];
   if (r.table_index >= 0) return static_cast<uint32_t>(r.table_index);
   r.table_index = static_cast<int32_t>(table_.function.size());
-  table_.function.push_back(r.function);
-  table_.file.push_back(r.file);
+  table_.function.push_back(r.facts.function);
+  table_.file.push_back(r.facts.file);
   table_.line.push_back(r.line);
-  table_.kind.push_back(r.native ? "native" : "python");
-  module_of_frame_.push_back(r.native ? r.facts.module : std::string());
+  table_.kind.push_back(r.facts.python ? "python" : "native");
+  module_of_frame_.push_back(r.facts.module);
   return static_cast<uint32_t>(r.table_index);
 }
 

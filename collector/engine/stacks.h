@@ -55,7 +55,7 @@ struct FrameFacts {
   bool python = false;
   std::string module;        // native: the module's path ("" when unknown)
   std::string function;      // native: its symbol ("" or "0x..." when unknown)
-  std::string file;          // python: its file
+  std::string file;          // python: its file (only a Python frame's is read)
   uint8_t python_entry = 0;  // python: v1::PythonFrameEntry
 };
 
@@ -104,11 +104,8 @@ class StackResolver {
   uint32_t TableIndex(uint32_t resolved);
 
   struct ResolvedFrame {
-    bool native = false;
-    std::string function;
-    std::string file;
+    FrameFacts facts;  // its kind, function, file and module as the table shows them
     uint32_t line = 0;
-    FrameFacts facts;
     int32_t table_index = -1;
   };
 

@@ -74,13 +74,7 @@ void CaptureTimeline(const DecodedStream& s, const std::vector<Event>& events,
     t.kind = a.kind;
     t.category = static_cast<uint8_t>(a.category & ~kFromObjects);
     t.category_from_objects = (a.category & kFromObjects) != 0;
-    if (a.attribution != 0 && a.attribution < entry_of.size()) {
-      t.attribution = entry_of[a.attribution];
-      const TimelineAttribution& n = out->attributions[t.attribution];
-      t.module = n.module;
-      t.op = n.op;
-      t.backward = n.backward;
-    }
+    if (a.attribution < entry_of.size()) t.attribution = entry_of[a.attribution];
     if (classified && IsDeviceMemory(a.kind)) {
       t.lifetime_class = LifetimeClassName(static_cast<LifetimeClass>(a.lifetime_class));
     }

@@ -270,7 +270,8 @@ bool InOrder(const TorchDeviceDecode& d, uint64_t sequence, bool probe) {
   return probe ? sequence <= d.last_sequence : sequence <= d.last_sequence + 1;
 }
 
-void ApplyTorchEvent(DecodedStream& s, uint64_t timestamp_ns, const v1::TorchAllocatorEvent& t);
+void ApplyTorchEvent(DecodedStream& s, TorchDeviceDecode& d, uint64_t timestamp_ns,
+                     const v1::TorchAllocatorEvent& t);
 
 // Applies the waiting events that are now in order (all of them with `all`, at the end).
 void ReleaseWaiting(DecodedStream& s, TorchDeviceDecode& d, bool all) {
@@ -281,7 +282,7 @@ void ReleaseWaiting(DecodedStream& s, TorchDeviceDecode& d, bool all) {
       return;
     }
     auto node = d.waiting.extract(first);
-    ApplyTorchEvent(s, node.mapped().timestamp_ns, node.mapped().event);
+    ApplyTorchEvent(s, d, node.mapped().timestamp_ns, node.mapped().event);
   }
 }
 
@@ -294,7 +295,7 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
   TorchDeviceDecode& d = s.torch.devices[t.device()];
   const bool probe = t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE;
   if (d.waiting.empty() && InOrder(d, t.sequence(), probe)) {
-    ApplyTorchEvent(s, timestamp_ns, t);
+    ApplyTorchEvent(s, d, timestamp_ns, t);
     return;
   }
   d.waiting.emplace(std::make_pair(t.sequence(), probe ? 1 : 0),
@@ -304,9 +305,10 @@ void AddTorchAllocatorEvent(DecodedStream& s, uint64_t timestamp_ns,
 
 namespace {
 
-void ApplyTorchEvent(DecodedStream& s, uint64_t timestamp_ns, const v1::TorchAllocatorEvent& t) {
+// `d`: the decode of t.device(), looked up once by the caller.
+void ApplyTorchEvent(DecodedStream& s, TorchDeviceDecode& d, uint64_t timestamp_ns,
+                     const v1::TorchAllocatorEvent& t) {
   TorchBridgeReport& r = s.torch.report;
-  TorchDeviceDecode& d = s.torch.devices[t.device()];
   if (t.action() == v1::TORCH_ALLOCATOR_ACTION_STATS_PROBE) {
     // Counters read after event `sequence` and before the next: they settle the pending
     // ALLOC if it came at or before that event with none lost since. Every event numbered

@@ -41,9 +41,8 @@ namespace {
 // The snapshot's records, each allocation's frames taken from the process' stack table.
 class SnapshotWriter : public internal::PickleWriter {
  public:
-  SnapshotWriter(std::ostream& out, const StackTable& stacks,
-                 const std::vector<std::string>& strings)
-      : PickleWriter(out), stacks_(stacks), strings_(strings) {}
+  SnapshotWriter(std::ostream& out, const ProcessTimeline& timeline)
+      : PickleWriter(out), stacks_(timeline.stacks), timeline_(timeline) {}
 
   void Field(const char* key, uint64_t value) {
     Str(key);
@@ -60,12 +59,14 @@ class SnapshotWriter : public internal::PickleWriter {
   void Frames(int32_t stack, const TimelineAllocation* born = nullptr) {
     Str("frames");
     BeginList();
-    if (born != nullptr && (born->module != 0 || born->op != 0)) {
+    const TimelineAttribution& a = timeline_.attributions.at(born ? born->attribution : 0);
+    if (a.module != 0 || a.op != 0) {
+      const std::vector<std::string>& strings = timeline_.strings;
       BeginDict();
-      Field("filename", born->module != 0 ? strings_[born->module] : "(no module)");
+      Field("filename", a.module != 0 ? strings[a.module] : "(no module)");
       Field("line", 0);
-      Field("name", (born->backward ? "backward: " : "") +
-                        (born->op != 0 ? strings_[born->op] : std::string("(no operator)")));
+      Field("name", (a.backward ? "backward: " : "") +
+                        (a.op != 0 ? strings[a.op] : std::string("(no operator)")));
       EndDict();
     }
     if (stack >= 0 && static_cast<size_t>(stack) < stacks_.stacks.size()) {
@@ -146,7 +147,7 @@ class SnapshotWriter : public internal::PickleWriter {
 
  private:
   const StackTable& stacks_;
-  const std::vector<std::string>& strings_;
+  const ProcessTimeline& timeline_;  // its attributions and strings
 };
 
 bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == kTorchReservedKind; }
@@ -266,7 +267,7 @@ void WriteSnapshot(const AnalyzedTrace& trace, size_t process, const uint64_t* a
   const ProcessTimeline& t = trace.timelines.at(process);
   const bool bridged = p.torch.attached;
   const bool blocks_known = p.allocator_mode != "native";
-  SnapshotWriter w(out, t.stacks, t.strings);
+  SnapshotWriter w(out, t);
   w.BeginDict();
 
   w.Str("segments");
