@@ -163,11 +163,7 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
       v1::ring::TorchAttribution& attribution = read->attributions.emplace_back();  // zeroed
       if (action == v1::TORCH_ALLOCATOR_ACTION_ALLOC ||
           action == v1::TORCH_ALLOCATOR_ACTION_ALLOC_ROUNDED) {
-        attribution.module = static_cast<uint32_t>(attribution_a_);
-        attribution.op = static_cast<uint32_t>(attribution_a_ >> 32);
-        attribution.inner_op = static_cast<uint32_t>(attribution_b_);
-        attribution.autograd_thread = static_cast<uint32_t>(attribution_b_ >> 32);
-        attribution.autograd_sequence = attribution_c_;
+        attribution = tb::UnpackAttribution(attribution_a_, attribution_b_, attribution_c_);
       }
       ++made;
     }

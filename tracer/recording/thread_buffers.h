@@ -25,22 +25,24 @@
 
 namespace cumemtrace::tracer {
 
-// An ALLOC's attribution (`run --modules`, `--ops`) as a kAttribution unit's three words
-// (proto/cumemtrace/v1/thread_buffers.h): the one packing, for the writer and the sender.
+// An ALLOC's attribution (`run --modules`, `--ops`) as a kAttribution unit's three words,
+// packed as proto/cumemtrace/v1/thread_buffers.h's PackAttribution says.
 struct AttributionWords {
   uint64_t a = 0;  // module | op << 32
   uint64_t b = 0;  // inner op | autograd thread << 32
   uint64_t c = 0;  // autograd sequence, as ring::TorchAttribution's
   static AttributionWords Of(const v1::ring::TorchAttribution& t) {
-    return {uint64_t{t.module} | uint64_t{t.op} << 32,
-            uint64_t{t.inner_op} | uint64_t{t.autograd_thread} << 32, t.autograd_sequence};
+    AttributionWords w;
+    v1::thread_buffers::PackAttribution(t, &w.a, &w.b, &w.c);
+    return w;
   }
   void To(HostRecord::TorchFields* f) const {
-    f->module = static_cast<uint32_t>(a);
-    f->op = static_cast<uint32_t>(a >> 32);
-    f->inner_op = static_cast<uint32_t>(b);
-    f->autograd_thread = static_cast<uint32_t>(b >> 32);
-    f->autograd_sequence = c;
+    const v1::ring::TorchAttribution t = v1::thread_buffers::UnpackAttribution(a, b, c);
+    f->module = t.module;
+    f->op = t.op;
+    f->inner_op = t.inner_op;
+    f->autograd_thread = t.autograd_thread;
+    f->autograd_sequence = t.autograd_sequence;
   }
   bool operator!=(const AttributionWords& o) const { return a != o.a || b != o.b || c != o.c; }
 };

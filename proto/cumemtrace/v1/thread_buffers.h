@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "proto/cumemtrace/v1/shared_ring.h"
+
 namespace cumemtrace::v1::thread_buffers {
 
 constexpr uint32_t kMagic = 0x42544d43;  // "CMTB" in memory order
@@ -110,5 +112,23 @@ constexpr int kDeviceShift = 40;
 constexpr int kActionShift = 48;
 constexpr int kKindShift = 56;
 constexpr uint64_t kTsc = uint64_t{1} << 60;
+
+// A kAttribution unit's words (a, b, c) from and to the ring's TorchAttribution: the one
+// packing, for the tracer that writes and sends them and the collector that recovers them.
+inline void PackAttribution(const ring::TorchAttribution& t, uint64_t* a, uint64_t* b,
+                            uint64_t* c) {
+  *a = uint64_t{t.module} | uint64_t{t.op} << 32;
+  *b = uint64_t{t.inner_op} | uint64_t{t.autograd_thread} << 32;
+  *c = t.autograd_sequence;
+}
+inline ring::TorchAttribution UnpackAttribution(uint64_t a, uint64_t b, uint64_t c) {
+  ring::TorchAttribution t{};
+  t.module = static_cast<uint32_t>(a);
+  t.op = static_cast<uint32_t>(a >> 32);
+  t.inner_op = static_cast<uint32_t>(b);
+  t.autograd_thread = static_cast<uint32_t>(b >> 32);
+  t.autograd_sequence = c;
+  return t;
+}
 
 }  // namespace cumemtrace::v1::thread_buffers
