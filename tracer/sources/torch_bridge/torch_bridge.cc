@@ -169,6 +169,14 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
 int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording()) return 1;
+  // A benchmark's odd window: nothing done but the mapping that finds the window, which both
+  // windows pay. So on against off is all the bridge does past the shim (attribution,
+  // stack, record), on whichever path the run takes: the default against a tracker that
+  // returns at once, without torch's own part.
+  if (g_alternate_ns != 0 && event->action != CUMEMTRACE_TORCH_STATS_PROBE) {
+    bool from_torch = false;
+    if ((g_event_clock.TimeOf(event->tsc, &from_torch) / g_alternate_ns) % 2 == 1) return 1;
+  }
   v1::ring::TorchAttribution attribution{};
   const bool attributed = AttributionOf(recorder, *event, &attribution);
   const bool node = event->action == CUMEMTRACE_TORCH_AUTOGRAD_NODE;
@@ -176,13 +184,6 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   const v1::ring::TorchAttribution* attached =
       attributed && !IsEmpty(attribution) ? &attribution : nullptr;
   if (!g_self_time.on.load(std::memory_order_relaxed)) {
-    // A benchmark's odd window: the event's time mapped (to find the window), nothing
-    // recorded. Both windows pay the mapping, so on against off is the recording alone, on
-    // whichever path the run takes.
-    if (g_alternate_ns != 0 && event->action != CUMEMTRACE_TORCH_STATS_PROBE) {
-      bool from_torch = false;
-      if ((g_event_clock.TimeOf(event->tsc, &from_torch) / g_alternate_ns) % 2 == 1) return 1;
-    }
     // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
     // here. A probe (the sender's), an autograd node (no allocator event: the buffers' units
     // are those, as their readers check) or a stack takes the ring's path.
@@ -357,7 +358,7 @@ void TorchBridge::AttachOnce() {
         atexit(PrintSelfTime);
       }
       if (const char* alternate = getenv("CUMEMTRACE_BENCH_ALTERNATE_MS");
-          alternate != nullptr && atoi(alternate) > 0) {
+          alternate != nullptr && atoi(alternate) > 0 && !g_self_time.on.load()) {
         g_alternate_ns = uint64_t(atoi(alternate)) * 1'000'000;
         // In the trace too: its tensors' lost events and estimated sizes come from this.
         recorder.Notice(v1::NOTICE_LEVEL_WARNING, "bench_alternate",
