@@ -118,16 +118,19 @@ def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
         "cumemtrace --modules": (run("modules", "--modules"), {}),
         "cumemtrace --ops": (run("ops", "--ops"), {}),
         "cumemtrace --modules --ops": (run("modules-ops", "--modules", "--ops"), {}),
-        # The tensors recorded in alternate windows of the clock inside each process
-        # (CUMEMTRACE_BENCH_ALTERNATE_MS): the settling workloads' on/off figures, which the
-        # CPU's changes of speed fall on alike. Windows of several iterations: 50 ms at depth
-        # 50, 150 ms at depth 200.
+        # The bridge on and off in alternate windows of the clock inside each process
+        # (CUMEMTRACE_BENCH_ALTERNATE_MS, alternating_windows.py): on/off figures of the
+        # settling iterations, or of the steps elsewhere, which the CPU's changes of speed
+        # fall on alike. Windows of several spans: 50 ms for EP at depth 50 and for the
+        # launch-bound MLP and ResNet (7-8 ms steps), 150 ms at depth 200.
         "cumemtrace, 50 ms windows": (run("windows50"), {"CUMEMTRACE_BENCH_ALTERNATE_MS": "50"}),
         "cumemtrace, 150 ms windows": (run("windows150"),
                                        {"CUMEMTRACE_BENCH_ALTERNATE_MS": "150"}),
         "cumemtrace (ring only), 50 ms windows": (
             run("ringwindows50"), {"CUMEMTRACE_BENCH_ALTERNATE_MS": "50",
                                    "CUMEMTRACE_PER_THREAD": "0"}),
+        "cumemtrace --stacks=python, 50 ms windows": (
+            run("stackswindows50", "--stacks=python"), {"CUMEMTRACE_BENCH_ALTERNATE_MS": "50"}),
         # What the shared ring costs: the same, records through the socket only.
         "cumemtrace (socket only)": (run("socket"), SOCKET_ONLY),
         "cumemtrace --no-kernels (socket only)":
@@ -270,15 +273,25 @@ def summarize(samples, wanted, out, units=None):
         from workloads import TITLES as titles, UNITS  # noqa: E402
     except ImportError:  # --pool where torch is not installed: the workloads' own names
         titles, UNITS = {}, {}
-    figure_units = {"median": "ms/settling iteration, median", "step": "ms/step",
-                    "on": "ms/settling iteration, lowest decile, recording on",
-                    "off": "ms/settling iteration, lowest decile, recording off",
-                    "on@median": "ms/settling iteration, median, recording on",
-                    "off@median": "ms/settling iteration, median, recording off",
-                    "on@count": "iterations", "off@count": "iterations",
-                    "cut@count": "iterations"}
-    unit = lambda w: (units or {}).get(w) or (
-        figure_units[w.partition("@")[2]] if "@" in w else UNITS.get(w, "ms/step"))
+    figure_units = {"median": "{time}, median", "step": "ms/step",
+                    "on": "{time}, lowest decile, bridge on",
+                    "off": "{time}, lowest decile, bridge off",
+                    "on@median": "{time}, median, bridge on",
+                    "off@median": "{time}, median, bridge off",
+                    "on@count": "{spans}", "off@count": "{spans}", "cut@count": "{spans}"}
+
+    def unit(w):
+        """A figure's unit: the settling workloads' figures are per iteration, the others'
+        per step (or in the workload's own unit)."""
+        if (units or {}).get(w):
+            return units[w]
+        workload, _, figure = w.partition("@")
+        settling = workload.endswith("-settle")
+        if not figure:
+            return UNITS.get(workload, "ms/step")
+        return figure_units[figure].format(
+            time="ms/settling iteration" if settling else UNITS.get(workload, "ms/step"),
+            spans="iterations" if settling else "steps")
     results = []
     # The settling workloads' other figures too; rows without samples print nothing.
     for workload in [w + figure for w in wanted for figure in ("", "@median", "@step")]:
@@ -321,8 +334,9 @@ def summarize(samples, wanted, out, units=None):
         if not names:
             continue
         title = titles.get(workload, workload)
-        print(f"\n{title}, inside each process: the iterations with the tensors recorded "
-              f"against those without (CUMEMTRACE_BENCH_ALTERNATE_MS)")
+        spans = "settling iterations" if workload.endswith("-settle") else "steps"
+        print(f"\n{title}, inside each process: the {spans} with the bridge on against those "
+              f"with it off (CUMEMTRACE_BENCH_ALTERNATE_MS)")
         for name in names:
             for figure, what in (("", "lowest decile"), ("@median", "median")):
                 ratios = window_ratios(samples, workload, name, figure)

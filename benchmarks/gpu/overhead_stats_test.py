@@ -13,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import overhead  # noqa: E402
+from alternating_windows import alternating_times  # noqa: E402
 
 
 def run_file(directory, name, rows, workload="ep50-settle", unit="ms", spread=0.01):
@@ -153,6 +154,50 @@ class WindowsTest(unittest.TestCase):
         self.assertIn("2 processes: 1.020, 0.980", printed.getvalue())
         again, _, _ = overhead.pooled_samples([out], None, None)
         self.assertEqual(again, samples)
+
+
+class AlternatingTimesTest(unittest.TestCase):
+    """workloads.py's split of a process's spans into the windows of the bridge on and off."""
+
+    def test_spans_whole_in_a_window_go_to_its_state_and_those_across_an_edge_to_none(self):
+        # 50 ms windows: [0, 50) on, [50, 100) off, [100, 150) on. Twelve 4 ms spans in each
+        # of the first two, and three across the edges at 50 and 100 ms.
+        spans = [(0.001 + 0.004 * i, 0.005 + 0.004 * i) for i in range(12)]
+        spans += [(0.051 + 0.004 * i, 0.054 + 0.004 * i) for i in range(12)]
+        spans += [(0.048, 0.052), (0.099, 0.101), (0.149, 0.1515)]
+        figures = alternating_times(spans, 50)
+        self.assertEqual(figures["on@count"], 12)
+        self.assertEqual(figures["off@count"], 12)
+        self.assertEqual(figures["cut@count"], 3)
+        self.assertAlmostEqual(figures["on@median"], 0.004)
+        self.assertAlmostEqual(figures["off@median"], 0.003)
+        self.assertAlmostEqual(figures["on"], 0.004)
+
+    def test_a_state_with_too_few_spans_has_its_count_and_no_figure(self):
+        spans = [(0.001 * i, 0.001 * i + 0.0005) for i in range(40)]  # all in [0, 50 ms)
+        figures = alternating_times(spans, 50)
+        self.assertEqual((figures["on@count"], figures["off@count"]), (40, 0))
+        self.assertIn("on", figures)
+        self.assertNotIn("off", figures)
+        self.assertNotIn("off@median", figures)
+
+    def test_a_workload_without_settling_iterations_is_said_in_steps(self):
+        name = "cumemtrace, 50 ms windows"
+        samples = {("launch", "untraced"): [7.0, 7.2], ("launch", name): [7.1, 7.3],
+                   ("launch@on", name): [7.07, 7.2], ("launch@off", name): [7.0, 7.2],
+                   ("launch@on@count", name): [40, 41]}
+        directory = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, directory)
+        out = os.path.join(directory, "run.json")
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            overhead.summarize(samples, ["launch"], out)
+        self.assertIn("the steps with the bridge on against those with it off",
+                      printed.getvalue())
+        self.assertIn("2 processes: 1.010, 1.000", printed.getvalue())
+        with open(out) as f:
+            units = {row["workload"]: row["unit"] for row in json.load(f)}
+        self.assertEqual(units["launch@on"], "ms/step, lowest decile, bridge on")
+        self.assertEqual(units["launch@on@count"], "steps")
 
 
 class SlowRoundsTest(unittest.TestCase):

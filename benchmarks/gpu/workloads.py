@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from alternating_windows import alternating_times
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -224,32 +226,11 @@ def settle_times(step):
     return statistics.quantiles(times, n=10)[0], statistics.median(times)
 
 
-def alternating_settle_times(step, window_ms):
-    """Under CUMEMTRACE_BENCH_ALTERNATE_MS, where the tracer records tensors only in the even
-    windows of window_ms of CLOCK_MONOTONIC (time.perf_counter's clock): the lowest decile
-    and the median of the settling iterations that lie whole in an even window (recording
-    on) and in an odd one (off), how many each, and how many crossed an edge. One process,
-    both states, interleaved every window: the CPU's changes of speed fall on both alike."""
-    window = window_ms / 1e3
-    on, off = [], []
-    for start, end in step.settle_spans:
-        first, last = int(start // window), int(end // window)
-        if first == last:
-            (off if first % 2 else on).append(end - start)
-    # Those across a window's edge are left out. A longer iteration crosses one more often,
-    # which favours the shorter ones of each state a little: keep the windows several times
-    # an iteration, and see how many were cut.
-    figures = {"cut@count": len(step.settle_spans) - len(on) - len(off)}
-    for state, times in (("on", on), ("off", off)):
-        if len(times) >= 10:
-            figures[state] = statistics.quantiles(times, n=10)[0]
-            figures[state + "@median"] = statistics.median(times)
-        figures[state + "@count"] = len(times)
-    return figures
-
-
-def timed(step, warmup, rounds, per_round):
-    """The median of the rounds' seconds per step, and their spread: (max - min) / median."""
+def timed(step, warmup, rounds, per_round, step_spans=None):
+    """The median of the rounds' seconds per step, and their spread: (max - min) / median.
+    With step_spans (a list), each timed step's (start, end) on the CPU goes there too: no
+    synchronization per step, so once the queue is full a GPU-bound step takes the GPU's
+    time, and a launch-bound one its own launches' (what the program feels either way)."""
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -259,7 +240,12 @@ def timed(step, warmup, rounds, per_round):
     for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(per_round):
+            if step_spans is None:
+                step()
+                continue
+            began = time.perf_counter()
             step()
+            step_spans.append((began, time.perf_counter()))
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / per_round)
     median = statistics.median(samples)
@@ -304,18 +290,22 @@ def main():
     result = {}
     for name, (make, warmup, per_round, scale) in workloads.items():
         step = make()
-        seconds, spread = timed(step, warmup, args.rounds, per_round)
+        settling = hasattr(step, "settle_spans")
+        step_spans = [] if alternate_ms and not settling else None
+        seconds, spread = timed(step, warmup, args.rounds, per_round, step_spans)
         result[name] = seconds * scale
         result[name + "@spread"] = spread
-        if hasattr(step, "settle_spans"):
+        if settling:
             # The figure is the settling iteration's; the step's goes to @step.
             result[name + "@step"] = result[name]
             low, median = settle_times(step)
             result[name], result[name + "@median"] = low * scale, median * scale
-            if alternate_ms:
-                for figure, value in alternating_settle_times(step, alternate_ms).items():
-                    count = figure.endswith("@count")
-                    result[name + "@" + figure] = value if count else value * scale
+        if alternate_ms:
+            # On against off: the settling iterations where the step has them, else the steps.
+            spans = step.settle_spans if settling else step_spans
+            for figure, value in alternating_times(spans, alternate_ms).items():
+                count = figure.endswith("@count")
+                result[name + "@" + figure] = value if count else value * scale
         torch.cuda.empty_cache()
     if recorder is not None:
         recorder.__exit__(None, None, None)
