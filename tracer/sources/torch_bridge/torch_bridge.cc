@@ -80,9 +80,9 @@ SelfTime g_self_time;
 // The time of each event (tsc_clock.h): started at attach, refitted at each Poll.
 TscClock g_event_clock;
 
-// CUMEMTRACE_BENCH_ALTERNATE_MS=N, a benchmark (docs/benchmarks.md): the hook records the
-// program's tensors in the even windows of N ms of the clock only and drops them in the odd
-// ones, so that one process times its own work with the recording on and off at the same
+// CUMEMTRACE_BENCH_ALTERNATE_MS=N, a benchmark (docs/benchmarks.md): the hook does its work
+// on the program's tensors in the even windows of N ms of the clock only and returns at once
+// in the odd ones, so that one process times itself with the bridge on and off at the same
 // CPU speed (benchmarks/gpu/workloads.py). The trace of such a run is partial. 0: off. Not
 // with CUMEMTRACE_SELF_TIME, whose path records every event.
 uint64_t g_alternate_ns = 0;
