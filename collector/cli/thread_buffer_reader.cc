@@ -27,18 +27,6 @@ int64_t NowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// The tracer's TscMap::ToMonotonic (tracer/recording/tsc_clock.h), on the map it wrote.
-uint64_t ToMonotonic(const tb::ClockMap& m, uint64_t tsc) {
-  __extension__ typedef __int128 Int128;
-  auto scale = [](int64_t ticks, uint64_t mult) {
-    return static_cast<uint64_t>(static_cast<int64_t>((Int128{ticks} * mult) >> 32));
-  };
-  const int64_t delta = static_cast<int64_t>(tsc - m.base_tsc);
-  const int64_t slewed = static_cast<int64_t>(m.slew_end_tsc - m.base_tsc);
-  if (delta <= slewed) return m.base_ns + scale(delta, m.slew_mult);
-  return m.base_ns + scale(slewed, m.slew_mult) + scale(delta - slewed, m.mult);
-}
-
 }  // namespace
 
 ThreadBufferWalk::ThreadBufferWalk(const unsigned char* area, uint64_t bytes,
@@ -147,7 +135,7 @@ bool ThreadBufferWalk::Next(size_t max_events, ThreadBufferRead* read) {
       r.action = action;
       r.thread_id = thread_id_;
       r.device = static_cast<uint32_t>(u.word >> tb::kDeviceShift & 0xff);
-      r.timestamp_ns = tsc ? ToMonotonic(clock_, u.a) : u.a;
+      r.timestamp_ns = tsc ? tb::ToMonotonic(clock_, u.a) : u.a;
       r.address = u.b;
       r.requested_bytes = u.c;
       r.stream = stream_;

@@ -118,7 +118,7 @@ void ThreadBuffers::TakeAll(const TscClock& clock, std::vector<HostRecord>* out,
   if (have_map) {
     // Into the copy not in use, then named: a sender killed halfway leaves the other whole.
     const uint32_t next = clock_copy_ ^ 1;
-    header->clocks[next] = {map.base_tsc, map.base_ns, map.slew_end_tsc, map.slew_mult, map.mult};
+    header->clocks[next] = map.Written();
     __atomic_store_n(&header->clock_in_use, uint64_t{next}, __ATOMIC_RELEASE);
     clock_copy_ = next;
   }

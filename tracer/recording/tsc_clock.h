@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "proto/cumemtrace/v1/thread_buffers.h"
 #include "tracer/recording/clock.h"
 
 namespace cumemtrace::tracer {
@@ -24,15 +25,12 @@ struct TscMap {
   uint64_t slew_end_tsc = 0;
   uint64_t slew_mult = 0;
   uint64_t mult = 0;
-  uint64_t ToMonotonic(uint64_t tsc) const {
-    // Signed: an unordered read may be taken a little before the base it is mapped from.
-    const int64_t delta = static_cast<int64_t>(tsc - base_tsc);
-    const int64_t slewed = static_cast<int64_t>(slew_end_tsc - base_tsc);
-    if (delta <= slewed) return base_ns + Scale(delta, slew_mult);
-    return base_ns + Scale(slewed, slew_mult) + Scale(delta - slewed, mult);
+  // The collector maps what it recovers after a crash by the same function.
+  v1::thread_buffers::ClockMap Written() const {
+    return {base_tsc, base_ns, slew_end_tsc, slew_mult, mult};
   }
-  static uint64_t Scale(int64_t ticks, uint64_t mult) {
-    return static_cast<uint64_t>(static_cast<int64_t>((Int128{ticks} * mult) >> 32));
+  uint64_t ToMonotonic(uint64_t tsc) const {
+    return v1::thread_buffers::ToMonotonic(Written(), tsc);
   }
 };
 

@@ -347,6 +347,32 @@ TEST(ThreadBufferReader, NeverReadsPastTheCommitNorTrustsALyingHeader) {
   EXPECT_TRUE(ReadThreadBuffers(area.memory, area.bytes, {}).events.empty());
 }
 
+// The map is the dead process's bytes too: one whose slew ends 2^63 ticks before its base
+// made `delta - slewed` overflow in the collector. The differences wrap instead.
+TEST(ThreadBufferReader, AClockMapOfAnyBytesIsDefinedArithmetic) {
+  const tb::ClockMap hostile{0, 0, uint64_t{1} << 63, 0, uint64_t{1} << 32};  // 1 ns a tick
+  EXPECT_EQ(tb::ToMonotonic(hostile, 2005), (uint64_t{1} << 63) + 2005);
+  Area area(1, 64);
+  ThreadBuffers buffers;
+  buffers.Init(area.memory, 1, 64);
+  TensorEvent e = EventOf(0, 1);
+  e.time = 2005;
+  e.tsc = true;
+  ASSERT_TRUE(buffers.Write(e));
+  auto* header = reinterpret_cast<tb::Header*>(area.memory);
+  header->clock_in_use = 0;
+  header->clocks[0] = hostile;
+  const ThreadBufferRead read = ReadThreadBuffers(area.memory, area.bytes, {});
+  ASSERT_EQ(read.events.size(), 1u);
+  EXPECT_EQ(read.events[0].timestamp_ns, (uint64_t{1} << 63) + 2005);
+  // The tracer's own maps are unchanged by it: one that slews for 1,000 ticks at 2 ns a
+  // tick, then runs at 1.
+  const tb::ClockMap map{1000, 5000, 2000, uint64_t{2} << 32, uint64_t{1} << 32};
+  EXPECT_EQ(tb::ToMonotonic(map, 1500), 6000u);
+  EXPECT_EQ(tb::ToMonotonic(map, 3000), 8000u);
+  EXPECT_EQ(tb::ToMonotonic(map, 990), 4980u);  // a read a little before the base
+}
+
 TEST(ThreadBuffers, AForkedChildNeverWritesIntoTheParentsBuffers) {
   Area area(2, 64);
   ThreadBuffers buffers;

@@ -43,6 +43,23 @@ struct ClockMap {
   uint64_t mult;
 };
 
+// A TSC read mapped by `m`: the tracer's sender and hook (tracer/recording/tsc_clock.h) and
+// the collector, which maps what it reads after a crash with the map the process wrote last.
+// Signed: an unordered read may be taken a little before the base it is mapped from. The
+// differences wrap, so a map with any bytes in it is defined arithmetic, not overflow.
+inline uint64_t ToMonotonic(const ClockMap& m, uint64_t tsc) {
+  __extension__ typedef __int128 Int128;  // GCC and Clang; quiet under -Wpedantic
+  const auto scale = [](int64_t ticks, uint64_t mult) {
+    return static_cast<uint64_t>(static_cast<int64_t>((Int128{ticks} * mult) >> 32));
+  };
+  const int64_t delta = static_cast<int64_t>(tsc - m.base_tsc);
+  const int64_t slewed = static_cast<int64_t>(m.slew_end_tsc - m.base_tsc);
+  if (delta <= slewed) return m.base_ns + scale(delta, m.slew_mult);
+  const int64_t after =
+      static_cast<int64_t>(static_cast<uint64_t>(delta) - static_cast<uint64_t>(slewed));
+  return m.base_ns + scale(slewed, m.slew_mult) + scale(after, m.mult);
+}
+
 // At the start of the area (its offset and size are in the handshake's SharedRing).
 struct Header {
   uint32_t magic;
