@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -396,9 +397,9 @@ TEST(ThreadBuffers, AForkedChildNeverWritesIntoTheParentsBuffers) {
 // pipe once Write (the commit) returned. The child's sender drains every 200 us and, as the
 // tracer's does, "sends" what it took (its keys, then the slots' positions, then an end mark)
 // on a second pipe before it frees them; a drain whose end mark did not arrive is a frame
-// the collector never got. The parent SIGKILLs the child at a random moment, then reads the
-// buffers as the collector does: every committed event must be in a complete drain or read
-// back, none twice, and each one read back whole.
+// the collector never got. The parent SIGKILLs the child at a random moment after its first
+// commit, then reads the buffers as the collector does: every committed event must be in a
+// complete drain or read back, none twice, and each one read back whole.
 namespace crash {
 
 constexpr uint32_t kSlots = 4;
@@ -497,6 +498,10 @@ TEST(ThreadBuffersCrash, EveryCommittedEventSurvivesSigkillAndNoneIsTornOrTwice)
     if (child == 0) crash::Child(memory, committed_pipe[1], sent_pipe[1]);
     close(committed_pipe[1]);
     close(sent_pipe[1]);
+    // The moment counts from the child's first commit, not from fork: on a loaded machine a
+    // child may take longer than the whole delay to start writing.
+    pollfd first_commit{committed_pipe[0], POLLIN, 0};
+    ASSERT_EQ(poll(&first_commit, 1, 10'000), 1) << "run " << run << ": the child never wrote";
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us(random)));
     kill(child, SIGKILL);
     int status = 0;
