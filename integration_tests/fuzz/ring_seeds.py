@@ -12,6 +12,7 @@ NVTX, MEMORY, FAILED, THREAD_NAME, EXIT, BRIDGE, LAUNCH = 2, 1, 3, 4, 6, 8, 9
 ATTRIBUTION_NAME = 11  # layout 3
 TORCH_EVENT, PADDING = 128, 255
 FLAG_ATTRIBUTION = 2  # layout 3: a TorchAttribution after the TorchRecord
+AUTOGRAD_NODE = 11  # layout 4: a forward op that recorded a node and allocated nothing
 
 
 def header(write, dropped=0, first=0, last=0, magic=MAGIC, layout=LAYOUT):
@@ -42,11 +43,11 @@ def torch_event(ts=2000):
                        0, 1, 512, 512, 2 << 20, 1, 0)
 
 
-# An ALLOC with what was running (module, op, inner op, autograd thread, sequence; bit 63:
-# backward); `cut` keeps the flag but leaves the attribution out.
-def attributed_torch_event(sequence, ts=2000, cut=False):
+# An ALLOC (or `action`) with what was running (module, op, inner op, autograd thread,
+# sequence; bit 63: backward); `cut` keeps the flag but leaves the attribution out.
+def attributed_torch_event(sequence, ts=2000, cut=False, action=1):
     size = 96 if cut else 120
-    event = struct.pack("<IBBBBII10Q", size, TORCH_EVENT, 1, FLAG_ATTRIBUTION, 0, 7, 0, ts,
+    event = struct.pack("<IBBBBII10Q", size, TORCH_EVENT, action, FLAG_ATTRIBUTION, 0, 7, 0, ts,
                         0x7F0000001000, 512, 0, 1, 512, 512, 2 << 20, 1, 0)
     return event if cut else event + struct.pack("<IIIIQ", 3, 1, 2, 7, sequence)
 
@@ -118,6 +119,15 @@ def main():
             attributed_torch_event(11) + attributed_torch_event(11 | 1 << 63, ts=2100) +
             attributed_torch_event(12, ts=2200, cut=True) + torch_event(ts=2300))
     seeds["attribution"] = seed(0, 0, 1, header(len(body), layout=3), body)
+    # Layout 4: autograd nodes, one without its attribution (skipped), between ALLOCs; the
+    # same records under layout 3, which had no nodes (the nodes skipped).
+    body = (attributed_torch_event(21, action=AUTOGRAD_NODE) + attributed_torch_event(22) +
+            attributed_torch_event(23, ts=2100, cut=True, action=AUTOGRAD_NODE) +
+            struct.pack("<IBBBBII10Q", 96, TORCH_EVENT, AUTOGRAD_NODE, 0, 0, 7, 0, 2200, 0, 0,
+                        0, 0, 0, 0, 0, 0, 0) +
+            attributed_torch_event(21 | 1 << 63, ts=2300))
+    seeds["autograd-nodes"] = seed(0, 0, 1, header(len(body), layout=4), body)
+    seeds["autograd-nodes-layout-3"] = seed(0, 0, 0, header(len(body), layout=3), body)
     for name, content in seeds.items():
         with open(f"{out}/{name}", "wb") as f:
             f.write(content)
