@@ -62,14 +62,14 @@ thread_local OpStack t_ops;
 // ALLOC takes its op's sequence whether or not the op recorded a node.
 using SequencePeekFn = uint64_t (*)();
 SequencePeekFn g_sequence_peek = nullptr;
+// The thread's next autograd sequence, or `unknown` without peek().
+uint64_t PeekSequence(uint64_t unknown) {
+  return g_sequence_peek != nullptr ? g_sequence_peek() : unknown;
+}
 struct OpFiller {
   void operator()(cumemtrace_torch_event* alloc) const noexcept {
     if (!g_watching_ops.load(std::memory_order_relaxed)) return;
-    if (g_sequence_peek != nullptr) {
-      t_ops.FillWith(g_sequence_peek, alloc);
-    } else {
-      t_ops.Fill(alloc);
-    }
+    t_ops.FillWith([] { return PeekSequence(OpStack::kUnknown); }, alloc);
   }
 };
 
@@ -177,8 +177,11 @@ std::unique_ptr<at::ObserverContext> OnOpStart(const at::RecordFunction& fn) {
 // no lock, no allocation.
 void OnOpEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* /*context*/) {
   AutogradNode node;
-  const auto next = [] { return g_sequence_peek != nullptr ? g_sequence_peek() : 0; };
-  if (!t_ops.ExitWith(next, &node) || !g_watching_ops.load(std::memory_order_relaxed)) return;
+  // Without peek() no op is known to have recorded a node (0: never one).
+  if (!t_ops.ExitWith([] { return PeekSequence(0); }, &node) ||
+      !g_watching_ops.load(std::memory_order_relaxed)) {
+    return;
+  }
   cumemtrace_torch_event event{};
   event.action = CUMEMTRACE_TORCH_AUTOGRAD_NODE;
   event.op = node.op;
