@@ -42,7 +42,7 @@ namespace {
 class SnapshotWriter : public internal::PickleWriter {
  public:
   SnapshotWriter(std::ostream& out, const ProcessTimeline& timeline)
-      : PickleWriter(out), stacks_(timeline.stacks), timeline_(timeline) {}
+      : PickleWriter(out), timeline_(timeline) {}
 
   void Field(const char* key, uint64_t value) {
     Str(key);
@@ -69,12 +69,13 @@ class SnapshotWriter : public internal::PickleWriter {
                         (a.op != 0 ? strings[a.op] : std::string("(no operator)")));
       EndDict();
     }
-    if (stack >= 0 && static_cast<size_t>(stack) < stacks_.stacks.size()) {
-      for (uint32_t f : stacks_.stacks[static_cast<size_t>(stack)]) {
+    const StackTable& stacks = timeline_.stacks;
+    if (stack >= 0 && static_cast<size_t>(stack) < stacks.stacks.size()) {
+      for (uint32_t f : stacks.stacks[static_cast<size_t>(stack)]) {
         BeginDict();
-        Field("filename", stacks_.file[f]);
-        Field("line", stacks_.line[f]);
-        Field("name", stacks_.function[f]);
+        Field("filename", stacks.file[f]);
+        Field("line", stacks.line[f]);
+        Field("name", stacks.function[f]);
         EndDict();
       }
     }
@@ -146,8 +147,7 @@ class SnapshotWriter : public internal::PickleWriter {
   }
 
  private:
-  const StackTable& stacks_;
-  const ProcessTimeline& timeline_;  // its attributions and strings
+  const ProcessTimeline& timeline_;  // its stacks, attributions and strings
 };
 
 bool IsTorchSegment(const TimelineAllocation& a) { return a.kind == kTorchReservedKind; }
