@@ -86,9 +86,9 @@ typedef void (*cumemtrace_torch_name_fn)(uint32_t kind, uint32_t id, const char*
 /* Called by the shim on the allocator's thread under the allocator's device lock, for a
    STATS_PROBE on the thread that called probe, and for an AUTOGRAD_NODE on the op's thread
    under no lock: it must only copy the event and return (no torch call, no lock the allocator
-   might want). Returns 0 when the event was not written
-   into the tracer's ring (no room, or no ring), else 1: the shim sends a STATS_PROBE that
-   was not written again at the next probe call. */
+   might want). Returns 0 when the event was not written into the tracer's ring (no room, or
+   no ring), else 1: the shim sends a STATS_PROBE that was not written again at the next probe
+   call. */
 typedef int (*cumemtrace_torch_emit_fn)(const cumemtrace_torch_event* event, void* context);
 
 /* Result of attach. */
