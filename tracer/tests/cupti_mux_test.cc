@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -316,6 +317,39 @@ TEST_F(CuptiMuxTest, EveryTensorEventOfABridgeReachesTheCollectorWholeEitherWay)
         }
       }
     }
+  }
+}
+
+// CUMEMTRACE_SELF_TIME=1 times every event on the path it took, and counts each path's
+// events: all 9,000 of the three threads in their own buffers by default, all in the ring
+// with the buffers off.
+TEST_F(CuptiMuxTest, SelfTimeCountsEveryTensorEventOnThePathItTook) {
+  const std::string bridge_dir = FAKE_TORCH_BRIDGE_LIB;
+  for (const bool per_thread : {true, false}) {
+    const ProbeResult run =
+        Probe({"torch-bridge", FAKE_TORCH_C10_CUDA_LIB, FAKE_TORCH_BRIDGE_LIB},
+              CUMEMTRACE_TRACER_LIB, nullptr,
+              {{"CUMEMTRACE_TORCH_BRIDGE_DIR", bridge_dir.substr(0, bridge_dir.rfind('/'))},
+               {"CUMEMTRACE_PER_THREAD", per_thread ? "1" : "0"},
+               {"CUMEMTRACE_SELF_TIME", "1"}});
+    ASSERT_TRUE(WIFEXITED(run.status)) << run.out << run.err;
+    EXPECT_EQ(WEXITSTATUS(run.status), 0) << run.out << run.err;
+    unsigned long long buffered = 0, ringed = 0;
+    double buffer_ns = -1, ring_ns = -1;
+    const size_t at = run.err.find("cumemtrace self time: ");
+    ASSERT_NE(at, std::string::npos) << run.err;
+    ASSERT_EQ(sscanf(run.err.c_str() + at,
+                     "cumemtrace self time: %llu bridge events into the threads' own buffers, "
+                     "%lf ns each from the hook's entry to the commit; %llu into the ring, %lf "
+                     "ns per event",
+                     &buffered, &buffer_ns, &ringed, &ring_ns),
+              4)
+        << run.err;
+    EXPECT_EQ(buffered, per_thread ? 9000u : 0u) << run.err;
+    EXPECT_EQ(ringed, per_thread ? 0u : 9000u) << run.err;
+    // A path that took no event prints 0 ns; one that took them, its time.
+    EXPECT_EQ(buffer_ns > 0, per_thread) << run.err;
+    EXPECT_EQ(ring_ns > 0, !per_thread) << run.err;
   }
 }
 

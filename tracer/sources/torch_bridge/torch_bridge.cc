@@ -68,11 +68,14 @@ std::string OwnDirectory() {
 
 // CUMEMTRACE_SELF_TIME=1, a diagnostic (docs/benchmarks.md): the bridge's hook times its
 // parts with the TSC on the allocating threads and prints the totals at exit, since the GPU
-// machine has no profiler. Off, it costs one relaxed load per event.
+// machine has no profiler. Off, it costs one relaxed load per event. Events written into a
+// thread's own buffer are timed whole, from the hook's entry to the commit, in the
+// program as it runs: the caches as the program leaves them, which no CPU benchmark has.
 struct SelfTime {
   std::atomic<bool> on{false};
   std::atomic<uint64_t> events{0}, torch_times{0}, stacks{0}, python_frames{0};
   std::atomic<uint64_t> clock_ticks{0}, stack_ticks{0}, push_ticks{0};
+  std::atomic<uint64_t> buffer_events{0}, buffer_ticks{0};
   uint64_t start_ticks = 0, start_ns = 0;
 };
 SelfTime g_self_time;
@@ -84,7 +87,7 @@ TscClock g_event_clock;
 // on the program's tensors in the even windows of N ms of the clock only and returns at once
 // in the odd ones, so that one process times itself with the bridge on and off at the same
 // CPU speed (benchmarks/gpu/workloads.py). The trace of such a run is partial. 0: off. Not
-// with CUMEMTRACE_SELF_TIME, whose path records every event.
+// with CUMEMTRACE_SELF_TIME, which times every event.
 uint64_t g_alternate_ns = 0;
 
 // The TSC where there is one (a few ns, for parts that take tens); elsewhere the clock.
@@ -103,11 +106,15 @@ void PrintSelfTime() {
   const double ns_per_tick = ticks > 0 ? double(ns) / double(ticks) : 0;
   const double events = std::max<double>(1, double(t.events.load()));
   const double stacks = std::max<double>(1, double(t.stacks.load()));
+  const double buffered = std::max<double>(1, double(t.buffer_events.load()));
   fprintf(stderr,
-          "cumemtrace self time: %llu bridge events, %.0f ns per event for its time (%llu from "
-          "torch's TSC reads, the others the clock: %s), "
+          "cumemtrace self time: %llu bridge events into the threads' own buffers, %.0f ns "
+          "each from the hook's entry to the commit; %llu into the ring, %.0f ns per event for "
+          "its time (%llu from torch's TSC reads, the others the clock: %s), "
           "%.0f ns writing its record into the ring; %llu stacks of %.1f Python frames, "
           "%.0f ns each\n",
+          static_cast<unsigned long long>(t.buffer_events.load()),
+          double(t.buffer_ticks.load()) * ns_per_tick / buffered,
           static_cast<unsigned long long>(t.events.load()),
           double(t.clock_ticks.load()) * ns_per_tick / events,
           static_cast<unsigned long long>(t.torch_times.load()),
@@ -167,6 +174,8 @@ uint32_t ThreadOf(const cumemtrace_torch_event& event) {
 // reason to retry. A refused probe counts as a dropped record, as any record the ring
 // refuses; the collector reads sizes from sequence numbers, not from that count.
 int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
+  const bool timed = g_self_time.on.load(std::memory_order_relaxed);
+  const uint64_t entered = timed ? Ticks() : 0;
   Recorder& recorder = Recorder::Get();
   if (!recorder.recording()) return 1;
   // A benchmark's odd window: nothing done but the mapping that finds the window, which both
@@ -183,17 +192,23 @@ int EmitTorchEvent(const cumemtrace_torch_event* event, void* /*context*/) {
   if (node && (!attributed || attribution.autograd_sequence == 0)) return 1;  // names nothing
   const v1::ring::TorchAttribution* attached =
       attributed && !IsEmpty(attribution) ? &attribution : nullptr;
-  if (!g_self_time.on.load(std::memory_order_relaxed)) {
-    // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
-    // here. A probe (the sender's), an autograd node (no allocator event: the buffers' units
-    // are those, as their readers check) or a stack takes the ring's path.
-    if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE && !node &&
-        CurrentStackMode() == kStacksOff) {
-      TensorEvent tensor = TensorEventOf(*event, g_event_clock);
-      tensor.attributed = attributed;
-      if (attributed) tensor.attribution = AttributionWords::Of(attribution);
-      if (recorder.RecordTensor(tensor)) return 1;
+  // The thread's own buffer (thread_buffers.h), where it is on: no lock, no clock mapping
+  // here. A probe (the sender's), an autograd node (no allocator event: the buffers' units
+  // are those, as their readers check) or a stack takes the ring's path.
+  if (recorder.per_thread() && event->action != CUMEMTRACE_TORCH_STATS_PROBE && !node &&
+      CurrentStackMode() == kStacksOff) {
+    TensorEvent tensor = TensorEventOf(*event, g_event_clock);
+    tensor.attributed = attributed;
+    if (attributed) tensor.attribution = AttributionWords::Of(attribution);
+    if (recorder.RecordTensor(tensor)) {
+      if (__builtin_expect(timed, 0)) {
+        g_self_time.buffer_events.fetch_add(1, std::memory_order_relaxed);
+        g_self_time.buffer_ticks.fetch_add(Ticks() - entered, std::memory_order_relaxed);
+      }
+      return 1;
     }
+  }
+  if (!timed) {
     // torch's own TSC read where it made one (bridge_core.h's EntryTsc), else the clock's.
     bool from_torch = false;
     const uint64_t now = g_event_clock.TimeOf(event->tsc, &from_torch);
