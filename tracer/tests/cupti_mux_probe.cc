@@ -532,8 +532,10 @@ int TorchUnwatched(const char* c10_cuda) {
 }
 
 // PyTorch's allocator with a bridge for its version (fake_torch_bridge.cc): its first
-// segment attaches the bridge, whose threads then emit tensor events into the tracer.
-int TorchBridge(const char* c10_cuda, const char* bridge) {
+// segment attaches the bridge, whose threads then emit tensor events into the tracer
+// (fake_torch_bridge_emit's threads, events, work_kib and pace_ns).
+int TorchBridge(const char* c10_cuda, const char* bridge, int threads, int events, int work_kib,
+                int pace_ns) {
   const auto segment = FakeSegmentCall(c10_cuda);
   CHECK(segment != nullptr);
   if (segment == nullptr) return 1;
@@ -542,12 +544,13 @@ int TorchBridge(const char* c10_cuda, const char* bridge) {
   CHECK(segment(2 << 20, ++g_correlation) != 0);
   // Loaded by the tracer at that segment: found, not loaded again.
   void* shim = dlopen(bridge, RTLD_NOW | RTLD_NOLOAD);
-  auto emit = shim != nullptr ? reinterpret_cast<int (*)(int, int)>(
-                                    dlsym(shim, "fake_torch_bridge_emit"))
-                              : nullptr;
+  auto emit =
+      shim != nullptr
+          ? reinterpret_cast<int (*)(int, int, int, int)>(dlsym(shim, "fake_torch_bridge_emit"))
+          : nullptr;
   CHECK(emit != nullptr);
   if (emit == nullptr) return 1;
-  printf("refused: %d\n", emit(3, 3000));
+  printf("refused: %d\n", emit(threads, events, work_kib, pace_ns));
   printf("probe: %d failures\n", g_failures);
   return g_failures == 0 ? 0 : 1;
 }
@@ -575,6 +578,12 @@ int main(int argc, char** argv) {
   if (mode == "fallback" && argc > 2) return Fallback(argv[2]);
   if (mode == "other-tool") return OtherTool();
   if (mode == "torch-unwatched" && argc > 2) return TorchUnwatched(argv[2]);
-  if (mode == "torch-bridge" && argc > 3) return TorchBridge(argv[2], argv[3]);
+  if (mode == "torch-bridge" && argc > 3) {
+    // Optional: THREADS EVENTS WORK_KIB PACE_NS (the tests' 3 threads of 3,000 events as
+    // fast as they go).
+    return TorchBridge(argv[2], argv[3], argc > 4 ? atoi(argv[4]) : 3,
+                       argc > 5 ? atoi(argv[5]) : 3000, argc > 6 ? atoi(argv[6]) : 0,
+                       argc > 7 ? atoi(argv[7]) : 0);
+  }
   return 2;
 }

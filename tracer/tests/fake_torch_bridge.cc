@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -85,7 +86,12 @@ __attribute__((visibility("default"))) const cumemtrace_torch_bridge* cumemtrace
 }
 
 // Emits `events` events on each of `threads` threads; returns how many the tracer refused.
-__attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, int events) {
+// With work_kib, each thread stores into a program of its own of that many KiB between two
+// events, as a program's own work leaves the caches to the hook, and with pace_ns starts an
+// event no sooner than that after the last, at a program's rate rather than faster than
+// the sender drains (benchmarks/hook_in_library.sh times the hook so).
+__attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, int events,
+                                                                  int work_kib, int pace_ns) {
   std::vector<std::thread> workers;
   std::vector<int> refused(static_cast<size_t>(threads), 0);
   using DefineModule = uint32_t (*)(uint32_t, const char*);
@@ -98,8 +104,21 @@ __attribute__((visibility("default"))) int fake_torch_bridge_emit(int threads, i
     define_module(2, "module.2");
   }
   for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([t, events, &refused, enter_module] {
+    workers.emplace_back([t, events, work_kib, pace_ns, &refused, enter_module] {
+      std::vector<uint64_t> program(static_cast<size_t>(work_kib) * 1024 / 8);
+      size_t at = 0;
+      auto last = std::chrono::steady_clock::now();
       for (int n = 1; n <= events; ++n) {
+        for (int i = 0; i < 16 && !program.empty(); ++i) {
+          at = (at + 4099) % program.size();  // a stride across lines and pages
+          program[at] += static_cast<uint64_t>(n);
+        }
+        if (pace_ns > 0) {
+          const auto next = last + std::chrono::nanoseconds(pace_ns);
+          while (std::chrono::steady_clock::now() < next) {
+          }
+          last = next;
+        }
         cumemtrace_torch_event e{};
         const auto seq = static_cast<uint64_t>(n);
         e.action = n % 2 == 1 ? CUMEMTRACE_TORCH_ALLOC : CUMEMTRACE_TORCH_FREE_REQUESTED;
