@@ -20,8 +20,6 @@ uint64_t SlotTableEnd(uint32_t slot_count) {
 
 }  // namespace
 
-thread_local ThreadBuffers::Writer* ThreadBuffers::t_writer = nullptr;
-
 uint64_t ThreadBuffers::BytesFor(uint32_t slot_count, uint32_t slot_units) {
   return SlotTableEnd(slot_count) + uint64_t{slot_count} * slot_units * tb::kUnitBytes;
 }

@@ -205,7 +205,9 @@ class ThreadBuffers {
   bool Fallback();
   static void ThreadEnded(void* writer);
 
-  static thread_local Writer* t_writer;
+  // Defined here with its constant initializer, so that every file that inlines Write reads
+  // it directly, without a call that asks whether it needs a dynamic initialization first.
+  static inline thread_local Writer* t_writer = nullptr;
   std::atomic<v1::thread_buffers::Header*> header_{nullptr};
   v1::thread_buffers::Slot* slots_ = nullptr;
   unsigned char* data_ = nullptr;
