@@ -6,6 +6,12 @@ uses it in the traced program, overhead_stats_test.py tests it."""
 import statistics
 
 
+def lowest_decile_and_median(spans):
+    """The lowest decile and the median of the spans' lengths (start, end in seconds)."""
+    times = [end - start for start, end in spans]
+    return statistics.quantiles(times, n=10)[0], statistics.median(times)
+
+
 def alternating_times(spans, window_ms):
     """The lowest decile and the median of the spans (start, end in seconds: settling
     iterations or whole steps) that lie whole in an even window (the bridge on) and in an odd
@@ -16,14 +22,13 @@ def alternating_times(spans, window_ms):
     for start, end in spans:
         first, last = int(start // window), int(end // window)
         if first == last:
-            (off if first % 2 else on).append(end - start)
+            (off if first % 2 else on).append((start, end))
     # Those across a window's edge are left out. A longer span crosses one more often, which
     # favours the shorter ones of each state a little: keep the windows several spans long,
     # and see how many were cut.
     figures = {"cut@count": len(spans) - len(on) - len(off)}
-    for state, times in (("on", on), ("off", off)):
-        if len(times) >= 10:
-            figures[state] = statistics.quantiles(times, n=10)[0]
-            figures[state + "@median"] = statistics.median(times)
-        figures[state + "@count"] = len(times)
+    for state, spans_of_state in (("on", on), ("off", off)):
+        if len(spans_of_state) >= 10:
+            figures[state], figures[state + "@median"] = lowest_decile_and_median(spans_of_state)
+        figures[state + "@count"] = len(spans_of_state)
     return figures

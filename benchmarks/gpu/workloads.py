@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from alternating_windows import alternating_times
+from alternating_windows import alternating_times, lowest_decile_and_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -222,8 +222,7 @@ def settle_times(step):
     most of them run at one speed, and the lowest decile is the program at the CPU's full
     speed, in each configuration alike. Only the CPU side is timed (no synchronization inside
     the step): the EP steps are bound by it, and it is where tracing costs."""
-    times = [end - start for start, end in step.settle_spans]
-    return statistics.quantiles(times, n=10)[0], statistics.median(times)
+    return lowest_decile_and_median(step.settle_spans)
 
 
 def timed(step, warmup, rounds, per_round, step_spans=None):
