@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpu_suite import (PROFILED_PROGRAM, Table, device0, load, main_process, phase,  # noqa: E402
+from gpu_suite import (PROFILED_PROGRAM, Table, device0, load, main_process,  # noqa: E402
                        suite_main, tracer_lines)
 
 GiB = 1 << 30

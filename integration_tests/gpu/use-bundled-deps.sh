@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced on a GPU host without cumemtrace's build dependencies (tools/bundle-build-deps.sh
 # says when): unpacks the bundled Debian packages into a prefix of its own, never into /, and
 # points the build at them.
