@@ -8,6 +8,7 @@ falls on all of them alike.
   overhead.py --cumemtrace BIN --libtorch-train BIN [--rounds 3] [--out results.json]
               [--workloads mlp,launch,alloc,libtorch] [--configs 'NAME|NAME...']
               [--baseline-cumemtrace BIN] [--tracker-probe LIB] [--seconds N]
+              [--program-rounds N]
   overhead.py --pool RESULTS.json... [--configs 'NAME|NAME...'] [--out pooled.json]
 
 --baseline-cumemtrace adds "baseline: cumemtrace" and "baseline: cumemtrace --no-kernels",
@@ -39,6 +40,12 @@ round with another run's untraced process, and a file given twice.
 measured more than N (in the workload's own unit, so give one workload): the GPU machines'
 virtual CPUs sometimes run a whole process in a slow mode 40-60% above the others, which no
 interval over the rounds absorbs. The summary says how many rounds it left out.
+
+--program-rounds N makes each workloads.py process time N rounds of its workloads (its own
+--rounds, 5 unless given). Where processes differ more than the rounds inside one process do
+(the EP workloads, whose figure is the lowest decile of 60 settling iterations per step),
+fewer rounds per process leave time for more processes in the same minutes, and it is the
+interval over processes that resolves a target.
 """
 import argparse
 import json
@@ -94,9 +101,11 @@ def tracker_probe_configs(probe, workloads):
             for mode in ("noop", "counters", "core", "core+clock")}
 
 
-def python_configs(cumemtrace, scratch, only, baseline=None, probe=None):
+def python_configs(cumemtrace, scratch, only, baseline=None, probe=None, program_rounds=None):
     workloads = [sys.executable, os.path.join(HERE, "workloads.py"), "--pin", str(MAIN_CPU),
                  "--only", only]
+    if program_rounds is not None:
+        workloads += ["--rounds", str(program_rounds)]
     run = lambda name, *flags: [cumemtrace, "run", "-o", os.path.join(scratch, name), "--quiet",
                                 *flags, "--", *workloads]
     return {
@@ -417,6 +426,8 @@ def main():
                         help="start no round that would end past this many seconds at the "
                              "pace of the rounds so far, and report the rounds done (for a "
                              "command with a time limit)")
+    parser.add_argument("--program-rounds", type=int, metavar="N",
+                        help="rounds each workloads.py process times (its --rounds; default 5)")
     parser.add_argument("--pool", nargs="+", metavar="JSON",
                         help="run nothing: summarize the rounds of earlier runs' --out files "
                              "together (with --configs and --workloads, only those)")
@@ -426,9 +437,9 @@ def main():
     args = parser.parse_args()
     keep = set(args.configs.split("|")) if args.configs else None
     if args.pool:
-        if args.cumemtrace or args.libtorch_train or args.seconds:
-            parser.error("--pool runs nothing: --cumemtrace, --libtorch-train and --seconds "
-                         "do not apply")
+        if args.cumemtrace or args.libtorch_train or args.seconds or args.program_rounds:
+            parser.error("--pool runs nothing: --cumemtrace, --libtorch-train, --seconds and "
+                         "--program-rounds do not apply")
         workloads = set(args.workloads.split(",")) if args.workloads else None
         samples, wanted, units = pooled_samples(args.pool, keep, workloads)
         if args.slow_above is not None:
@@ -440,6 +451,8 @@ def main():
         return
     if args.slow_above is not None:
         parser.error("--slow-above applies to --pool: a run's --out file keeps every round")
+    if args.program_rounds is not None and args.program_rounds < 1:
+        parser.error("--program-rounds: at least 1")
     if not args.cumemtrace or not args.libtorch_train:
         parser.error("--cumemtrace and --libtorch-train are needed to run (all but --pool)")
     started = time.monotonic()
@@ -450,7 +463,8 @@ def main():
     suites = []
     if python_only:
         suites.append(python_configs(args.cumemtrace, scratch, python_only,
-                                     args.baseline_cumemtrace, args.tracker_probe))
+                                     args.baseline_cumemtrace, args.tracker_probe,
+                                     args.program_rounds))
     if "libtorch" in wanted:
         suites.append(libtorch_configs(args.cumemtrace, args.libtorch_train, scratch,
                                        args.baseline_cumemtrace))

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import overhead  # noqa: E402
@@ -232,6 +233,39 @@ class SlowRoundsTest(unittest.TestCase):
         self.assertEqual(samples[("w", "traced")], [10.1, 10.2])
         self.assertNotIn(("w@median", "traced"), samples)
         self.assertNotIn(("w@median", "untraced"), samples)
+
+
+class ProgramRoundsTest(unittest.TestCase):
+    def rounds_args(self, configs):
+        """Each configuration's workloads.py --rounds value, None where it has none."""
+        found = {}
+        for name, (argv, _) in configs.items():
+            program = argv[argv.index("--") + 1:] if "--" in argv else argv
+            found[name] = (program[program.index("--rounds") + 1]
+                           if "--rounds" in program else None)
+        return found
+
+    def test_every_python_configuration_times_the_rounds_asked_for(self):
+        configs = overhead.python_configs("cumemtrace", "/scratch", "ep200-settle",
+                                          program_rounds=2)
+        self.assertEqual(set(self.rounds_args(configs).values()), {"2"})
+        # cumemtrace's own options stay before "--": the rounds are the program's.
+        argv = configs["cumemtrace --no-kernels"][0]
+        self.assertLess(argv.index("--no-kernels"), argv.index("--"))
+
+    def test_without_it_workloads_py_keeps_its_own_default(self):
+        configs = overhead.python_configs("cumemtrace", "/scratch", "ep200-settle")
+        self.assertEqual(set(self.rounds_args(configs).values()), {None})
+
+    def test_refused_where_it_would_mean_nothing(self):
+        for argv in (["--pool", "a.json", "--program-rounds", "2"],
+                     ["--cumemtrace", "c", "--libtorch-train", "l", "--program-rounds", "0"]):
+            with self.subTest(argv=argv), contextlib.redirect_stderr(io.StringIO()) as err, \
+                    mock.patch.object(sys, "argv", ["overhead.py", *argv]):
+                with self.assertRaises(SystemExit) as exit_:
+                    overhead.main()
+                self.assertEqual(exit_.exception.code, 2)
+                self.assertIn("--program-rounds", err.getvalue())
 
 
 if __name__ == "__main__":
