@@ -437,7 +437,8 @@ def main():
     args = parser.parse_args()
     keep = set(args.configs.split("|")) if args.configs else None
     if args.pool:
-        if args.cumemtrace or args.libtorch_train or args.seconds or args.program_rounds:
+        if (args.cumemtrace or args.libtorch_train or args.seconds
+                or args.program_rounds is not None):
             parser.error("--pool runs nothing: --cumemtrace, --libtorch-train, --seconds and "
                          "--program-rounds do not apply")
         workloads = set(args.workloads.split(",")) if args.workloads else None

@@ -259,6 +259,7 @@ class ProgramRoundsTest(unittest.TestCase):
 
     def test_refused_where_it_would_mean_nothing(self):
         for argv in (["--pool", "a.json", "--program-rounds", "2"],
+                     ["--pool", "a.json", "--program-rounds", "0"],
                      ["--cumemtrace", "c", "--libtorch-train", "l", "--program-rounds", "0"]):
             with self.subTest(argv=argv), contextlib.redirect_stderr(io.StringIO()) as err, \
                     mock.patch.object(sys, "argv", ["overhead.py", *argv]):
