@@ -204,11 +204,12 @@ def run_once(argv, env_extra, scratch):
     raise RuntimeError(f"{argv}: no JSON line in {proc.stdout[-500:]}")
 
 
-def paired_ratios(samples, workload, name):
+def paired_ratios(samples, workload, name, figure=None):
     """Each round's ratio to the untraced process of the same round (processes next to each
-    other in time)."""
+    other in time). `figure` (a key of `name`'s, e.g. WORKLOAD@off) takes the place of the
+    workload's own figure on the traced side; the untraced side stays the workload's."""
     base = samples.get((workload, "untraced"), [])
-    return [value / b for value, b in zip(samples[(workload, name)], base) if b]
+    return [value / b for value, b in zip(samples.get((figure or workload, name), []), base) if b]
 
 
 def paired_ratio(samples, workload, name):
@@ -353,6 +354,15 @@ def summarize(samples, wanted, out, units=None):
                 interval = f", mean {mean:.3f}x (95%: {low:.3f}-{high:.3f})" if ratios[1:] else ""
                 listed = ", ".join(f"{r:.3f}" for r in ratios)
                 print(f"  {name:40s} {what:13s} {len(ratios)} processes: {listed}{interval}")
+            # With untraced processes in the same rounds, each window against them splits the
+            # whole: the off windows carry everything but the bridge's own work (torch's
+            # tracker, the sender, CUPTI, NVTX), the on windows all of it.
+            for state, what in (("off", "off windows"), ("on", "on windows")):
+                mean, low, high = mean_interval(
+                    paired_ratios(samples, workload, name, f"{workload}@{state}"))
+                if not isnan(mean):
+                    print(f"  {name:40s} {what} against untraced, lowest decile, paired mean "
+                          f"{mean:.3f}x (95%: {low:.3f}-{high:.3f})")
             for state in ("on", "off", "on@median", "off@median", "on@count", "off@count",
                           "cut@count"):
                 key = f"{workload}@{state}"

@@ -156,6 +156,25 @@ class WindowsTest(unittest.TestCase):
         again, _, _ = overhead.pooled_samples([out], None, None)
         self.assertEqual(again, samples)
 
+    def test_each_window_against_the_untraced_process_of_its_round(self):
+        samples = self.samples()
+        name = "cumemtrace, 50 ms windows"
+        off = overhead.paired_ratios(samples, "ep50-settle", name, "ep50-settle@off")
+        self.assertEqual([round(r, 6) for r in off], [1.0, 1.02])
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            overhead.summarize(samples, ["ep50-settle"], None)
+        for state, ratios in (("off", [1.0, 1.02]), ("on", [1.02, 1.0])):
+            mean, low, high = overhead.mean_interval(ratios)
+            self.assertIn(f"{state} windows against untraced, lowest decile, paired mean "
+                          f"{mean:.3f}x (95%: {low:.3f}-{high:.3f})", printed.getvalue())
+
+    def test_without_untraced_processes_no_window_is_set_against_them(self):
+        samples = {k: v for k, v in self.samples().items() if k[1] != "untraced"}
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            overhead.summarize(samples, ["ep50-settle"], None)
+        self.assertIn("2 processes: 1.020, 0.980", printed.getvalue())
+        self.assertNotIn("against untraced", printed.getvalue())
+
 
 class AlternatingTimesTest(unittest.TestCase):
     """workloads.py's split of a process's spans into the windows of the bridge on and off."""
