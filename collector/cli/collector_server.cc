@@ -29,6 +29,7 @@ namespace cumemtrace {
 namespace {
 
 constexpr size_t kReadBlock = 256 * 1024;
+constexpr size_t kKeptWriteBytes = 4 * 1024 * 1024;
 
 // Out of descriptors (or kernel memory), accept() fails while the listening socket stays
 // readable: polling it again at once is a busy loop that once wrote a million log lines in
@@ -414,8 +415,12 @@ bool CollectorServer::ReadFrom(Connection* c, bool drain) {
     if (!c->handshake_done && !ShedBytesBeforeHandshakes(c)) return false;
 
     // Everything decoded from this read goes to the file in one write(2), before the next
-    // read: nothing received is ever held back in memory.
-    std::string out;
+    // read: nothing received is ever held back in memory. The buffer is kept from one read
+    // to the next (a fresh one per read made malloc trim and regrow the heap each time),
+    // unless a large frame grew it past what a read usually needs.
+    std::string& out = write_buffer_;
+    if (out.capacity() > kKeptWriteBytes) std::string().swap(out);
+    out.clear();
     std::string error;
     bool broken = false;
     for (;;) {

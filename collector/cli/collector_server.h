@@ -129,6 +129,7 @@ class CollectorServer {
   std::vector<std::unique_ptr<Connection>> recovering_;
   std::map<uint32_t, uint32_t> stream_by_handshake_pid_;
   std::string read_buffer_;
+  std::string write_buffer_;  // what one read decoded, for the file; reused across reads
   int accept_pause_ms_ = 0;  // > 0 while accept() fails for want of descriptors or memory
   int64_t accept_paused_until_ms_ = 0;
   uint64_t accept_failures_ = 0;

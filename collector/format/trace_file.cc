@@ -79,6 +79,7 @@ void AppendWireFrameChunk(uint32_t stream_id, std::string_view wire_frame, std::
   const size_t body = 1 + VarintSize(stream_id) + 1 + VarintSize(wire_frame.size()) +
                       wire_frame.size() + kChecksumField;
   const size_t start = out->size();
+  out->reserve(start + VarintSize(body) + body);  // grown once, not at each append
   AppendVarint(body, out);
   out->push_back(static_cast<char>(0x08));  // field 1, varint
   AppendVarint(stream_id, out);

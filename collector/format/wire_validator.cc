@@ -43,18 +43,27 @@ std::string Hex32(uint32_t value) {
 
 namespace {
 
-google::protobuf::ArenaOptions FrameArenaOptions() {
+// The size of the tracer's own first block (event_encoder.cc): a batch it encoded in that
+// much parses back into about as much.
+constexpr size_t kFirstBlockBytes = 512 * 1024;
+
+google::protobuf::ArenaOptions FrameArenaOptions(char* first_block) {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 64 * 1024;
   options.max_block_size = 1024 * 1024;
+  if (first_block != nullptr) {
+    options.initial_block = first_block;
+    options.initial_block_size = kFirstBlockBytes;
+  }
   return options;
 }
 
 }  // namespace
 
-WireStreamValidator::WireStreamValidator()
-    : arena_(FrameArenaOptions()),
-      message_(google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&arena_)) {}
+WireStreamValidator::WireStreamValidator() {
+  arena_.emplace(FrameArenaOptions(nullptr));
+  message_ = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&*arena_);
+}
 
 WireStreamValidator::Verdict WireStreamValidator::Check(std::string_view frame,
                                                         std::string* error) {
@@ -69,8 +78,13 @@ WireStreamValidator::Verdict WireStreamValidator::Check(std::string_view frame,
     return Verdict::kRefused;
   };
   message_ = nullptr;
-  arena_.Reset();
-  message_ = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&arena_);
+  if (handshake_done_ && first_block_ == nullptr) {
+    first_block_ = std::make_unique<char[]>(kFirstBlockBytes);
+    arena_.emplace(FrameArenaOptions(first_block_.get()));
+  } else {
+    arena_->Reset();
+  }
+  message_ = google::protobuf::Arena::CreateMessage<v1::StreamMessage>(&*arena_);
   if (!message_->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
     return refuse("frame " + std::to_string(index) + " is not a StreamMessage");
   }

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -34,8 +36,14 @@ class WireStreamValidator {
   // Each frame is parsed onto an arena that the next Check resets: a batch's thousands of
   // events and their payloads cost a few block allocations, not two each (a reused message
   // still deletes and remakes a oneof's payload: a tenth of the collector's time in a
-  // burst of NVTX records). Reading google::protobuf::Arena's header through trace.pb.h.
-  google::protobuf::Arena arena_;
+  // burst of NVTX records). Once the handshake has passed, the arena is remade on a first
+  // block of its own, which Reset keeps: a batch then reuses the same memory, where blocks
+  // freed at every Reset made malloc give the heap's top back and fault it in again (four
+  // brk calls and about 200 page faults per batch). Before it, a connection that may never
+  // identify itself holds no more than its frame needs. Reading google::protobuf::Arena's
+  // header through trace.pb.h.
+  std::unique_ptr<char[]> first_block_;
+  std::optional<google::protobuf::Arena> arena_;
   v1::StreamMessage* message_ = nullptr;
   uint64_t frames_ = 0;
   bool handshake_done_ = false;

@@ -55,5 +55,31 @@ TEST(WireStreamValidator, RefusesStacksThatBreakTheRules) {
   EXPECT_EQ(After(m.SerializeAsString(), &error), WireStreamValidator::Verdict::kRefused);
 }
 
+// Batches of a few events and of more than the arena's first block, one after the other on
+// one connection: each parses whole, whatever the one before it left in the arena's blocks.
+TEST(WireStreamValidator, ParsesEachBatchWholeAcrossSizes) {
+  WireStreamValidator validator;
+  std::string error;
+  ASSERT_EQ(validator.Check(Handshake(), &error), WireStreamValidator::Verdict::kHandshake);
+  for (int events : {3, 40000, 1, 40000, 7}) {
+    v1::StreamMessage m;
+    v1::EventBatch* batch = m.mutable_batch();
+    batch->set_sequence(static_cast<uint64_t>(events));
+    for (int i = 0; i < events; ++i) {
+      v1::Event* event = batch->add_events();
+      event->set_timestamp_ns(static_cast<uint64_t>(i) * 3 + 1);
+      event->mutable_interned_string()->set_value("s" + std::to_string(i));
+    }
+    ASSERT_EQ(validator.Check(m.SerializeAsString(), &error), WireStreamValidator::Verdict::kBatch)
+        << error;
+    const v1::EventBatch& parsed = validator.message().batch();
+    ASSERT_EQ(parsed.events_size(), events);
+    EXPECT_EQ(parsed.sequence(), static_cast<uint64_t>(events));
+    EXPECT_EQ(parsed.events(events - 1).timestamp_ns(), static_cast<uint64_t>(events - 1) * 3 + 1);
+    EXPECT_EQ(parsed.events(events - 1).interned_string().value(),
+              "s" + std::to_string(events - 1));
+  }
+}
+
 }  // namespace
 }  // namespace cumemtrace
