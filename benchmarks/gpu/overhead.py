@@ -225,10 +225,11 @@ T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18,
         2.05, 2.04]
 
 
-def paired_interval(samples, workload, name):
+def paired_interval(samples, workload, name, figure=None):
     """The geometric mean of the rounds' paired ratios and its 95% interval (t over the
-    logarithms): how far the rounds pin the ratio down, which the median does not say."""
-    return mean_interval(paired_ratios(samples, workload, name))
+    logarithms): how far the rounds pin the ratio down, which the median does not say.
+    `figure` as for paired_ratios."""
+    return mean_interval(paired_ratios(samples, workload, name, figure))
 
 
 def window_ratios(samples, workload, name, figure=""):
@@ -358,8 +359,7 @@ def summarize(samples, wanted, out, units=None):
             # whole: the off windows carry everything but the bridge's own work (torch's
             # tracker, the sender, CUPTI, NVTX), the on windows all of it.
             for state, what in (("off", "off windows"), ("on", "on windows")):
-                mean, low, high = mean_interval(
-                    paired_ratios(samples, workload, name, f"{workload}@{state}"))
+                mean, low, high = paired_interval(samples, workload, name, f"{workload}@{state}")
                 if not isnan(mean):
                     print(f"  {name:40s} {what} against untraced, lowest decile, paired mean "
                           f"{mean:.3f}x (95%: {low:.3f}-{high:.3f})")
